@@ -1,0 +1,77 @@
+/**
+ * The supervisor's configuration after loading and validation (`supervisor/config/load.ts`).
+ * Every key is documented in docs/configuration.md. Units are explicit in the names.
+ */
+import type { LimitName, ProtectedPathMode } from '../probes/types.js';
+import type { LogLevel } from '../../core/log.js';
+
+/** Limit values as written by operators: numbers, or strings with units ("512M", "1.5"). */
+export type LimitSettings = Partial<Record<LimitName, string | number>>;
+
+export interface ProtectedPathRule {
+  /** Absolute workspace root the rule applies to. */
+  root: string;
+  /** Path relative to that root. */
+  path: string;
+  mode: ProtectedPathMode;
+  reason: string;
+}
+
+export interface TurnhostConfig {
+  /** Where the database, api-token and fallback log live. */
+  dataDir: string;
+  listen: {
+    /** "HOST:PORT" on loopback, or null for no TCP listener. */
+    tcp: string | null;
+    /** Unix socket path, or null. */
+    socket: string | null;
+  };
+  /** A configured bearer token; when null the token lives in `<dataDir>/api-token` (0600). */
+  apiToken: string | null;
+  logLevel: LogLevel;
+  events: {
+    /** Days to keep events with no session. */
+    unboundRetentionDays: number;
+  };
+  identityHelper: {
+    /** Absolute path of the identity helper, or null for shared_uid mode. */
+    path: string | null;
+    /** Helper config override; honoured by the helper only for a root caller (dev and tests). */
+    configPath: string | null;
+  };
+  modes: {
+    restricted: { enabled: boolean };
+  };
+  /** Default worker limits; per-turn overrides may only lower them. */
+  limits: LimitSettings;
+  /** Limits the operator turned off on purpose (reported absent: "disabled by the operator"). */
+  limitsDisabled: LimitName[];
+  egress: {
+    allowlist: string[];
+    denylist: string[];
+    /** CIDRs the proxy may dial although their address class is normally refused. */
+    allowAddressRanges: string[];
+    inferenceHosts: string[];
+    /** Hosts a turn request may add to its allowlist (patterns, same syntax). Empty: none. */
+    turnAdditionsAllowed: string[];
+    maxConnections: number;
+    maxBytes: number;
+    idleTimeoutMs: number;
+  };
+  fs: {
+    protectedPaths: ProtectedPathRule[];
+    scratch: { dir: string | null; capBytes: number; pruneIntervalSeconds: number };
+    hostWriteMaxBytes: number;
+  };
+  turns: {
+    maxConcurrent: number;
+    defaultTimeoutSeconds: number;
+    maxTimeoutSeconds: number;
+    /** Absolute directories a turn's cwd/workspace must lie beneath. */
+    workspaceRoots: string[];
+    /** Extra environment variable names forwarded to turn commands beyond the built-in allowlist. */
+    envExtra: string[];
+  };
+  /** Roots the probes read; "/" in production, a constructed tree in tests. */
+  probeRoots: { proc: string; sysFsCgroup: string };
+}

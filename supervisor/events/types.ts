@@ -1,0 +1,88 @@
+/**
+ * The governance event envelope and the store's public surface. Implemented by
+ * `supervisor/events/store.ts`; every mechanism that records an intervention depends only on
+ * `EventSink`.
+ */
+import type { Result } from '../../core/result.js';
+
+export type EventActor = 'server' | 'worker' | 'user' | 'operator';
+export type WorkerProfile = 'governed' | 'strict';
+
+/** What a mechanism hands to the store. `at` defaults to now (ISO 8601, UTC). */
+export interface EventInput {
+  sessionId: string | null;
+  turnId: string | null;
+  kind: string;
+  actor: EventActor;
+  model: string | null;
+  profile: WorkerProfile | null;
+  payload: Record<string, unknown>;
+  at?: string;
+}
+
+/** A stored event. `schemaVersion` is the kind's version when this event was written. */
+export interface GovernanceEvent {
+  id: number;
+  sessionId: string | null;
+  turnId: string | null;
+  at: string;
+  kind: string;
+  schemaVersion: number;
+  actor: EventActor;
+  model: string | null;
+  profile: WorkerProfile | null;
+  payload: Record<string, unknown>;
+}
+
+export interface EventQuery {
+  session?: string;
+  turn?: string;
+  kind?: string;
+  /** Return events with id strictly greater than this. */
+  after?: number;
+  /** Default 100, max 1000. */
+  limit?: number;
+}
+
+/** `nextAfter` is the id to pass as `after` for the next page, or null when this page is the last. */
+export interface EventPage {
+  events: GovernanceEvent[];
+  nextAfter: number | null;
+}
+
+/**
+ * `database`: stored with ids. `fallback`: the database write failed and the events were
+ * appended to the fallback log, to be replayed at the next start (never lost).
+ * `invalid_event`: unknown kind or a payload that fails the kind's validator (a caller bug).
+ */
+export type AppendResult =
+  | { ok: true; stored: 'database'; ids: number[] }
+  | { ok: true; stored: 'fallback'; detail: string }
+  | { ok: false; reason: 'invalid_event'; detail: string };
+
+export interface EventSink {
+  append(input: EventInput): AppendResult;
+}
+
+export interface EventStoreStatus {
+  databasePath: string;
+  fallbackLogPath: string;
+  /** True while events written since the last replay sit in the fallback log. */
+  fallbackActive: boolean;
+  fallbackPendingEvents: number;
+  lastFallbackAt: string | null;
+  lastFallbackReason: string | null;
+  replayedAtStart: number;
+}
+
+export interface EventStore extends EventSink {
+  appendBatch(inputs: EventInput[]): AppendResult;
+  query(query: EventQuery): Result<EventPage, 'invalid_query'>;
+  deleteSession(sessionId: string): number;
+  /** Deletes unbound (no session) events older than the configured retention. Returns the count. */
+  pruneUnbound(now?: Date): number;
+  status(): EventStoreStatus;
+  /** Called after each event committed to the database, in id order. */
+  subscribe(listener: (event: GovernanceEvent) => void): () => void;
+  close(): void;
+}

@@ -1,0 +1,91 @@
+/**
+ * WorkerHostStatus: the probes' truthful report of what the worker boundary can enforce on this
+ * host. Shapes follow the reference contract ("Worker host status", "Root server warning",
+ * "Verified worker identity", "Worker resource limits", "Governed availability").
+ */
+export type ProbeTrigger = 'boot' | 'turn' | 'check';
+export type WorkerMode = 'ordinary' | 'restricted';
+export type IdentityMode = 'separate_uid' | 'shared_uid';
+
+export interface ModeAvailability {
+  available: boolean;
+  checkedAt: string;
+  trigger: ProbeTrigger;
+  /** Present when unavailable: the first missing requirement, in words an operator can act on. */
+  requirement?: string;
+}
+
+export type RlimitName = 'processes' | 'data' | 'file_size' | 'open_files';
+export type CgroupLimitName = 'memory' | 'pids' | 'cpu';
+export type LimitName = RlimitName | CgroupLimitName;
+
+export interface LimitEnforced {
+  limit: LimitName;
+  source: 'rlimit' | 'cgroup';
+  /** bytes for data, file_size and memory; CPUs for cpu; a count otherwise. */
+  value: number;
+  /** Which cgroup backend enforces it (cgroup limits only). */
+  backend?: 'cgroup_v2' | 'cgroup_v1';
+}
+
+export interface LimitAbsent {
+  limit: LimitName;
+  source: 'rlimit' | 'cgroup';
+  reason: string;
+}
+
+export interface WorkerLimitsStatus {
+  enforced: LimitEnforced[];
+  absent: LimitAbsent[];
+}
+
+export type ProtectedPathMode = 'read_only' | 'mask_file' | 'mask_directory';
+
+export interface ProtectedPath {
+  path: string;
+  mode: ProtectedPathMode;
+  reason: string;
+}
+
+export interface GovernedStatus {
+  available: boolean;
+  reason?: 'worker_host_unavailable';
+  detail?: string;
+  hostExecution: 'worker' | 'host';
+  profile: 'governed';
+  protectedPaths: ProtectedPath[];
+  identity: IdentityMode;
+  workerUid?: number;
+  egress: { active: boolean; detail: string };
+}
+
+/** One kernel facility the boundary depends on. */
+export interface FacilityStatus {
+  available: boolean;
+  detail: string;
+}
+
+export interface BoundaryFacilities {
+  seccomp: FacilityStatus & { actions: string[] };
+  networkNamespaces: FacilityStatus;
+  landlock: FacilityStatus & { abi: number | null };
+  cgroup: FacilityStatus & {
+    layout: 'v2' | 'hybrid' | 'v1' | 'none';
+    ownCgroup: string | null;
+    nsdelegate: boolean;
+    delegated: boolean;
+  };
+  identityHelper: FacilityStatus & { path: string | null; qualified: boolean };
+}
+
+export interface WorkerHostStatus {
+  ordinary?: ModeAvailability;
+  restricted?: ModeAvailability;
+  rootServer?: { warning: string };
+  identity: IdentityMode;
+  /** The nonzero uid verified by the identity helper's own probe in this check. */
+  workerUid?: number;
+  limits: WorkerLimitsStatus;
+  governed: GovernedStatus;
+  boundary: BoundaryFacilities;
+}
