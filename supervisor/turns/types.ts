@@ -1,0 +1,106 @@
+/**
+ * Turns: the request a host application sends, the record the supervisor keeps, and the
+ * manager surface the HTTP routes and the CLI call. Implemented by `supervisor/turns/manager.ts`.
+ */
+import type { Result } from '../../core/result.js';
+import type { LimitSettings } from '../config/types.js';
+import type { WorkerMode } from '../probes/types.js';
+
+export interface TurnRequest {
+  sessionId: string;
+  /** Optional caller-chosen id ([A-Za-z0-9_-]{1,64}); generated when absent. */
+  turnId?: string;
+  mode: WorkerMode;
+  argv: string[];
+  /** Absolute working directory inside a configured workspace root. */
+  cwd: string;
+  env?: Record<string, string>;
+  /** A pseudo-terminal of this size, or pipes when absent. */
+  tty?: { cols: number; rows: number };
+  timeoutSeconds?: number;
+  /** Extra allowlist entries; only those the configuration permits are accepted. */
+  egressAllow?: string[];
+  /** Per-turn limits; each may only lower the configured default. */
+  limits?: LimitSettings;
+  model?: string;
+}
+
+export type TurnStatus =
+  | 'ok'
+  | 'nonzero_exit'
+  | 'signaled'
+  | 'timeout'
+  | 'cancelled'
+  | 'oom_killed'
+  | 'launch_refused'
+  | 'internal_error'
+  | 'interrupted';
+
+export type LimitHit = 'memory_oom' | 'pids_max' | 'cpu_throttled';
+
+export interface TurnUsage {
+  userCpuUsec: number | null;
+  systemCpuUsec: number | null;
+  maxRssKiB: number | null;
+  cgroupCpuUsec: number | null;
+  memoryPeakBytes: number | null;
+  pidsPeak: number | null;
+  oomKills: number | null;
+}
+
+export interface TurnResult {
+  status: TurnStatus;
+  exitCode: number | null;
+  signal: string | null;
+  durationMs: number;
+  usage: TurnUsage;
+  limitHits: LimitHit[];
+  /** For launch_refused / internal_error: the requirement or the failure, in words. */
+  detail?: string;
+}
+
+export interface TurnRecord {
+  id: string;
+  sessionId: string;
+  mode: WorkerMode;
+  profile: 'governed' | 'strict';
+  state: 'starting' | 'running' | 'finished';
+  identity: 'separate_uid' | 'shared_uid';
+  workerUid: number | null;
+  createdAt: string;
+  endedAt: string | null;
+  tty: boolean;
+  result: TurnResult | null;
+}
+
+/** What an attached client receives, in order; `exit` is last. */
+export type TurnStreamEvent =
+  | { type: 'output'; stream: 'stdout' | 'stderr' | 'pty'; data: Buffer }
+  | { type: 'exit'; result: TurnResult };
+
+export interface TurnAttachment {
+  /** Output produced before attaching is replayed first (bounded backlog). */
+  onEvent(listener: (event: TurnStreamEvent) => void): void;
+  write(data: Buffer): void;
+  resize(cols: number, rows: number): void;
+  signal(signal: 'SIGINT' | 'SIGTERM' | 'SIGHUP' | 'SIGQUIT'): void;
+  detach(): void;
+}
+
+export type TurnCreateFailure =
+  | 'invalid_request'
+  | 'worker_host_unsupported'
+  | 'capacity_exhausted'
+  | 'conflict';
+
+export interface TurnManager {
+  /** Validates, probes the mode, launches. Resolves once the worker is running (or refused). */
+  create(request: TurnRequest): Promise<Result<{ turn: TurnRecord }, TurnCreateFailure> & { field?: string }>;
+  get(id: string): TurnRecord | undefined;
+  list(filter?: { sessionId?: string }): TurnRecord[];
+  cancel(id: string): Result<{ turn: TurnRecord }, 'not_found' | 'not_running'>;
+  attach(id: string): Result<{ attachment: TurnAttachment }, 'not_found'>;
+  /** Resolves with the final result when the turn ends. */
+  wait(id: string): Promise<TurnResult | undefined>;
+  close(): Promise<void>;
+}
