@@ -3,11 +3,11 @@
  * from `libc()` in its own module, so a reader finds every syscall next to the code using it.
  * x86_64 only: syscall numbers used with `syscall()` are the x86_64 ones.
  */
-import koffi from 'koffi';
+import koffi, { type LibraryHandle } from 'koffi';
 
-let lib: koffi.IKoffiLib | undefined;
+let lib: LibraryHandle | undefined;
 
-export function libc(): koffi.IKoffiLib {
+export function libc(): LibraryHandle {
   lib ??= koffi.load('libc.so.6');
   return lib;
 }
