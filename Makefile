@@ -8,9 +8,12 @@ TAP_FILES ?= test/unit test/integration test/escape
 all: build
 
 node_modules/.package-lock.json: package.json package-lock.json
-	npm ci
+	npm ci --no-audit --no-fund
 
-deps: node_modules/.package-lock.json
+# System packages (apt, idempotent) then npm packages.
+deps:
+	bash scripts/install-deps.sh
+	$(MAKE) node_modules/.package-lock.json
 
 build: deps build-ts build-native
 

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what building and testing turnhost needs on a fresh Debian/Ubuntu machine (as root).
+# Used by the README's quick start, `make run` and CI. Idempotent.
+set -euo pipefail
+
+APT_PACKAGES=(
+  build-essential   # gcc and make for the identity helper and the native test probes
+  python3           # node-gyp (better-sqlite3, node-pty)
+  iproute2          # ip: network namespace tests
+  util-linux        # unshare, setpriv, runuser
+  passwd            # useradd/userdel for the helper's caller tests
+  bubblewrap        # bench/launch baseline
+  clang             # libFuzzer target for the helper's descriptor parser
+)
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "install-deps: apt-get install ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+if [ "$node_major" -lt 20 ]; then
+  echo "install-deps: Node.js >= 20 is required (found ${node_major}); install nodejs 20 first" >&2
+  exit 1
+fi
