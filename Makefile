@@ -1,7 +1,7 @@
 # turnhost build entry points. `make test` is the README's test command and what CI runs.
 SHELL := /bin/bash
 NODE ?= node
-TAP_FILES ?= test/unit test/integration test/escape
+
 
 .PHONY: all deps build build-ts build-native test run clean
 
@@ -25,7 +25,7 @@ build-native:
 	$(MAKE) -C test/native
 
 test: build
-	npx tap $(TAP_FILES)
+	npx tap
 
 run: build
 	$(NODE) dist/supervisor/cli.js serve --data-dir .turnhost-dev

@@ -29,11 +29,25 @@ export interface CgroupV1Hierarchy {
   memsw?: boolean;
 }
 
+/**
+ * v1 hierarchies the turn backend uses besides the limit controllers: `cpuacct` for cpu usage
+ * when it is not co-mounted with `cpu`, and `freezer` to stop a turn before killing it.
+ */
+export interface CgroupV1AuxHierarchy {
+  controller: 'cpuacct' | 'freezer';
+  mountPoint: string;
+  ownCgroup: string;
+  ownDir: string;
+  writable: boolean;
+}
+
 export interface CgroupLayout {
   kind: 'v2' | 'hybrid' | 'v1' | 'none';
   v2: CgroupV2Facts | null;
   /** v1 hierarchies that hold one of our controllers. */
   v1: CgroupV1Hierarchy[];
+  /** v1 cpuacct and freezer hierarchies, when mounted (absent: none known). */
+  v1Aux?: CgroupV1AuxHierarchy[];
   /** Why a controller cannot be used, per controller, when it cannot. */
   unavailable: Partial<Record<CgroupController, string>>;
   /** Which backend would enforce each controller. */

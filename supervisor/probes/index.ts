@@ -1,0 +1,218 @@
+/**
+ * Worker-host probes: the truthful answer to "what can the worker boundary enforce here, now".
+ * Every call re-reads and re-tries everything; a pass is never cached and a failure never
+ * short-circuits the next probe. The turn manager calls `probeMode` before each turn; boot and
+ * explicit checks call `runWorkerHostProbes`.
+ */
+import { discoverCgroupLayout } from '../../cgroup/discover.js';
+import type { CgroupLayout } from '../../cgroup/types.js';
+import type { Logger } from '../../core/log.js';
+import type { TurnhostConfig } from '../config/types.js';
+import { probeLandlock, probeNetworkNamespaces, probeSeccomp } from './facilities.js';
+import { probeIdentity, type HelperProbe, type IdentityProbe, type SupervisorIds } from './identity.js';
+import { probeLimits } from './limits.js';
+import { rootServerWarning, supervisorIsRoot } from './root.js';
+import type {
+  BoundaryFacilities,
+  GovernedStatus,
+  IdentityMode,
+  ModeAvailability,
+  ProbeTrigger,
+  WorkerHostStatus,
+  WorkerLimitsStatus,
+  WorkerMode,
+} from './types.js';
+
+export interface ProbeContext {
+  config: TurnhostConfig;
+  logger: Logger;
+  /** The supervisor's real and effective uid; defaults to this process's. */
+  ids?: SupervisorIds;
+  /** Where `TURNHOST_WORKER_LIMITS` is read; defaults to process.env. */
+  env?: NodeJS.ProcessEnv;
+  /** Runs the qualified identity helper's own probe and answers its receipt. */
+  helperProbe?: HelperProbe;
+}
+
+export interface ModeProbe {
+  availability: ModeAvailability;
+  identity: IdentityMode;
+  workerUid?: number;
+  limits: WorkerLimitsStatus;
+  cgroupLayout: CgroupLayout;
+}
+
+interface BoundaryFacts {
+  ids: SupervisorIds;
+  identity: IdentityProbe;
+  layout: CgroupLayout;
+  seccomp: BoundaryFacilities['seccomp'];
+  networkNamespaces: BoundaryFacilities['networkNamespaces'];
+  landlock: BoundaryFacilities['landlock'];
+  limits: WorkerLimitsStatus;
+}
+
+function contextIds(ctx: ProbeContext): SupervisorIds {
+  return ctx.ids ?? { uid: process.getuid?.() ?? -1, euid: process.geteuid?.() ?? -1 };
+}
+
+async function probeBoundary(ctx: ProbeContext): Promise<BoundaryFacts> {
+  const ids = contextIds(ctx);
+  const { config } = ctx;
+  const layout = discoverCgroupLayout(config.probeRoots);
+  const [identity, networkNamespaces] = await Promise.all([
+    probeIdentity(config.identityHelper.path, ids, ctx.helperProbe),
+    probeNetworkNamespaces(supervisorIsRoot(ids)),
+  ]);
+  const limits = probeLimits({
+    config,
+    env: ctx.env ?? process.env,
+    layout,
+    workersRunAsRoot: identity.identity === 'shared_uid' && supervisorIsRoot(ids),
+  });
+  return {
+    ids,
+    identity,
+    layout,
+    seccomp: probeSeccomp(config.probeRoots.proc),
+    networkNamespaces,
+    landlock: probeLandlock(),
+    limits,
+  };
+}
+
+/** Holding every worker process and killing them all needs the pids controller somewhere we own. */
+function cgroupRequirement(layout: CgroupLayout): string | undefined {
+  if (layout.backendFor.pids !== undefined) return undefined;
+  return `a cgroup that can hold and kill the whole worker: ${layout.unavailable.pids ?? 'pids controller unavailable'}`;
+}
+
+/** Requirements in a fixed order; the first missing one is the one reported. */
+function firstMissingRequirement(facts: BoundaryFacts): string | undefined {
+  if (!facts.seccomp.available) return facts.seccomp.detail;
+  if (!facts.networkNamespaces.available) return facts.networkNamespaces.detail;
+  if (facts.identity.requirement !== undefined) return facts.identity.requirement;
+  return cgroupRequirement(facts.layout);
+}
+
+/**
+ * Set once a real probe found the ordinary boundary available in this process; from then on
+ * governed work is evaluated in workers, and status says so even while a later probe fails.
+ */
+let boundaryProvenInProcess = false;
+
+export const RESTRICTED_DISABLED_REQUIREMENT = 'restricted mode is disabled in the configuration (modes.restricted.enabled is false)';
+
+function modeAvailability(
+  facts: BoundaryFacts,
+  config: TurnhostConfig,
+  mode: WorkerMode,
+  trigger: ProbeTrigger,
+): ModeAvailability {
+  const requirement = mode === 'restricted' && !config.modes.restricted.enabled
+    ? RESTRICTED_DISABLED_REQUIREMENT
+    : firstMissingRequirement(facts);
+  const checkedAt = new Date().toISOString();
+  if (requirement === undefined) {
+    if (mode === 'ordinary') boundaryProvenInProcess = true;
+    return { available: true, checkedAt, trigger };
+  }
+  return { available: false, checkedAt, trigger, requirement };
+}
+
+export async function probeMode(ctx: ProbeContext, mode: WorkerMode, trigger: ProbeTrigger): Promise<ModeProbe> {
+  const facts = await probeBoundary(ctx);
+  const probe: ModeProbe = {
+    availability: modeAvailability(facts, ctx.config, mode, trigger),
+    identity: facts.identity.identity,
+    limits: facts.limits,
+    cgroupLayout: facts.layout,
+  };
+  if (facts.identity.workerUid !== undefined) probe.workerUid = facts.identity.workerUid;
+  return probe;
+}
+
+function egressDetail(config: TurnhostConfig): string {
+  const { allowlist, denylist } = config.egress;
+  if (allowlist.length === 0) return 'per-turn egress proxy with an empty allowlist: workers have no network';
+  return `per-turn egress proxy: ${allowlist.length} allowed host pattern(s), ${denylist.length} denied`;
+}
+
+function governedStatus(config: TurnhostConfig, facts: BoundaryFacts, ordinary: ModeAvailability): GovernedStatus {
+  const governed: GovernedStatus = {
+    available: ordinary.available,
+    hostExecution: ordinary.available || boundaryProvenInProcess ? 'worker' : 'host',
+    profile: 'governed',
+    protectedPaths: config.fs.protectedPaths.map((rule) => ({
+      path: `${rule.root.replace(/\/+$/, '')}/${rule.path}`,
+      mode: rule.mode,
+      reason: rule.reason,
+    })),
+    identity: facts.identity.identity,
+    egress: { active: true, detail: egressDetail(config) },
+  };
+  if (!ordinary.available) {
+    governed.reason = 'worker_host_unavailable';
+    governed.detail = ordinary.requirement ?? 'worker host unavailable';
+  }
+  if (facts.identity.workerUid !== undefined) governed.workerUid = facts.identity.workerUid;
+  return governed;
+}
+
+function cgroupFacility(layout: CgroupLayout): BoundaryFacilities['cgroup'] {
+  const pidsBackend = layout.backendFor.pids;
+  const pidsHierarchy = layout.v1.find((h) => h.controller === 'pids');
+  const ownCgroup = pidsBackend === 'cgroup_v1' ? (pidsHierarchy?.ownCgroup ?? null) : (layout.v2?.ownCgroup ?? null);
+  const parts = (['memory', 'pids', 'cpu'] as const).map((c) => {
+    const backend = layout.backendFor[c];
+    return backend === undefined ? `${c}: ${layout.unavailable[c] ?? 'unavailable'}` : `${c}: ${backend}`;
+  });
+  return {
+    available: pidsBackend !== undefined,
+    detail: `${layout.kind} layout; ${parts.join('; ')}`,
+    layout: layout.kind,
+    ownCgroup,
+    nsdelegate: layout.v2?.nsdelegate ?? false,
+    delegated: layout.v2?.writable ?? false,
+  };
+}
+
+/**
+ * A failed boot probe is logged once; it never refuses the boot. The root server warning is
+ * logged by the daemon (it also covers a boot probe that threw), so not here.
+ */
+function logBootProbe(logger: Logger, status: WorkerHostStatus): void {
+  for (const mode of ['ordinary', 'restricted'] as const) {
+    const availability = status[mode];
+    if (availability !== undefined && !availability.available) {
+      logger.warn(`worker mode ${mode} unavailable: ${availability.requirement}`, { probe: 'worker_host', mode });
+    }
+  }
+}
+
+export async function runWorkerHostProbes(ctx: ProbeContext, trigger: ProbeTrigger): Promise<WorkerHostStatus> {
+  const { config } = ctx;
+  const facts = await probeBoundary(ctx);
+  const ordinary = modeAvailability(facts, config, 'ordinary', trigger);
+  const status: WorkerHostStatus = {
+    ordinary,
+    ...(config.modes.restricted.enabled ? { restricted: modeAvailability(facts, config, 'restricted', trigger) } : {}),
+    identity: facts.identity.identity,
+    limits: facts.limits,
+    governed: governedStatus(config, facts, ordinary),
+    boundary: {
+      seccomp: facts.seccomp,
+      networkNamespaces: facts.networkNamespaces,
+      landlock: facts.landlock,
+      cgroup: cgroupFacility(facts.layout),
+      identityHelper: facts.identity.helper,
+    },
+  };
+  if (facts.identity.workerUid !== undefined) status.workerUid = facts.identity.workerUid;
+  const warning = rootServerWarning(facts.ids, facts.identity);
+  if (warning !== undefined) status.rootServer = { warning };
+  if (trigger === 'boot') logBootProbe(ctx.logger, status);
+  return status;
+}
+
+export type { HelperProbe, HelperReceipt, SupervisorIds } from './identity.js';

@@ -1,0 +1,164 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import t from 'tap';
+import { createMemoryLogger } from '../../../core/log.js';
+import { ok } from '../../../core/result.js';
+import { probeMode, runWorkerHostProbes, type ProbeContext } from '../../../supervisor/probes/index.js';
+import type { TurnhostConfig } from '../../../supervisor/config/types.js';
+import { hybridTree, probeConfig, v2DelegatedTree, type ProbeTree } from '../../support/probe-tree.js';
+
+const ROOT_IDS = { uid: 0, euid: 0 };
+const USER_IDS = { uid: 998, euid: 998 };
+const receipt = { workerUid: 200_001, uidRange: { first: 200_000, count: 100 }, helperVersion: '1' };
+
+function context(tree: ProbeTree, overrides: Partial<TurnhostConfig> = {}, extra: Partial<ProbeContext> = {}) {
+  const { logger, lines } = createMemoryLogger();
+  const ctx: ProbeContext = { config: probeConfig(tree, overrides), logger, ids: ROOT_IDS, env: {}, ...extra };
+  return { ctx, lines };
+}
+
+function tree(t: { teardown(fn: () => void): void }, make: () => ProbeTree = v2DelegatedTree): ProbeTree {
+  const built = make();
+  t.teardown(() => built.cleanup());
+  return built;
+}
+
+function qualifiedHelper(t: { teardown(fn: () => void): void }): string {
+  const dir = fs.mkdtempSync('/run/turnhost-probe-helper-');
+  fs.chmodSync(dir, 0o755);
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const helper = path.join(dir, 'identity-helper');
+  fs.writeFileSync(helper, '', { mode: 0o755 });
+  fs.chmodSync(helper, 0o4755);
+  return helper;
+}
+
+const FULL_LIMITS = { memory: '512M', pids: 256, cpu: '1.5', processes: 512, open_files: 1024, file_size: '1G', data: '2G' };
+
+t.test('v2 delegated host, shared uid, root supervisor: available, warned, processes absent', async (t) => {
+  const { ctx, lines } = context(tree(t), { limits: FULL_LIMITS });
+  const status = await runWorkerHostProbes(ctx, 'boot');
+  t.match(status.ordinary, { available: true, trigger: 'boot' });
+  t.equal(status.ordinary?.requirement, undefined);
+  t.equal(status.restricted, undefined, 'restricted is absent while disabled');
+  t.equal(status.identity, 'shared_uid');
+  t.match(status.rootServer?.warning, /runs as root .*workers run as uid 0 too.*read root-owned files.*root-owned Unix sockets/);
+  t.same(status.limits.absent, [
+    { limit: 'processes', source: 'rlimit', reason: 'uid 0 for processes: workers run as uid 0, which RLIMIT_NPROC does not bind' },
+  ]);
+  t.same(status.limits.enforced.find((e) => e.limit === 'memory'), { limit: 'memory', source: 'cgroup', value: 512 * 1024 ** 2, backend: 'cgroup_v2' });
+  t.same(status.limits.enforced.find((e) => e.limit === 'data'), { limit: 'data', source: 'rlimit', value: 2 * 1024 ** 3 });
+  t.match(status.boundary.cgroup, { available: true, layout: 'v2', ownCgroup: '/system.slice/turnhost.service', nsdelegate: true, delegated: true });
+  t.equal(status.boundary.seccomp.available, true);
+  t.equal(lines.filter((l) => JSON.parse(l).level === 'warn').length, 0, 'an available boot probe logs no WARN (the daemon logs the root warning)');
+});
+
+t.test('hybrid host: limits enforced by the v1 backend', async (t) => {
+  const { ctx } = context(tree(t, hybridTree), { limits: FULL_LIMITS });
+  const status = await runWorkerHostProbes(ctx, 'check');
+  t.equal(status.ordinary?.available, true);
+  for (const limit of ['memory', 'pids', 'cpu']) {
+    t.equal(status.limits.enforced.find((e) => e.limit === limit)?.backend, 'cgroup_v1', limit);
+  }
+  t.equal(status.boundary.cgroup.layout, 'hybrid');
+});
+
+t.test('no nsdelegate and no v1: modes unavailable naming the cgroup requirement', async (t) => {
+  const { ctx, lines } = context(tree(t, () => v2DelegatedTree('rw')), { limits: FULL_LIMITS, modes: { restricted: { enabled: true } } });
+  const status = await runWorkerHostProbes(ctx, 'boot');
+  const requirement = `a cgroup that can hold and kill the whole worker: no nsdelegate on the cgroup2 mount ${ctx.config.probeRoots.sysFsCgroup}`;
+  t.match(status.ordinary, { available: false, requirement });
+  t.match(status.restricted, { available: false, requirement });
+  t.match(status.governed, { available: false, reason: 'worker_host_unavailable', detail: requirement });
+  for (const limit of ['memory', 'pids', 'cpu']) {
+    t.match(status.limits.absent.find((a) => a.limit === limit)?.reason, /no nsdelegate on the cgroup2 mount/);
+  }
+  t.ok(lines.some((l) => JSON.parse(l).msg === `worker mode ordinary unavailable: ${requirement}`), 'boot logs the failed probe');
+});
+
+t.test('seccomp actions missing: the first missing requirement wins', async (t) => {
+  const built = tree(t);
+  fs.writeFileSync(path.join(built.proc, 'sys/kernel/seccomp/actions_avail'), 'kill_thread trap allow\n');
+  const { ctx } = context(built);
+  const status = await runWorkerHostProbes(ctx, 'check');
+  t.match(status.ordinary?.requirement, /^seccomp actions missing from .*actions_avail: errno, kill_process$/);
+  fs.rmSync(path.join(built.proc, 'sys/kernel/seccomp/actions_avail'));
+  const again = await runWorkerHostProbes(ctx, 'check');
+  t.match(again.ordinary?.requirement, /^seccomp filters unavailable: .* cannot be read$/);
+});
+
+t.test('malformed TURNHOST_WORKER_LIMITS makes every limit absent with that reason', async (t) => {
+  const { ctx } = context(tree(t), { limits: FULL_LIMITS, limitsDisabled: ['cpu'] }, { env: { TURNHOST_WORKER_LIMITS: 'memory=256M,pids=many' } });
+  const status = await runWorkerHostProbes(ctx, 'check');
+  t.same(status.limits.enforced, [], 'nothing applied partially');
+  const reasons = Object.fromEntries(status.limits.absent.map((a) => [a.limit, a.reason]));
+  t.equal(reasons.cpu, 'disabled by the operator');
+  t.equal(reasons.memory, 'malformed TURNHOST_WORKER_LIMITS: pids must be a positive integer, got "many"');
+  t.equal(reasons.open_files, reasons.memory);
+  t.equal(status.limits.absent.length, 7);
+});
+
+t.test('TURNHOST_WORKER_LIMITS wins over the config; unconfigured and disabled are named', async (t) => {
+  const { ctx } = context(tree(t), { limits: { memory: '1G', pids: 100 }, limitsDisabled: ['open_files'] }, { ids: USER_IDS, env: { TURNHOST_WORKER_LIMITS: 'memory=256M' } });
+  const status = await runWorkerHostProbes(ctx, 'check');
+  t.same(status.limits.enforced.map((e) => [e.limit, e.value]), [['memory', 256 * 1024 ** 2], ['pids', 100]]);
+  const reasons = Object.fromEntries(status.limits.absent.map((a) => [a.limit, a.reason]));
+  t.same(reasons, { processes: 'not configured', data: 'not configured', file_size: 'not configured', open_files: 'disabled by the operator', cpu: 'not configured' });
+  t.equal(status.rootServer, undefined, 'no root warning for a non-root supervisor');
+});
+
+t.test('unqualified helper: modes unavailable with that requirement, never shared_uid', async (t) => {
+  const helper = qualifiedHelper(t);
+  fs.chmodSync(helper, 0o755); // not setuid, and the supervisor is not root
+  const { ctx } = context(tree(t), { identityHelper: { path: helper, configPath: null } }, { ids: USER_IDS, helperProbe: async () => ok(receipt) });
+  const status = await runWorkerHostProbes(ctx, 'check');
+  t.equal(status.identity, 'separate_uid');
+  t.equal(status.workerUid, undefined);
+  t.match(status.ordinary?.requirement, /must be setuid root/);
+  t.match(status.boundary.identityHelper, { qualified: false, path: helper, available: false });
+  t.equal(status.governed.identity, 'separate_uid');
+});
+
+t.test('verified helper: separate uid with its workerUid, processes enforced', async (t) => {
+  const helper = qualifiedHelper(t);
+  const { ctx } = context(tree(t), { identityHelper: { path: helper, configPath: null }, limits: { processes: 64 } }, { helperProbe: async () => ok(receipt) });
+  const status = await runWorkerHostProbes(ctx, 'check');
+  t.equal(status.ordinary?.available, true);
+  t.equal(status.identity, 'separate_uid');
+  t.equal(status.workerUid, 200_001);
+  t.equal(status.governed.workerUid, 200_001);
+  t.same(status.limits.enforced, [{ limit: 'processes', source: 'rlimit', value: 64 }]);
+  t.match(status.rootServer?.warning, /separate uid 200001, not root/);
+});
+
+t.test('governed status: protected paths and egress from the config', async (t) => {
+  const { ctx } = context(tree(t), {
+    fs: { ...probeConfig({ proc: '', sysFsCgroup: '' }).fs, protectedPaths: [{ root: '/srv/ws/', path: '.env', mode: 'mask_file', reason: 'secrets' }] },
+    egress: { ...probeConfig({ proc: '', sysFsCgroup: '' }).egress, allowlist: ['api.example.com'] },
+  });
+  const status = await runWorkerHostProbes(ctx, 'check');
+  t.same(status.governed.protectedPaths, [{ path: '/srv/ws/.env', mode: 'mask_file', reason: 'secrets' }]);
+  t.same(status.governed.egress, { active: true, detail: 'per-turn egress proxy: 1 allowed host pattern(s), 0 denied' });
+  t.match(status.governed, { available: true, hostExecution: 'worker', profile: 'governed' });
+});
+
+t.test('probeMode re-reads every time: a pass is never cached', async (t) => {
+  const built = tree(t);
+  const { ctx } = context(built, { limits: { pids: 10 } });
+  const first = await probeMode(ctx, 'ordinary', 'turn');
+  t.match(first.availability, { available: true, trigger: 'turn' });
+  t.equal(first.cgroupLayout.backendFor.pids, 'cgroup_v2');
+  t.same(first.limits.enforced, [{ limit: 'pids', source: 'cgroup', value: 10, backend: 'cgroup_v2' }]);
+  fs.writeFileSync(path.join(built.proc, 'self/cgroup'), '0::/elsewhere\n');
+  const second = await probeMode(ctx, 'ordinary', 'turn');
+  t.equal(second.availability.available, false);
+  t.match(second.availability.requirement, /a cgroup that can hold and kill the whole worker: controller pids unavailable/);
+  fs.writeFileSync(path.join(built.proc, 'self/cgroup'), '0::/system.slice/turnhost.service\n');
+  t.equal((await probeMode(ctx, 'ordinary', 'turn')).availability.available, true, 'a known failure does not short-circuit');
+});
+
+t.test('probeMode restricted while disabled names the config key', async (t) => {
+  const { ctx } = context(tree(t));
+  const probe = await probeMode(ctx, 'restricted', 'turn');
+  t.match(probe.availability, { available: false, requirement: /modes\.restricted\.enabled/ });
+});
