@@ -1,0 +1,224 @@
+/**
+ * Synchronous koffi bindings for the directory-fd syscalls the fs guard is built on.
+ * Every call answers a typed value carrying the errno name; nothing here throws for a
+ * failed syscall. Names are passed as NUL-terminated byte buffers so a directory entry read
+ * with getdents64 can be handed back to the kernel byte for byte, whatever its encoding.
+ * Synchronous on purpose: koffi's async calls are ~30x slower (build-machine facts).
+ */
+import { errnoName, lastErrno, libc } from '../../core/libc.js';
+
+export const AT_FDCWD = -100;
+export const O_RDONLY = 0;
+export const O_WRONLY = 0o1;
+export const O_CREAT = 0o100;
+export const O_EXCL = 0o200;
+export const O_NONBLOCK = 0o4000;
+export const O_DIRECTORY = 0o200000;
+export const O_NOFOLLOW = 0o400000;
+export const O_CLOEXEC = 0o2000000;
+export const AT_SYMLINK_NOFOLLOW = 0x100;
+export const AT_REMOVEDIR = 0x200;
+export const RENAME_NOREPLACE = 1;
+export const RESOLVE_NO_SYMLINKS = 0x04;
+export const RESOLVE_BENEATH = 0x08;
+
+export const S_IFMT = 0o170000;
+export const S_IFREG = 0o100000;
+export const S_IFDIR = 0o040000;
+export const S_IFLNK = 0o120000;
+export const S_IFIFO = 0o010000;
+export const S_IFSOCK = 0o140000;
+export const S_IFCHR = 0o020000;
+export const S_IFBLK = 0o060000;
+
+const SYS_OPENAT2 = 437;
+const OPEN_HOW_SIZE = 24;
+const STAT_SIZE = 144;
+
+export type SysOk<T extends object> = { ok: true } & T;
+/** `reason` is the errno name (`ENOENT`, `ELOOP`, ...); `errno` its number. */
+export type SysFail = { ok: false; reason: string; errno: number; detail: string };
+export type SysResult<T extends object = {}> = SysOk<T> | SysFail;
+
+export interface FileStat {
+  dev: bigint;
+  ino: bigint;
+  nlink: number;
+  mode: number;
+  uid: number;
+  gid: number;
+  size: number;
+  mtimeMs: number;
+}
+
+type Fn = (...args: unknown[]) => unknown;
+
+interface Bindings {
+  openat: Fn;
+  openat2: Fn;
+  mkdirat: Fn;
+  renameat2: Fn;
+  unlinkat: Fn;
+  fstat: Fn;
+  fstatat: Fn;
+  fsync: Fn;
+  fchmod: Fn;
+  fchown: Fn;
+  close: Fn;
+  pwrite: Fn;
+  pread: Fn;
+  getdents64: Fn;
+}
+
+let bound: Bindings | undefined;
+
+function bindings(): Bindings {
+  if (bound) return bound;
+  const lib = libc();
+  bound = {
+    openat: lib.func('int openat(int, const uint8_t *, int, uint32_t)'),
+    openat2: lib.func('syscall', 'long', ['long', 'int', 'const uint8_t *', 'const void *', 'size_t']),
+    mkdirat: lib.func('int mkdirat(int, const uint8_t *, uint32_t)'),
+    renameat2: lib.func('int renameat2(int, const uint8_t *, int, const uint8_t *, uint32_t)'),
+    unlinkat: lib.func('int unlinkat(int, const uint8_t *, int)'),
+    fstat: lib.func('int fstat(int, _Out_ void *)'),
+    fstatat: lib.func('int fstatat(int, const uint8_t *, _Out_ void *, int)'),
+    fsync: lib.func('int fsync(int)'),
+    fchmod: lib.func('int fchmod(int, uint32_t)'),
+    fchown: lib.func('int fchown(int, uint32_t, uint32_t)'),
+    close: lib.func('int close(int)'),
+    pwrite: lib.func('intptr_t pwrite(int, const void *, size_t, int64_t)'),
+    pread: lib.func('intptr_t pread(int, _Out_ void *, size_t, int64_t)'),
+    getdents64: lib.func('intptr_t getdents64(int, _Out_ void *, size_t)'),
+  };
+  return bound;
+}
+
+/** A NUL-terminated copy of a name for the kernel. */
+export function cName(name: string | Buffer): Buffer {
+  const bytes = typeof name === 'string' ? Buffer.from(name, 'utf8') : name;
+  const out = Buffer.allocUnsafe(bytes.length + 1);
+  bytes.copy(out);
+  out[bytes.length] = 0;
+  return out;
+}
+
+function failed(call: string): SysFail {
+  const errno = lastErrno();
+  const reason = errnoName(errno);
+  return { ok: false, reason, errno, detail: `${call} failed: ${reason}` };
+}
+
+function fdResult(call: string, rc: unknown): SysResult<{ fd: number }> {
+  const fd = Number(rc);
+  return fd < 0 ? failed(call) : { ok: true, fd };
+}
+
+function voidResult(call: string, rc: unknown): SysResult {
+  return Number(rc) < 0 ? failed(call) : { ok: true };
+}
+
+function countResult(call: string, rc: unknown): SysResult<{ bytes: number }> {
+  const bytes = Number(rc);
+  return bytes < 0 ? failed(call) : { ok: true, bytes };
+}
+
+export function openat(dirFd: number, name: Buffer, flags: number, mode = 0): SysResult<{ fd: number }> {
+  return fdResult('openat', bindings().openat(dirFd, name, flags, mode));
+}
+
+/** openat2 with `struct open_how { u64 flags; u64 mode; u64 resolve; }`. */
+export function openat2(
+  dirFd: number,
+  name: Buffer,
+  how: { flags: number; mode?: number; resolve: number },
+): SysResult<{ fd: number }> {
+  const buf = Buffer.alloc(OPEN_HOW_SIZE);
+  buf.writeBigUInt64LE(BigInt(how.flags), 0);
+  buf.writeBigUInt64LE(BigInt(how.mode ?? 0), 8);
+  buf.writeBigUInt64LE(BigInt(how.resolve), 16);
+  return fdResult('openat2', bindings().openat2(SYS_OPENAT2, dirFd, name, buf, OPEN_HOW_SIZE));
+}
+
+export function mkdirat(dirFd: number, name: Buffer, mode: number): SysResult {
+  return voidResult('mkdirat', bindings().mkdirat(dirFd, name, mode));
+}
+
+export function renameat2(oldDirFd: number, oldName: Buffer, newDirFd: number, newName: Buffer, flags: number): SysResult {
+  return voidResult('renameat2', bindings().renameat2(oldDirFd, oldName, newDirFd, newName, flags));
+}
+
+export function unlinkat(dirFd: number, name: Buffer, flags: number): SysResult {
+  return voidResult('unlinkat', bindings().unlinkat(dirFd, name, flags));
+}
+
+function parseStat(buf: Buffer): FileStat {
+  return {
+    dev: buf.readBigUInt64LE(0),
+    ino: buf.readBigUInt64LE(8),
+    nlink: Number(buf.readBigUInt64LE(16)),
+    mode: buf.readUInt32LE(24),
+    uid: buf.readUInt32LE(28),
+    gid: buf.readUInt32LE(32),
+    size: Number(buf.readBigInt64LE(48)),
+    mtimeMs: Number(buf.readBigInt64LE(88)) * 1000 + Number(buf.readBigInt64LE(96)) / 1e6,
+  };
+}
+
+export function fstat(fd: number): SysResult<{ stat: FileStat }> {
+  const buf = Buffer.alloc(STAT_SIZE);
+  if (Number(bindings().fstat(fd, buf)) < 0) return failed('fstat');
+  return { ok: true, stat: parseStat(buf) };
+}
+
+/** Always AT_SYMLINK_NOFOLLOW: a link is reported as a link, never resolved. */
+export function lstatat(dirFd: number, name: Buffer): SysResult<{ stat: FileStat }> {
+  const buf = Buffer.alloc(STAT_SIZE);
+  if (Number(bindings().fstatat(dirFd, name, buf, AT_SYMLINK_NOFOLLOW)) < 0) return failed('fstatat');
+  return { ok: true, stat: parseStat(buf) };
+}
+
+export function fsync(fd: number): SysResult {
+  return voidResult('fsync', bindings().fsync(fd));
+}
+
+export function fchmod(fd: number, mode: number): SysResult {
+  return voidResult('fchmod', bindings().fchmod(fd, mode));
+}
+
+export function fchown(fd: number, uid: number, gid: number): SysResult {
+  return voidResult('fchown', bindings().fchown(fd, uid, gid));
+}
+
+export function close(fd: number): SysResult {
+  return voidResult('close', bindings().close(fd));
+}
+
+export function pwrite(fd: number, data: Buffer, offset: number): SysResult<{ bytes: number }> {
+  return countResult('pwrite', bindings().pwrite(fd, data, data.length, offset));
+}
+
+export function pread(fd: number, into: Buffer, offset: number): SysResult<{ bytes: number }> {
+  return countResult('pread', bindings().pread(fd, into, into.length, offset));
+}
+
+export function getdents64(dirFd: number, into: Buffer): SysResult<{ bytes: number }> {
+  return countResult('getdents64', bindings().getdents64(dirFd, into, into.length));
+}
+
+export function fileType(mode: number): 'file' | 'directory' | 'symlink' | 'fifo' | 'socket' | 'device' | 'unknown' {
+  switch (mode & S_IFMT) {
+    case S_IFREG: return 'file';
+    case S_IFDIR: return 'directory';
+    case S_IFLNK: return 'symlink';
+    case S_IFIFO: return 'fifo';
+    case S_IFSOCK: return 'socket';
+    case S_IFCHR:
+    case S_IFBLK: return 'device';
+    default: return 'unknown';
+  }
+}
+
+export function sameIdentity(a: { dev: bigint; ino: bigint }, b: { dev: bigint; ino: bigint }): boolean {
+  return a.dev === b.dev && a.ino === b.ino;
+}
