@@ -1,0 +1,72 @@
+import t from 'tap';
+import {
+  encodeMessage,
+  LineDecoder,
+  MAX_LINE_BYTES,
+  parseSupervisorMessage,
+  parseWorkerMessage,
+} from '../../../worker/protocol.js';
+
+const launch = { type: 'launch', v: 1, argv: ['/bin/true'], cwd: '/', env: { PATH: '/bin' }, tty: null, egress: null };
+const reason = (r: { ok: boolean; reason?: string; detail?: string }): string => (r.ok ? 'ok' : `${r.reason}: ${r.detail}`);
+
+t.test('launch round-trips and is validated strictly', async (t) => {
+  const encoded = encodeMessage(launch as never);
+  if (!encoded.ok) throw new Error(encoded.detail);
+  const parsed = parseSupervisorMessage(encoded.line.trimEnd());
+  t.same(parsed.ok && parsed.message, launch);
+  const refused = (patch: Record<string, unknown>): string => reason(parseSupervisorMessage(JSON.stringify({ ...launch, ...patch })));
+  t.match(refused({ v: 2 }), /launch\.v/);
+  t.match(refused({ extra: 1 }), /launch\.extra: unknown field/);
+  t.match(refused({ argv: [] }), /launch\.argv/);
+  t.match(refused({ argv: ['a\0b'] }), /launch\.argv\[0\]: must not contain NUL/);
+  t.match(refused({ cwd: 'relative' }), /launch\.cwd: must be an absolute path/);
+  t.match(refused({ env: { 'A=B': 'x' } }), /launch\.env/);
+  t.match(refused({ env: { A: 1 } }), /launch\.env\.A: must be a string/);
+  t.match(refused({ tty: { cols: 0, rows: 10 } }), /launch\.tty\.cols/);
+  t.match(refused({ tty: { cols: 80, rows: 24, x: 1 } }), /launch\.tty\.x: unknown field/);
+  t.match(refused({ egress: { socketPath: '/' + 'a'.repeat(200) } }), /launch\.egress\.socketPath/);
+  t.equal(refused({ tty: { cols: 80, rows: 24 }, egress: { socketPath: '/run/p.sock' } }), 'ok');
+});
+
+t.test('control messages and unknown types', async (t) => {
+  t.equal(reason(parseSupervisorMessage('{"type":"resize","cols":80,"rows":24}')), 'ok');
+  t.match(reason(parseSupervisorMessage('{"type":"resize","cols":80,"rows":24,"z":1}')), /resize\.z/);
+  t.equal(reason(parseSupervisorMessage('{"type":"signal","signal":"SIGTERM"}')), 'ok');
+  t.match(reason(parseSupervisorMessage('{"type":"signal","signal":"SIGSYS"}')), /signal\.signal/);
+  t.match(reason(parseSupervisorMessage('{"type":"started","pid":1}')), /^unknown_type/, 'worker messages are not supervisor messages');
+  t.match(reason(parseSupervisorMessage('{"type":"__proto__"}')), /^unknown_type/);
+  t.match(reason(parseSupervisorMessage('[]')), /^invalid_message/);
+  t.match(reason(parseSupervisorMessage('{')), /^invalid_json/);
+});
+
+t.test('worker messages', async (t) => {
+  const rusage = { userCpuUsec: 1, systemCpuUsec: 2, maxRssKiB: 3 };
+  t.equal(reason(parseWorkerMessage(JSON.stringify({ type: 'exit', exitCode: 3, signal: null, rusage }))), 'ok');
+  t.equal(reason(parseWorkerMessage(JSON.stringify({ type: 'exit', exitCode: null, signal: 'SIGKILL', rusage }))), 'ok');
+  t.match(reason(parseWorkerMessage(JSON.stringify({ type: 'exit', exitCode: 1, signal: 'SIGKILL', rusage }))), /exactly one/);
+  t.match(reason(parseWorkerMessage(JSON.stringify({ type: 'exit', exitCode: 1, signal: null, rusage: { ...rusage, x: 1 } }))), /exit\.rusage\.x/);
+  t.equal(reason(parseWorkerMessage('{"type":"error","code":"unexpected_fds","detail":"x"}')), 'ok');
+  t.match(reason(parseWorkerMessage('{"type":"error","code":"made_up","detail":"x"}')), /error\.code/);
+  t.equal(reason(parseWorkerMessage('{"type":"started","pid":42}')), 'ok');
+});
+
+t.test('line decoder: split chunks, split UTF-8, bounded lines', async (t) => {
+  const d = new LineDecoder();
+  const bytes = Buffer.from('{"a":"é"}\n{"b":1}\n');
+  const first = d.push(bytes.subarray(0, 8)); // splits the two-byte é
+  t.same(first.ok && first.lines, []);
+  t.equal(d.hasPartialLine(), true);
+  const rest = d.push(bytes.subarray(8));
+  t.same(rest.ok && rest.lines, ['{"a":"é"}', '{"b":1}']);
+  t.equal(d.hasPartialLine(), false);
+
+  const big = new LineDecoder();
+  const overflow = big.push(Buffer.alloc(MAX_LINE_BYTES, 0x61));
+  t.equal(overflow.ok ? 'ok' : overflow.reason, 'line_too_long');
+  const after = big.push(Buffer.from('{}\n'));
+  t.equal(after.ok, false, 'a decoder that lost framing stays failed');
+  const exact = new LineDecoder().push(Buffer.concat([Buffer.alloc(MAX_LINE_BYTES - 1, 0x61), Buffer.from('\n')]));
+  t.equal(exact.ok, true, 'a line of exactly MAX_LINE_BYTES including the newline is accepted');
+  t.equal(encodeMessage({ type: 'error', code: 'spawn_failed', detail: 'x'.repeat(MAX_LINE_BYTES) }).ok, false);
+});

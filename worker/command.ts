@@ -1,0 +1,145 @@
+/**
+ * Runs the turn command in a new session, in a pty (node-pty) or with the worker's own
+ * stdio, and exposes one shape to main: pid, resize, signal-the-group, exit.
+ *
+ * Pipes mode: the command inherits the worker's fds 0-2 directly (no copy through the
+ * worker: no buffering, EOF and backpressure stay between the supervisor and the command).
+ * Pty mode: the pty output is copied to the worker's stdout, the worker's stdin to the pty.
+ */
+import { spawn as spawnChild } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { IPty } from 'node-pty';
+import { fail, ok, type Result } from '../core/result.js';
+import type { ForwardableSignal, TtySize } from './protocol.js';
+
+/** glibc execvp's search path when PATH is unset. */
+const DEFAULT_PATH = '/bin:/usr/bin';
+
+export interface CommandSpec {
+  argv: string[];
+  cwd: string;
+  env: Record<string, string>;
+  tty: TtySize | null;
+}
+
+export interface CommandExit {
+  exitCode: number | null;
+  signal: string | null;
+}
+
+export interface RunningCommand {
+  pid: number;
+  resize(size: TtySize): void;
+  signalGroup(signal: ForwardableSignal): void;
+  exited: Promise<CommandExit>;
+}
+
+function isExecutableFile(file: string): boolean {
+  try {
+    fs.accessSync(file, fs.constants.X_OK);
+    return fs.statSync(file).isFile();
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * execvp's lookup, done up front so both modes report a missing command or cwd as a typed
+ * `spawn_failed` instead of a child that prints an error and exits 1.
+ */
+function resolveExecutable(spec: CommandSpec): Result<{ file: string }, 'spawn_failed'> {
+  let cwdIsDir = false;
+  try {
+    cwdIsDir = fs.statSync(spec.cwd).isDirectory();
+  } catch {
+    cwdIsDir = false;
+  }
+  if (!cwdIsDir) return fail('spawn_failed', `cwd ${spec.cwd} is not a directory this worker can reach`);
+  const name = spec.argv[0] ?? '';
+  const candidates = name.includes('/')
+    ? [path.resolve(spec.cwd, name)]
+    : (spec.env.PATH ?? DEFAULT_PATH).split(':').map((dir) => path.resolve(spec.cwd, dir || '.', name));
+  const file = candidates.find(isExecutableFile);
+  if (file === undefined) return fail('spawn_failed', `command ${JSON.stringify(name)} is not an executable file (searched ${candidates.length} location(s))`);
+  return ok({ file });
+}
+
+function signalName(signal: number | NodeJS.Signals | null): string | null {
+  if (signal === null || signal === 0) return null;
+  if (typeof signal === 'string') return signal;
+  const entry = Object.entries(os.constants.signals).find(([, n]) => n === signal);
+  return entry ? entry[0] : `SIG${signal}`;
+}
+
+function killGroup(pid: number, signal: ForwardableSignal): void {
+  try {
+    process.kill(-pid, signal);
+  } catch {
+    // ESRCH: the group is gone already; its exit is reported through `exited`.
+  }
+}
+
+function startPipes(spec: CommandSpec, file: string): Promise<Result<{ command: RunningCommand }, 'spawn_failed'>> {
+  const child = spawnChild(file, spec.argv.slice(1), {
+    argv0: spec.argv[0],
+    cwd: spec.cwd,
+    env: spec.env,
+    stdio: ['inherit', 'inherit', 'inherit'],
+    detached: true, // setsid(): the command leads a new session and process group
+  });
+  const exited = new Promise<CommandExit>((resolve) => {
+    child.once('exit', (code, signal) => resolve({ exitCode: signal ? null : code, signal: signalName(signal) }));
+  });
+  return new Promise((resolve) => {
+    child.once('error', (err) => resolve(fail('spawn_failed', `spawn ${file}: ${err.message}`)));
+    child.once('spawn', () => {
+      const pid = child.pid;
+      if (pid === undefined) return resolve(fail('spawn_failed', `spawn ${file}: no pid`));
+      const command: RunningCommand = { pid, resize: () => {}, signalGroup: (s) => killGroup(pid, s), exited };
+      resolve(ok({ command }));
+    });
+  });
+}
+
+async function startPty(spec: CommandSpec, file: string, size: TtySize): Promise<Result<{ command: RunningCommand }, 'spawn_failed'>> {
+  // Loaded only for pty turns: importing node-pty costs ~40 ms of every launch.
+  const { default: pty } = await import('node-pty');
+  let term: IPty;
+  try {
+    // forkpty(): setsid() and the pty becomes the controlling terminal.
+    term = pty.spawn(file, spec.argv.slice(1), { cwd: spec.cwd, env: spec.env, cols: size.cols, rows: size.rows, encoding: null });
+  } catch (err) {
+    return fail('spawn_failed', `pty spawn ${file}: ${(err as Error).message}`);
+  }
+  term.onData((data: string | Buffer) => {
+    if (!process.stdout.write(data)) {
+      term.pause();
+      process.stdout.once('drain', () => term.resume());
+    }
+  });
+  const forwardInput = (chunk: Buffer): void => term.write(chunk as unknown as string);
+  process.stdin.on('data', forwardInput);
+  const exited = new Promise<CommandExit>((resolve) => {
+    term.onExit(({ exitCode, signal }) => {
+      process.stdin.off('data', forwardInput);
+      process.stdin.pause();
+      const name = signalName(signal ?? null);
+      resolve({ exitCode: name ? null : exitCode, signal: name });
+    });
+  });
+  const command: RunningCommand = {
+    pid: term.pid,
+    resize: (s) => term.resize(s.cols, s.rows),
+    signalGroup: (s) => killGroup(term.pid, s),
+    exited,
+  };
+  return ok({ command });
+}
+
+export async function startCommand(spec: CommandSpec): Promise<Result<{ command: RunningCommand }, 'spawn_failed'>> {
+  const resolved = resolveExecutable(spec);
+  if (!resolved.ok) return resolved;
+  return spec.tty ? startPty(spec, resolved.file, spec.tty) : startPipes(spec, resolved.file);
+}

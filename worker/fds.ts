@@ -1,0 +1,96 @@
+/**
+ * The worker's inherited-fd check. The identity helper closes every fd but 0-3 before exec,
+ * and the supervisor opens everything close-on-exec, so any other host fd here is a leak
+ * (an open directory fd alone defeats the filesystem view). Node has already opened its own
+ * fds when the first line of JS runs, and it even marks some inherited fds close-on-exec,
+ * so neither fd numbers nor FD_CLOEXEC tell its fds from inherited ones. The rule is by kind:
+ *
+ *   0, 1, 2   any kind (the command's stdio)
+ *   3         must be a socket (the protocol fd)
+ *   4+        only objects that carry no path and no host resource: anon inodes of the kinds
+ *             Node/libuv create (eventpoll, eventfd, signalfd, timerfd), and pipes whose
+ *             both ends this process holds (libuv's self-pipes).
+ *
+ * Anything else (a file, a directory, a socket, a device, a lone pipe end, an io_uring) is
+ * refused. docs/worker-protocol.md records the residual: a host pipe leaked with both ends
+ * would pass this check.
+ */
+import fs from 'node:fs';
+import { errnoName, lastErrno, libc } from '../core/libc.js';
+import { fail, ok, type Result } from '../core/result.js';
+
+export const PROTOCOL_FD = 3;
+const NODE_ANON_INODES = new Set([
+  'anon_inode:[eventpoll]',
+  'anon_inode:[eventfd]',
+  'anon_inode:[signalfd]',
+  'anon_inode:[timerfd]',
+]);
+
+export interface OpenFd {
+  fd: number;
+  target: string;
+}
+
+/** The open fds of this process and what they point to, read from /proc/self/fd. */
+export function listOpenFds(): Result<{ fds: OpenFd[] }, 'fd_list_failed'> {
+  let names: string[];
+  try {
+    names = fs.readdirSync('/proc/self/fd');
+  } catch (err) {
+    return fail('fd_list_failed', `cannot list /proc/self/fd: ${(err as Error).message}`);
+  }
+  const fds: OpenFd[] = [];
+  for (const name of names) {
+    try {
+      fds.push({ fd: Number(name), target: fs.readlinkSync(`/proc/self/fd/${name}`) });
+    } catch (err) {
+      // The directory fd readdirSync used is closed by now; nothing else closes on its own.
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue;
+      return fail('fd_list_failed', `cannot read /proc/self/fd/${name}: ${(err as Error).message}`);
+    }
+  }
+  return ok({ fds: fds.sort((a, b) => a.fd - b.fd) });
+}
+
+/** Pure rule over a listing, so tests can exercise it with made-up tables. */
+export function findUnexpectedFds(fds: readonly OpenFd[]): OpenFd[] {
+  const pipeUses = new Map<string, number>();
+  for (const { target } of fds) {
+    if (target.startsWith('pipe:')) pipeUses.set(target, (pipeUses.get(target) ?? 0) + 1);
+  }
+  return fds.filter(({ fd, target }) => {
+    if (fd <= 2) return false;
+    if (fd === PROTOCOL_FD) return !target.startsWith('socket:');
+    if (NODE_ANON_INODES.has(target)) return false;
+    return !(target.startsWith('pipe:') && pipeUses.get(target) === 2);
+  });
+}
+
+export function checkInheritedFds(): Result<{ fds: OpenFd[] }, 'unexpected_fds'> {
+  const listed = listOpenFds();
+  if (!listed.ok) return fail('unexpected_fds', listed.detail);
+  if (!listed.fds.some((f) => f.fd === PROTOCOL_FD)) {
+    return fail('unexpected_fds', `protocol fd ${PROTOCOL_FD} is not open`);
+  }
+  const unexpected = findUnexpectedFds(listed.fds);
+  if (unexpected.length > 0) {
+    const list = unexpected.map((f) => `${f.fd} -> ${f.target}`).join(', ');
+    return fail('unexpected_fds', `only fds 0-2, the protocol socket on fd 3 and Node's own anon inodes and self-pipes may be open; found ${list}`);
+  }
+  return ok({ fds: listed.fds });
+}
+
+const F_SETFD = 2;
+const FD_CLOEXEC = 1;
+let fcntl: ((fd: number, cmd: number, ...rest: unknown[]) => number) | undefined;
+
+/**
+ * The protocol fd must not reach the command: node-pty's forkpty child and libuv's spawn
+ * close nothing themselves, they rely on FD_CLOEXEC.
+ */
+export function markCloseOnExec(fd: number): Result<{}, 'fcntl_failed'> {
+  fcntl ??= libc().func('int fcntl(int, int, ...)') as (fd: number, cmd: number, ...rest: unknown[]) => number;
+  if (fcntl(fd, F_SETFD, 'int', FD_CLOEXEC) !== 0) return fail('fcntl_failed', `fcntl(${fd}, F_SETFD): ${errnoName(lastErrno())}`);
+  return ok({});
+}

@@ -1,0 +1,114 @@
+/**
+ * The worker entry (dist/worker/main.js): the first code that runs as the worker uid.
+ * fd 0-2 are the command's stdio, fd 3 the protocol socket (docs/worker-protocol.md).
+ *
+ * Sequence: check inherited fds -> read the launch message -> install the seccomp filter ->
+ * start the egress bridge (if the launch asks for egress) -> start the command in a new
+ * session -> report `started` -> forward resize/signal -> report `exit` and exit 0.
+ * Any failure before the command starts answers `error` with a stable code and exits 1.
+ */
+import { checkInheritedFds, markCloseOnExec, PROTOCOL_FD } from './fds.js';
+import { startEgressBridge, type EgressBridge } from './bridge.js';
+import { openChannel, expectLaunch, type Channel } from './channel.js';
+import { startCommand, type RunningCommand } from './command.js';
+import type { ForwardableSignal, LaunchMessage, WorkerErrorCode } from './protocol.js';
+import { childrenRusage } from './rusage.js';
+import { compilePolicy } from './seccomp/policy.js';
+import { installSeccompFilter } from './seccomp/install.js';
+import { CodedError } from '../core/result.js';
+
+// Before this module opens anything of its own.
+const inheritedFds = checkInheritedFds();
+
+const MAX_ERROR_DETAIL_CHARS = 1000;
+/** Signals delivered to the worker itself are passed on to the command's group. */
+const RELAYED_WORKER_SIGNALS: readonly ForwardableSignal[] = ['SIGTERM', 'SIGINT', 'SIGHUP'];
+
+async function refuse(channel: Channel, code: WorkerErrorCode, detail: string): Promise<number> {
+  await channel.send({ type: 'error', code, detail: detail.slice(0, MAX_ERROR_DETAIL_CHARS) });
+  await channel.close();
+  return 1;
+}
+
+function proxyEnv(port: number): Record<string, string> {
+  const url = `http://127.0.0.1:${port}`;
+  const env: Record<string, string> = {};
+  for (const name of ['HTTP_PROXY', 'HTTPS_PROXY', 'ALL_PROXY']) {
+    env[name] = url;
+    env[name.toLowerCase()] = url;
+  }
+  env.NO_PROXY = env.no_proxy = 'localhost,127.0.0.1';
+  return env;
+}
+
+function followControl(channel: Channel, command: RunningCommand): void {
+  channel.listen((event) => {
+    if (event.kind === 'closed') {
+      // Nobody is left to report to or to take orders from: end the command.
+      command.signalGroup('SIGKILL');
+      return;
+    }
+    if (event.kind === 'invalid') {
+      void channel.send({ type: 'error', code: 'protocol_invalid', detail: event.detail.slice(0, MAX_ERROR_DETAIL_CHARS) });
+      return;
+    }
+    const message = event.message;
+    if (message.type === 'resize') command.resize(message);
+    else if (message.type === 'signal') command.signalGroup(message.signal);
+    else void channel.send({ type: 'error', code: 'protocol_invalid', detail: 'launch was already received' });
+  });
+  for (const signal of RELAYED_WORKER_SIGNALS) process.on(signal, () => command.signalGroup(signal));
+}
+
+async function startBridge(launch: LaunchMessage): Promise<{ env: Record<string, string>; bridge?: EgressBridge } | { code: WorkerErrorCode; detail: string }> {
+  if (!launch.egress) return { env: launch.env };
+  const started = await startEgressBridge({ socketPath: launch.egress.socketPath });
+  if (!started.ok) return { code: 'egress_failed', detail: started.detail };
+  const bridge: EgressBridge = { port: started.port, close: started.close };
+  // The proxy variables win over same-named variables of the launch environment.
+  return { env: { ...launch.env, ...proxyEnv(bridge.port) }, bridge };
+}
+
+function flushStdout(): Promise<void> {
+  return new Promise((resolve) => process.stdout.write('', () => resolve()));
+}
+
+async function main(): Promise<number> {
+  const cloexec = markCloseOnExec(PROTOCOL_FD);
+  const channel = openChannel(PROTOCOL_FD);
+  if (!inheritedFds.ok) return refuse(channel, 'unexpected_fds', inheritedFds.detail);
+  if (!cloexec.ok) return refuse(channel, 'unexpected_fds', cloexec.detail);
+
+  const launched = expectLaunch(await channel.next());
+  if (!launched.ok) return refuse(channel, launched.reason, launched.detail);
+  const launch = launched.launch;
+
+  const compiled = compilePolicy();
+  if (!compiled.ok) return refuse(channel, 'seccomp_failed', compiled.detail);
+  const installed = installSeccompFilter(compiled.program);
+  if (!installed.ok) return refuse(channel, 'seccomp_failed', `${installed.reason}: ${installed.detail}`);
+
+  const egress = await startBridge(launch);
+  if ('code' in egress) return refuse(channel, egress.code, egress.detail);
+
+  const started = await startCommand({ argv: launch.argv, cwd: launch.cwd, env: egress.env, tty: launch.tty });
+  if (!started.ok) {
+    egress.bridge?.close();
+    return refuse(channel, 'spawn_failed', started.detail);
+  }
+  const command = started.command;
+  await channel.send({ type: 'started', pid: command.pid });
+  followControl(channel, command);
+
+  const exit = await command.exited;
+  egress.bridge?.close();
+  const usage = childrenRusage();
+  // getrusage on a valid buffer cannot fail; if it does, the worker has no honest exit record.
+  if (!usage.ok) throw new CodedError(usage.reason, usage.detail);
+  if (launch.tty) await flushStdout();
+  await channel.send({ type: 'exit', exitCode: exit.exitCode, signal: exit.signal, rusage: usage.rusage });
+  await channel.close();
+  return 0;
+}
+
+process.exit(await main());
