@@ -1,0 +1,40 @@
+/* libFuzzer target: the descriptor parser, fed byte by byte exactly as from fd 3. */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../src/descriptor.h"
+
+static struct descriptor_parser parser;
+
+static void check_done_invariants(const struct descriptor *d) {
+  if (d->op == OP_NONE || d->cgroup_count > DESCRIPTOR_MAX_CGROUPS ||
+      d->env_count > DESCRIPTOR_MAX_ENV || d->path_count > DESCRIPTOR_MAX_PATHS ||
+      d->env[d->env_count] != NULL) {
+    __builtin_trap();
+  }
+  for (size_t i = 0; i < d->env_count; i++) {
+    if (strchr(d->env[i], '=') == NULL) {
+      __builtin_trap();
+    }
+  }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  struct failure failure = {0, {0}};
+  descriptor_parser_init(&parser);
+  for (size_t i = 0; i < size; i++) {
+    enum feed_result result = descriptor_feed(&parser, data[i], &failure);
+    if (result == FEED_DONE) {
+      check_done_invariants(&parser.result);
+      return 0;
+    }
+    if (result == FEED_FAILED) {
+      if (failure.code != EXIT_DESCRIPTOR_MALFORMED && failure.code != EXIT_DESCRIPTOR_UNKNOWN) {
+        __builtin_trap();
+      }
+      return 0;
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,50 @@
+/* The helper's own config: a root-owned file at a compiled-in path (only a real-uid-0 caller
+ * may name another). The descriptor never chooses the program, the uid range or the roots. */
+#ifndef IDENTITY_HELPER_CONFIG_H
+#define IDENTITY_HELPER_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "failure.h"
+
+#ifndef HELPER_CONFIG_PATH
+#define HELPER_CONFIG_PATH "/etc/turnhost/identity-helper.conf"
+#endif
+#ifndef HELPER_SUBUID_PATH
+#define HELPER_SUBUID_PATH "/etc/subuid"
+#endif
+
+#define CONFIG_MAX_BYTES 65536
+#define CONFIG_MAX_CGROUP_ROOTS 8
+#define CONFIG_MAX_WORKER_ARGS 32
+
+struct helper_config {
+  uint32_t uid_first;
+  uint32_t uid_count;
+  gid_t caller_gid;
+  size_t cgroup_root_count;
+  const char *cgroup_roots[CONFIG_MAX_CGROUP_ROOTS];
+  const char *worker_exec;
+  size_t worker_arg_count;
+  const char *worker_args[CONFIG_MAX_WORKER_ARGS];
+  /* Unresolved names, looked up after parsing. */
+  const char *caller_group_name;
+  const char *subuid_user;
+  size_t arena_used;
+  char arena[CONFIG_MAX_BYTES];
+};
+
+/* Parses config text (no file or name-service access). Exit code 70 on any problem. */
+int config_parse(const char *text, size_t len, struct helper_config *c, struct failure *f);
+
+/* Opens `path` (no symlink), requires a root-owned regular file not writable by group or
+ * other, parses it and resolves the group name and the /etc/subuid entry. */
+int config_load(const char *path, struct helper_config *c, struct failure *f);
+
+/* Reads a root-owned, not group/other-writable regular file of at most `cap - 1` bytes. */
+int read_trusted_file(const char *path, char *buf, size_t cap, size_t *len, int failure_code,
+                      struct failure *f);
+
+#endif

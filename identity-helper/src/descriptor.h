@@ -1,0 +1,73 @@
+/* The launch descriptor (protocol version 1): strict, line-based, fed one byte at a time so
+ * the reader never consumes a byte past the final "end\n" of fd 3. */
+#ifndef IDENTITY_HELPER_DESCRIPTOR_H
+#define IDENTITY_HELPER_DESCRIPTOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "failure.h"
+
+#define DESCRIPTOR_PROTOCOL_VERSION 1
+#define DESCRIPTOR_MAX_BYTES 65536
+#define DESCRIPTOR_MAX_LINE 4096 /* including the newline */
+#define DESCRIPTOR_MAX_CGROUPS 8
+#define DESCRIPTOR_MAX_ENV 256
+#define DESCRIPTOR_MAX_PATHS 64
+#define DESCRIPTOR_MAX_HOSTNAME 64
+#define DESCRIPTOR_MAX_ENV_NAME 255
+
+enum descriptor_op { OP_NONE = 0, OP_PROBE, OP_LAUNCH, OP_VIEW, OP_KILL };
+
+enum rlimit_slot { RLIMIT_SLOT_NPROC = 0, RLIMIT_SLOT_DATA, RLIMIT_SLOT_FSIZE,
+                   RLIMIT_SLOT_NOFILE, RLIMIT_SLOT_COUNT };
+
+struct descriptor {
+  enum descriptor_op op;
+  bool has_uid;
+  uint32_t uid;
+  bool has_gid;
+  uint32_t gid;
+  size_t cgroup_count;
+  const char *cgroups[DESCRIPTOR_MAX_CGROUPS];
+  bool has_rlimit[RLIMIT_SLOT_COUNT];
+  uint64_t rlimit[RLIMIT_SLOT_COUNT];
+  const char *hostname;
+  const char *cwd;
+  const char *profile;
+  size_t env_count;
+  const char *env[DESCRIPTOR_MAX_ENV + 1]; /* NULL-terminated, ready for execve */
+  size_t path_count;
+  const char *paths[DESCRIPTOR_MAX_PATHS];
+};
+
+enum parser_state { PARSER_EXPECT_HEADER = 0, PARSER_BODY, PARSER_DONE, PARSER_FAILED };
+
+enum feed_result { FEED_MORE = 0, FEED_DONE, FEED_FAILED };
+
+/* All strings of the descriptor live in `arena`; nothing is heap-allocated. */
+struct descriptor_parser {
+  enum parser_state state;
+  size_t total_bytes;
+  size_t line_number;
+  size_t line_len;
+  char line[DESCRIPTOR_MAX_LINE];
+  uint32_t keys_seen; /* bit per key index */
+  size_t arena_used;
+  char arena[DESCRIPTOR_MAX_BYTES];
+  struct descriptor result;
+};
+
+void descriptor_parser_init(struct descriptor_parser *p);
+
+/* Feeds one byte. FEED_DONE exactly after the "end\n" line of a complete, valid descriptor. */
+enum feed_result descriptor_feed(struct descriptor_parser *p, unsigned char byte,
+                                 struct failure *f);
+
+/* Reads fd one byte at a time until FEED_DONE or a failure; EOF before "end\n" fails. */
+int descriptor_read_fd(int fd, struct descriptor_parser *p, struct failure *f);
+
+const char *descriptor_op_name(enum descriptor_op op);
+
+#endif

@@ -1,0 +1,34 @@
+/* A refusal: a distinct exit code and one line of reason, printed once by main(). */
+#ifndef IDENTITY_HELPER_FAILURE_H
+#define IDENTITY_HELPER_FAILURE_H
+
+enum exit_code {
+  EXIT_OK = 0,
+  EXIT_USAGE = 64,               /* bad argv, or fds 0-3 not open */
+  EXIT_DESCRIPTOR_MALFORMED = 65,
+  EXIT_DESCRIPTOR_UNKNOWN = 66,  /* unknown version, key, op, rlimit name or profile */
+  EXIT_CALLER_NOT_PERMITTED = 67,
+  EXIT_UID_OUT_OF_RANGE = 68,
+  EXIT_CGROUP_REFUSED = 69,
+  EXIT_CONFIG_INVALID = 70,
+  EXIT_NAMESPACE_FAILED = 71,
+  EXIT_IDENTITY_DROP_FAILED = 72,
+  EXIT_EXEC_FAILED = 73,
+  EXIT_RLIMIT_REFUSED = 74,
+  EXIT_PROBE_MISMATCH = 75,      /* the child's identity after the drop is not what it must be */
+  EXIT_INTERNAL = 76,            /* fork, pipe, read, /proc walk failures */
+  EXIT_CWD_UNUSABLE = 77
+};
+
+#define FAILURE_REASON_MAX 240
+
+struct failure {
+  int code;
+  char reason[FAILURE_REASON_MAX];
+};
+
+/* Records the first failure only and returns its code, so callers can `return fail_with(...)`. */
+int fail_with(struct failure *f, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

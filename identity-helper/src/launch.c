@@ -1,0 +1,256 @@
+#include "launch.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include "identity.h"
+#include "policy.h"
+
+#define PROTOCOL_FD 3
+#define DEFAULT_HOSTNAME "turnhost"
+
+/* Opens each component of `relative` (canonical, no "." or "..") beneath `dirfd` with
+ * O_NOFOLLOW|O_DIRECTORY, so a symlink anywhere below the root fails (ENOTDIR/ELOOP).
+ * Always consumes `dirfd`; on success `*leaf` is the last directory. */
+static int open_beneath(int dirfd, const char *relative, int *leaf, struct failure *f) {
+  char component[256];
+  const char *cursor = relative;
+  while (*cursor != '\0') {
+    const char *slash = strchr(cursor, '/');
+    size_t len = slash == NULL ? strlen(cursor) : (size_t)(slash - cursor);
+    if (len == 0 || len >= sizeof component) {
+      close(dirfd);
+      return fail_with(f, EXIT_CGROUP_REFUSED, "cgroup: bad path component");
+    }
+    memcpy(component, cursor, len);
+    component[len] = '\0';
+    int next = openat(dirfd, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int saved = errno;
+    close(dirfd);
+    if (next < 0) {
+      return fail_with(f, EXIT_CGROUP_REFUSED,
+                       "cgroup: component '%.64s' is not a plain directory: %s", component,
+                       strerror(saved));
+    }
+    dirfd = next;
+    cursor += len;
+    if (*cursor == '/') {
+      cursor++;
+    }
+  }
+  *leaf = dirfd;
+  return 0;
+}
+
+static bool is_cgroup_filesystem(int fd) {
+  struct statfs fs;
+  return fstatfs(fd, &fs) == 0 &&
+         (fs.f_type == CGROUP_SUPER_MAGIC || fs.f_type == CGROUP2_SUPER_MAGIC);
+}
+
+static int write_self_to_procs(int leaf, struct failure *f) {
+  char pid_text[32];
+  int len = snprintf(pid_text, sizeof pid_text, "%d\n", (int)getpid());
+  int procs = openat(leaf, "cgroup.procs", O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (procs < 0) {
+    return fail_with(f, EXIT_CGROUP_REFUSED, "cgroup: cannot open cgroup.procs: %s",
+                     strerror(errno));
+  }
+  ssize_t written = write(procs, pid_text, (size_t)len);
+  int saved = errno;
+  close(procs);
+  if (written != len) {
+    return fail_with(f, EXIT_CGROUP_REFUSED, "cgroup: writing cgroup.procs: %s",
+                     strerror(saved));
+  }
+  return 0;
+}
+
+int join_cgroup(const struct helper_config *c, const char *cgroup, struct failure *f) {
+  const char *root = policy_cgroup_root_for(c, cgroup);
+  if (root == NULL) {
+    return fail_with(f, EXIT_CGROUP_REFUSED, "cgroup %.128s is not beneath a cgroup_root",
+                     cgroup);
+  }
+  int root_fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (root_fd < 0) {
+    return fail_with(f, EXIT_CGROUP_REFUSED, "cgroup_root %.128s: %s", root, strerror(errno));
+  }
+  size_t root_len = strlen(root);
+  const char *relative = cgroup + (root_len == 1 ? 1 : root_len + 1);
+  int leaf = -1;
+  int code = open_beneath(root_fd, relative, &leaf, f);
+  if (code != 0) {
+    return code;
+  }
+  if (!is_cgroup_filesystem(leaf)) {
+    close(leaf);
+    return fail_with(f, EXIT_CGROUP_REFUSED, "cgroup %.128s is not on a cgroup filesystem",
+                     cgroup);
+  }
+  code = write_self_to_procs(leaf, f);
+  close(leaf);
+  return code;
+}
+
+static const int rlimit_resources[RLIMIT_SLOT_COUNT] = {
+    [RLIMIT_SLOT_NPROC] = RLIMIT_NPROC, [RLIMIT_SLOT_DATA] = RLIMIT_DATA,
+    [RLIMIT_SLOT_FSIZE] = RLIMIT_FSIZE, [RLIMIT_SLOT_NOFILE] = RLIMIT_NOFILE,
+};
+
+/* Sets soft = hard = value. Refuses a value above the current hard limit: the helper never
+ * raises a limit (a soft limit below it is the caller's own to raise anyway). */
+static int lower_rlimits(const struct descriptor *d, struct failure *f) {
+  for (int slot = 0; slot < RLIMIT_SLOT_COUNT; slot++) {
+    if (!d->has_rlimit[slot]) {
+      continue;
+    }
+    struct rlimit current;
+    if (getrlimit(rlimit_resources[slot], &current) != 0) {
+      return fail_with(f, EXIT_RLIMIT_REFUSED, "getrlimit: %s", strerror(errno));
+    }
+    rlim_t value = (rlim_t)d->rlimit[slot];
+    if (current.rlim_max != RLIM_INFINITY && value > current.rlim_max) {
+      return fail_with(f, EXIT_RLIMIT_REFUSED,
+                       "rlimit %d: %llu would raise the hard limit %llu", slot,
+                       (unsigned long long)value, (unsigned long long)current.rlim_max);
+    }
+    struct rlimit lowered = {value, value};
+    if (setrlimit(rlimit_resources[slot], &lowered) != 0) {
+      return fail_with(f, EXIT_RLIMIT_REFUSED, "setrlimit: %s", strerror(errno));
+    }
+  }
+  return 0;
+}
+
+static int bring_loopback_up(struct failure *f) {
+  int sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (sock < 0) {
+    return fail_with(f, EXIT_NAMESPACE_FAILED, "socket for lo: %s", strerror(errno));
+  }
+  struct ifreq request;
+  memset(&request, 0, sizeof request);
+  memcpy(request.ifr_name, "lo", 3);
+  int result = ioctl(sock, SIOCGIFFLAGS, &request);
+  if (result == 0) {
+    request.ifr_flags |= IFF_UP;
+    result = ioctl(sock, SIOCSIFFLAGS, &request);
+  }
+  int saved = errno;
+  close(sock);
+  if (result != 0) {
+    return fail_with(f, EXIT_NAMESPACE_FAILED, "bringing lo up: %s", strerror(saved));
+  }
+  return 0;
+}
+
+/* Placeholder for the filesystem-boundary issue: it builds the masked view here, in the new
+ * mount namespace, before the identity drop. Today the worker sees the host's tree. */
+static int build_filesystem_view(const struct descriptor *d, struct failure *f) {
+  (void)d;
+  (void)f;
+  return 0;
+}
+
+static int enter_namespaces(const struct descriptor *d, struct failure *f) {
+  if (unshare(CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNS) != 0) {
+    return fail_with(f, EXIT_NAMESPACE_FAILED, "unshare(net, ipc, uts, mount): %s",
+                     strerror(errno));
+  }
+  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
+    return fail_with(f, EXIT_NAMESPACE_FAILED, "making / rec-private: %s", strerror(errno));
+  }
+  int code = build_filesystem_view(d, f);
+  if (code == 0) {
+    code = bring_loopback_up(f);
+  }
+  if (code != 0) {
+    return code;
+  }
+  const char *hostname = d->hostname != NULL ? d->hostname : DEFAULT_HOSTNAME;
+  if (sethostname(hostname, strlen(hostname)) != 0) {
+    return fail_with(f, EXIT_NAMESPACE_FAILED, "sethostname: %s", strerror(errno));
+  }
+  return 0;
+}
+
+/* Node (and other callers) may leave 0-2 close-on-exec; the worker needs 0-3 open. */
+static int keep_only_worker_fds(struct failure *f) {
+  if (close_range(PROTOCOL_FD + 1, ~0u, 0) != 0) {
+    return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "close_range: %s", strerror(errno));
+  }
+  for (int fd = 0; fd <= PROTOCOL_FD; fd++) {
+    if (fcntl(fd, F_SETFD, 0) != 0) {
+      return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "clearing FD_CLOEXEC on %d: %s", fd,
+                       strerror(errno));
+    }
+  }
+  return 0;
+}
+
+/* A caller could leave signals ignored or blocked; both survive execve. */
+static int reset_signals(struct failure *f) {
+  for (int sig = 1; sig < NSIG; sig++) {
+    if (sig != SIGKILL && sig != SIGSTOP) {
+      signal(sig, SIG_DFL); /* fails harmlessly for numbers glibc reserves */
+    }
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  if (sigprocmask(SIG_SETMASK, &none, NULL) != 0) {
+    return fail_with(f, EXIT_INTERNAL, "sigprocmask: %s", strerror(errno));
+  }
+  return 0;
+}
+
+static void build_worker_argv(const struct helper_config *c, char **argv) {
+  argv[0] = (char *)c->worker_exec;
+  for (size_t i = 0; i < c->worker_arg_count; i++) {
+    argv[i + 1] = (char *)c->worker_args[i];
+  }
+  argv[c->worker_arg_count + 1] = NULL;
+}
+
+static int join_cgroups(const struct helper_config *c, const struct descriptor *d,
+                        struct failure *f) {
+  for (size_t i = 0; i < d->cgroup_count; i++) {
+    int code = join_cgroup(c, d->cgroups[i], f);
+    if (code != 0) {
+      return code;
+    }
+  }
+  return 0;
+}
+
+int launch_worker(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
+  uint32_t uid = 0;
+  int code = policy_worker_uid(c, d, &uid, f);
+  if (code == 0) code = join_cgroups(c, d, f);
+  if (code == 0) code = lower_rlimits(d, f);
+  if (code == 0) code = enter_namespaces(d, f);
+  if (code == 0) code = identity_drop(c, uid, f);
+  if (code == 0) code = keep_only_worker_fds(f);
+  if (code == 0) code = reset_signals(f);
+  if (code != 0) {
+    return code;
+  }
+  if (chdir(d->cwd) != 0) {
+    return fail_with(f, EXIT_CWD_UNUSABLE, "cwd %.128s: %s", d->cwd, strerror(errno));
+  }
+  char *argv[CONFIG_MAX_WORKER_ARGS + 2];
+  build_worker_argv(c, argv);
+  execve(c->worker_exec, argv, (char *const *)d->env);
+  return fail_with(f, EXIT_EXEC_FAILED, "execve %.128s: %s", c->worker_exec, strerror(errno));
+}

@@ -1,0 +1,301 @@
+#include "operations.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/pidfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "identity.h"
+#include "policy.h"
+#include "syntax.h"
+
+#define KILL_MAX_PASSES 32
+
+/* What a child running as the worker identity sends back: its failure (code 0 if none)
+ * followed by an operation-specific payload. */
+struct child_header {
+  int32_t code;
+  char reason[FAILURE_REASON_MAX];
+};
+
+typedef void (*worker_task)(const void *context, void *payload);
+
+static bool write_all(int fd, const void *data, size_t len) {
+  const char *cursor = data;
+  while (len > 0) {
+    ssize_t n = write(fd, cursor, len);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      return false;
+    }
+    cursor += n;
+    len -= (size_t)n;
+  }
+  return true;
+}
+
+static size_t read_up_to(int fd, void *data, size_t len) {
+  char *cursor = data;
+  size_t used = 0;
+  while (used < len) {
+    ssize_t n = read(fd, cursor + used, len - used);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      break;
+    }
+    used += (size_t)n;
+  }
+  return used;
+}
+
+static _Noreturn void child_run_as_worker(const struct helper_config *c, uint32_t uid,
+                                          worker_task task, const void *context,
+                                          void *payload, size_t payload_size, int out) {
+  struct failure child_failure = {0, {0}};
+  struct child_header header;
+  memset(&header, 0, sizeof header);
+  if (identity_drop(c, uid, &child_failure) == 0) {
+    task(context, payload);
+  }
+  header.code = child_failure.code;
+  memcpy(header.reason, child_failure.reason, sizeof header.reason);
+  bool sent = write_all(out, &header, sizeof header) &&
+              (header.code != 0 || write_all(out, payload, payload_size));
+  _exit(sent ? 0 : 1);
+}
+
+/* Forks, drops to `uid` in the child, runs `task` there and copies its payload back. */
+static int run_as_worker(const struct helper_config *c, uint32_t uid, worker_task task,
+                         const void *context, void *payload, size_t payload_size,
+                         struct failure *f) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    return fail_with(f, EXIT_INTERNAL, "pipe: %s", strerror(errno));
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return fail_with(f, EXIT_INTERNAL, "fork: %s", strerror(errno));
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    child_run_as_worker(c, uid, task, context, payload, payload_size, fds[1]);
+  }
+  close(fds[1]);
+  struct child_header header;
+  memset(&header, 0, sizeof header);
+  size_t got_header = read_up_to(fds[0], &header, sizeof header);
+  size_t got_payload = header.code == 0 ? read_up_to(fds[0], payload, payload_size) : 0;
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (got_header != sizeof header) {
+    return fail_with(f, EXIT_INTERNAL, "worker-identity child sent no report");
+  }
+  if (header.code != 0) {
+    header.reason[sizeof header.reason - 1] = '\0';
+    return fail_with(f, header.code, "%s", header.reason);
+  }
+  if (got_payload != payload_size || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return fail_with(f, EXIT_INTERNAL, "worker-identity child failed");
+  }
+  return 0;
+}
+
+static void observe_task(const void *context, void *payload) {
+  (void)context;
+  identity_observe(payload);
+}
+
+static void print_probe_receipt(const struct helper_config *c, uint32_t uid,
+                                const struct identity_report *r) {
+  printf("helper_version %s\n", HELPER_VERSION);
+  printf("protocol_versions %d\n", DESCRIPTOR_PROTOCOL_VERSION);
+  printf("uid_range %u %u\n", c->uid_first, c->uid_count);
+  printf("worker_uid %u\n", uid);
+  printf("worker_ruid %u\nworker_euid %u\nworker_suid %u\n", r->ruid, r->euid, r->suid);
+  printf("worker_rgid %u\nworker_egid %u\nworker_sgid %u\n", r->rgid, r->egid, r->sgid);
+  printf("worker_groups %d\n", (int)r->group_count);
+  printf("worker_no_new_privs %d\n", (int)r->no_new_privs);
+  printf("worker_cap_bnd %016llx\n", (unsigned long long)r->cap_bnd);
+  printf("worker_cap_eff %016llx\n", (unsigned long long)r->cap_eff);
+  printf("worker_cap_prm %016llx\n", (unsigned long long)r->cap_prm);
+  fflush(stdout);
+}
+
+static int verify_probe_report(uint32_t uid, const struct identity_report *r,
+                               struct failure *f) {
+  bool ids = r->ruid == uid && r->euid == uid && r->suid == uid && r->rgid == uid &&
+             r->egid == uid && r->sgid == uid;
+  if (!ids) {
+    return fail_with(f, EXIT_PROBE_MISMATCH, "probe: worker ids are not all %u", uid);
+  }
+  if (r->status_read != 1) {
+    return fail_with(f, EXIT_PROBE_MISMATCH, "probe: worker could not read /proc/self/status");
+  }
+  if (r->group_count != 0 || r->no_new_privs != 1) {
+    return fail_with(f, EXIT_PROBE_MISMATCH, "probe: worker groups not empty or NoNewPrivs 0");
+  }
+  if (r->cap_bnd != 0 || r->cap_eff != 0 || r->cap_prm != 0) {
+    return fail_with(f, EXIT_PROBE_MISMATCH, "probe: worker capability sets not empty");
+  }
+  return 0;
+}
+
+int run_probe(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
+  uint32_t uid = 0;
+  struct identity_report report;
+  memset(&report, 0, sizeof report);
+  int code = policy_worker_uid(c, d, &uid, f);
+  if (code == 0) {
+    code = run_as_worker(c, uid, observe_task, NULL, &report, sizeof report, f);
+  }
+  if (code != 0) {
+    return code;
+  }
+  print_probe_receipt(c, uid, &report);
+  return verify_probe_report(uid, &report, f);
+}
+
+struct view_answers {
+  unsigned char readable[DESCRIPTOR_MAX_PATHS];
+  unsigned char writable[DESCRIPTOR_MAX_PATHS];
+};
+
+/* access(2) checks the real ids, which after the drop are the worker's. */
+static void view_task(const void *context, void *payload) {
+  const struct descriptor *d = context;
+  struct view_answers *answers = payload;
+  for (size_t i = 0; i < d->path_count; i++) {
+    answers->readable[i] = access(d->paths[i], R_OK) == 0;
+    answers->writable[i] = access(d->paths[i], W_OK) == 0;
+  }
+}
+
+int run_view(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
+  uint32_t uid = 0;
+  struct view_answers answers;
+  memset(&answers, 0, sizeof answers);
+  int code = policy_worker_uid(c, d, &uid, f);
+  if (code == 0) {
+    code = run_as_worker(c, uid, view_task, d, &answers, sizeof answers, f);
+  }
+  if (code != 0) {
+    return code;
+  }
+  printf("worker_uid %u\nprofile %s\n", uid, d->profile);
+  for (size_t i = 0; i < d->path_count; i++) {
+    printf("path %s read %s write %s\n", d->paths[i], answers.readable[i] ? "yes" : "no",
+           answers.writable[i] ? "yes" : "no");
+  }
+  fflush(stdout);
+  return 0;
+}
+
+/* The real uid of a live (not zombie) `pid` from /proc/<pid>/status; false when it is gone,
+ * already dead or unreadable. */
+static bool live_process_real_uid(const char *pid_name, uint32_t *uid) {
+  char path[64];
+  char status[4096];
+  snprintf(path, sizeof path, "/proc/%s/status", pid_name);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return false;
+  }
+  size_t len = read_up_to(fd, status, sizeof status - 1);
+  close(fd);
+  status[len] = '\0';
+  const char *state = strstr(status, "\nState:\t");
+  const char *line = strstr(status, "\nUid:\t");
+  if (state == NULL || line == NULL) {
+    return false;
+  }
+  char state_letter = state[strlen("\nState:\t")];
+  if (state_letter == 'Z' || state_letter == 'X') {
+    return false;
+  }
+  char number[16];
+  const char *start = line + strlen("\nUid:\t");
+  size_t digits = strspn(start, "0123456789");
+  if (digits == 0 || digits >= sizeof number) {
+    return false;
+  }
+  memcpy(number, start, digits);
+  number[digits] = '\0';
+  uint64_t value = 0;
+  if (!parse_decimal(number, UINT32_MAX, &value)) {
+    return false;
+  }
+  *uid = (uint32_t)value;
+  return true;
+}
+
+static bool is_pid_name(const char *name) {
+  return name[0] >= '1' && name[0] <= '9' && strspn(name, "0123456789") == strlen(name);
+}
+
+/* pidfd first, uid check second, signal through the pidfd: if the pid is reused after the
+ * pidfd was opened, the signal goes to the (dead) original and fails with ESRCH instead of
+ * reaching the newcomer. */
+static bool kill_if_worker(const char *pid_name, uint32_t uid) {
+  uint64_t pid = 0;
+  if (!parse_decimal(pid_name, INT32_MAX, &pid)) {
+    return false;
+  }
+  int pidfd = pidfd_open((pid_t)pid, 0);
+  if (pidfd < 0) {
+    return false;
+  }
+  uint32_t owner = 0;
+  bool killed = live_process_real_uid(pid_name, &owner) && owner == uid &&
+                pidfd_send_signal(pidfd, SIGKILL, NULL, 0) == 0;
+  close(pidfd);
+  return killed;
+}
+
+static int kill_pass(uint32_t uid, unsigned *killed, struct failure *f) {
+  DIR *proc = opendir("/proc");
+  if (proc == NULL) {
+    return fail_with(f, EXIT_INTERNAL, "opendir /proc: %s", strerror(errno));
+  }
+  struct dirent *entry;
+  while ((entry = readdir(proc)) != NULL) {
+    if (is_pid_name(entry->d_name) && kill_if_worker(entry->d_name, uid)) {
+      (*killed)++;
+    }
+  }
+  closedir(proc);
+  return 0;
+}
+
+int run_kill(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
+  uint32_t uid = 0;
+  int code = policy_worker_uid(c, d, &uid, f);
+  unsigned total = 0;
+  for (int pass = 0; code == 0 && pass < KILL_MAX_PASSES; pass++) {
+    unsigned killed = 0;
+    code = kill_pass(uid, &killed, f);
+    total += killed;
+    if (killed == 0) {
+      break;
+    }
+  }
+  if (code != 0) {
+    return code;
+  }
+  printf("worker_uid %u\nkilled %u\n", uid, total);
+  fflush(stdout);
+  return 0;
+}

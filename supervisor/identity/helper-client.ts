@@ -1,0 +1,424 @@
+/**
+ * Client of the identity helper (identity-helper/, protocol in docs/identity-helper-protocol.md).
+ * `encodeDescriptor` refuses everything the helper would refuse on syntax, naming the field;
+ * the helper stays the authority on policy (uid range, cgroup roots, caller group).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import type net from 'node:net';
+import { CodedError, fail, ok, type Fail, type Result } from '../../core/result.js';
+
+export const DESCRIPTOR_PROTOCOL_VERSION = 1;
+export const DESCRIPTOR_LIMITS = {
+  maxBytes: 65536,
+  maxLineBytes: 4095,
+  maxCgroups: 8,
+  maxEnv: 256,
+  maxPaths: 64,
+  maxHostname: 64,
+  maxId: 4294967294,
+  maxRlimitExclusive: 10n ** 18n,
+} as const;
+
+export type HelperOp = 'probe' | 'launch' | 'view' | 'kill';
+export type HelperRlimitName = 'nproc' | 'data' | 'fsize' | 'nofile';
+export type HelperProfile = 'governed' | 'strict';
+
+export interface HelperDescriptor {
+  op: HelperOp;
+  uid?: number;
+  gid?: number;
+  cgroups?: string[];
+  rlimits?: Partial<Record<HelperRlimitName, number | bigint>>;
+  hostname?: string;
+  cwd?: string;
+  /** The worker's whole environment: it gets exactly these variables. */
+  env?: Record<string, string>;
+  paths?: string[];
+  profile?: HelperProfile;
+}
+
+export type HelperLaunchDescriptor = Omit<HelperDescriptor, 'op' | 'paths' | 'profile'> & {
+  uid: number;
+  gid: number;
+  cwd: string;
+};
+
+export interface HelperLocation {
+  path: string;
+  /** Passed as `--config PATH`; the helper honours it only for a real-uid-0 caller. */
+  configPath: string | null;
+}
+
+/** Exit codes of the helper, by stable reason. */
+export const HELPER_EXIT_CODES = {
+  usage: 64,
+  descriptor_malformed: 65,
+  descriptor_unknown: 66,
+  caller_not_permitted: 67,
+  uid_out_of_range: 68,
+  cgroup_refused: 69,
+  config_invalid: 70,
+  namespace_failed: 71,
+  identity_drop_failed: 72,
+  exec_failed: 73,
+  rlimit_refused: 74,
+  probe_mismatch: 75,
+  internal: 76,
+  cwd_unusable: 77,
+} as const;
+
+export type HelperRefusalReason = keyof typeof HELPER_EXIT_CODES;
+export type HelperFailureReason =
+  | HelperRefusalReason
+  | 'descriptor_invalid'
+  | 'helper_unrunnable'
+  | 'helper_signaled'
+  | 'helper_exit_unknown'
+  | 'helper_output_invalid';
+
+/** Thrown by `encodeDescriptor`: `field` names the descriptor key at fault. */
+export class HelperDescriptorError extends CodedError {
+  constructor(
+    readonly field: string,
+    message: string,
+  ) {
+    super('descriptor_invalid', `${field}: ${message}`);
+    this.name = 'HelperDescriptorError';
+  }
+}
+
+const OP_KEYS: Record<HelperOp, { allowed: ReadonlySet<string>; required: readonly string[] }> = {
+  probe: { allowed: new Set(['uid']), required: [] },
+  launch: {
+    allowed: new Set(['uid', 'gid', 'cgroups', 'rlimits', 'hostname', 'cwd', 'env']),
+    required: ['uid', 'gid', 'cwd'],
+  },
+  view: { allowed: new Set(['uid', 'paths', 'profile']), required: ['profile', 'paths'] },
+  kill: { allowed: new Set(['uid']), required: ['uid'] },
+};
+
+const RLIMIT_NAMES: readonly HelperRlimitName[] = ['nproc', 'data', 'fsize', 'nofile'];
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,254}$/;
+const HOSTNAME = /^[A-Za-z0-9.][A-Za-z0-9.-]{0,63}$/;
+const CONTROL_CHARS = /[\u0000-\u001f\u007f]/;
+
+function refuse(field: string, message: string): never {
+  throw new HelperDescriptorError(field, message);
+}
+
+function checkText(field: string, value: string): void {
+  if (CONTROL_CHARS.test(value)) refuse(field, 'contains a control character');
+}
+
+function checkId(field: string, value: unknown): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0 || value > DESCRIPTOR_LIMITS.maxId) {
+    refuse(field, `must be an integer from 0 to ${DESCRIPTOR_LIMITS.maxId}`);
+  }
+  return value;
+}
+
+export function isCanonicalAbsolutePath(path: string): boolean {
+  if (!path.startsWith('/') || Buffer.byteLength(path) >= 4096) return false;
+  if (path === '/') return true;
+  return path
+    .slice(1)
+    .split('/')
+    .every((component) => component !== '' && component !== '.' && component !== '..');
+}
+
+function checkPath(field: string, value: unknown): string {
+  if (typeof value !== 'string' || !isCanonicalAbsolutePath(value)) {
+    refuse(field, 'must be a canonical absolute path (no empty, "." or ".." components)');
+  }
+  checkText(field, value);
+  return value;
+}
+
+function checkPathList(field: string, values: unknown, max: number): string[] {
+  if (!Array.isArray(values) || values.length > max) refuse(field, `must be a list of at most ${max} paths`);
+  return values.map((value, index) => checkPath(`${field}[${index}]`, value));
+}
+
+function rlimitLines(rlimits: HelperDescriptor['rlimits']): string[] {
+  if (typeof rlimits !== 'object' || rlimits === null) refuse('rlimits', 'must be an object');
+  return Object.entries(rlimits).map(([name, value]) => {
+    if (!RLIMIT_NAMES.includes(name as HelperRlimitName)) refuse(`rlimits.${name}`, 'unknown rlimit (nproc, data, fsize, nofile)');
+    const isInteger = typeof value === 'bigint' || (typeof value === 'number' && Number.isSafeInteger(value));
+    if (!isInteger || BigInt(value) < 0n || BigInt(value) >= DESCRIPTOR_LIMITS.maxRlimitExclusive) {
+      refuse(`rlimits.${name}`, 'must be a non-negative integer below 10^18');
+    }
+    return `rlimit ${name} ${BigInt(value).toString()}`;
+  });
+}
+
+function envLines(env: HelperDescriptor['env']): string[] {
+  if (typeof env !== 'object' || env === null) refuse('env', 'must be an object');
+  const entries = Object.entries(env);
+  if (entries.length > DESCRIPTOR_LIMITS.maxEnv) refuse('env', `at most ${DESCRIPTOR_LIMITS.maxEnv} variables`);
+  return entries.map(([name, value]) => {
+    if (!ENV_NAME.test(name)) refuse(`env.${name}`, 'name must match [A-Za-z_][A-Za-z0-9_]* (at most 255)');
+    if (typeof value !== 'string') refuse(`env.${name}`, 'value must be a string');
+    checkText(`env.${name}`, value);
+    return `env ${name}=${value}`;
+  });
+}
+
+function checkOpKeys(d: HelperDescriptor): void {
+  const rules = OP_KEYS[d.op];
+  if (rules === undefined) refuse('op', 'must be probe, launch, view or kill');
+  for (const [key, value] of Object.entries(d)) {
+    if (key !== 'op' && value !== undefined && !rules.allowed.has(key)) refuse(key, `not valid for op ${d.op}`);
+  }
+  for (const key of rules.required) {
+    if ((d as unknown as Record<string, unknown>)[key] === undefined) refuse(key, `required for op ${d.op}`);
+  }
+}
+
+function descriptorLines(d: HelperDescriptor): string[] {
+  checkOpKeys(d);
+  const lines = [`turnhost-descriptor ${DESCRIPTOR_PROTOCOL_VERSION}`, `op ${d.op}`];
+  if (d.uid !== undefined) lines.push(`uid ${checkId('uid', d.uid)}`);
+  if (d.gid !== undefined) lines.push(`gid ${checkId('gid', d.gid)}`);
+  if (d.op === 'launch' && d.gid !== d.uid) refuse('gid', 'must equal uid');
+  for (const cgroup of checkPathList('cgroups', d.cgroups ?? [], DESCRIPTOR_LIMITS.maxCgroups)) lines.push(`cgroup ${cgroup}`);
+  if (d.rlimits !== undefined) lines.push(...rlimitLines(d.rlimits));
+  if (d.hostname !== undefined) {
+    if (typeof d.hostname !== 'string' || !HOSTNAME.test(d.hostname)) refuse('hostname', '1-64 of [A-Za-z0-9.-], not starting with "-"');
+    lines.push(`hostname ${d.hostname}`);
+  }
+  if (d.cwd !== undefined) lines.push(`cwd ${checkPath('cwd', d.cwd)}`);
+  if (d.env !== undefined) lines.push(...envLines(d.env));
+  if (d.profile !== undefined) {
+    if (d.profile !== 'governed' && d.profile !== 'strict') refuse('profile', 'must be governed or strict');
+    lines.push(`profile ${d.profile}`);
+  }
+  if (d.paths !== undefined) {
+    const paths = checkPathList('paths', d.paths, DESCRIPTOR_LIMITS.maxPaths);
+    if (paths.length === 0) refuse('paths', 'at least one path');
+    lines.push(...paths.map((path) => `path ${path}`));
+  }
+  lines.push('end');
+  return lines;
+}
+
+/** The descriptor's bytes; throws HelperDescriptorError naming the field the helper would refuse. */
+export function encodeDescriptor(d: HelperDescriptor): Buffer {
+  const lines = descriptorLines(d);
+  for (const line of lines) {
+    if (Buffer.byteLength(line) > DESCRIPTOR_LIMITS.maxLineBytes) {
+      refuse(line.slice(0, line.indexOf(' ')), `line longer than ${DESCRIPTOR_LIMITS.maxLineBytes} bytes`);
+    }
+  }
+  const bytes = Buffer.from(lines.join('\n') + '\n', 'utf8');
+  if (bytes.length > DESCRIPTOR_LIMITS.maxBytes) refuse('descriptor', `larger than ${DESCRIPTOR_LIMITS.maxBytes} bytes`);
+  return bytes;
+}
+
+const REASON_BY_EXIT_CODE = new Map<number, HelperRefusalReason>(
+  Object.entries(HELPER_EXIT_CODES).map(([reason, code]) => [code, reason as HelperRefusalReason]),
+);
+
+/**
+ * The typed refusal for a helper that exited with `exitCode` and printed `stderr`, or null
+ * when the exit code is not one of the helper's (e.g. the worker's own exit after launch).
+ */
+export function parseHelperRefusal(exitCode: number | null, stderr: string): Fail<HelperFailureReason> | null {
+  const reason = exitCode === null ? undefined : REASON_BY_EXIT_CODE.get(exitCode);
+  if (reason === undefined) return null;
+  const line = stderr.split('\n').find((candidate) => candidate.startsWith('identity-helper: '));
+  return fail(reason, line?.slice('identity-helper: '.length) ?? `identity helper exited ${exitCode}`);
+}
+
+function helperArgs(helper: HelperLocation): string[] {
+  return helper.configPath === null ? [] : ['--config', helper.configPath];
+}
+
+function protocolSocket(child: ChildProcess): net.Socket {
+  return child.stdio[3] as net.Socket;
+}
+
+const MAX_OUTPUT_BYTES = 1 << 20;
+
+interface HelperRun {
+  exitCode: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+function collect(stream: NodeJS.ReadableStream | null, sink: Buffer[]): void {
+  let size = 0;
+  stream?.on('data', (chunk: Buffer) => {
+    size += chunk.length;
+    if (size <= MAX_OUTPUT_BYTES) sink.push(chunk);
+  });
+}
+
+/** Runs one short-lived helper operation (probe, view, kill) to completion. */
+function runHelperOnce(helper: HelperLocation, descriptor: Buffer): Promise<Result<HelperRun, HelperFailureReason>> {
+  return new Promise((resolve) => {
+    const child = spawn(helper.path, helperArgs(helper), { stdio: ['ignore', 'pipe', 'pipe', 'pipe'], env: {} });
+    const stdout: Buffer[] = [];
+    const stderr: Buffer[] = [];
+    collect(child.stdout, stdout);
+    collect(child.stderr, stderr);
+    child.on('error', (error) => resolve(fail('helper_unrunnable', `${helper.path}: ${error.message}`)));
+    const socket = protocolSocket(child);
+    socket.on('error', () => undefined); // the helper may exit before reading: its exit code tells why
+    socket.end(descriptor);
+    child.on('close', (exitCode, signal) =>
+      resolve(
+        ok({
+          exitCode,
+          signal,
+          stdout: Buffer.concat(stdout).toString('utf8'),
+          stderr: Buffer.concat(stderr).toString('utf8'),
+        }),
+      ),
+    );
+  });
+}
+
+function outcomeFailure(run: HelperRun): Fail<HelperFailureReason> | null {
+  if (run.signal !== null) return fail('helper_signaled', `identity helper killed by ${run.signal}`);
+  if (run.exitCode === 0) return null;
+  return parseHelperRefusal(run.exitCode, run.stderr) ?? fail('helper_exit_unknown', `identity helper exited ${run.exitCode}`);
+}
+
+/** `key value` lines (value = rest of the line); the first occurrence of a key wins. */
+export function parseReceipt(stdout: string): Record<string, string> {
+  const receipt: Record<string, string> = {};
+  for (const line of stdout.split('\n')) {
+    const space = line.indexOf(' ');
+    if (space <= 0) continue;
+    const key = line.slice(0, space);
+    receipt[key] ??= line.slice(space + 1);
+  }
+  return receipt;
+}
+
+async function runOperation(
+  helper: HelperLocation,
+  descriptor: HelperDescriptor,
+): Promise<Result<{ stdout: string }, HelperFailureReason>> {
+  let bytes: Buffer;
+  try {
+    bytes = encodeDescriptor(descriptor);
+  } catch (error) {
+    if (error instanceof HelperDescriptorError) return fail('descriptor_invalid', error.message);
+    throw error;
+  }
+  const run = await runHelperOnce(helper, bytes);
+  if (!run.ok) return run;
+  return outcomeFailure(run) ?? ok({ stdout: run.stdout });
+}
+
+function decimalField(receipt: Record<string, string>, key: string): number | null {
+  const text = receipt[key];
+  return text !== undefined && /^(0|[1-9][0-9]{0,9})$/.test(text) ? Number(text) : null;
+}
+
+/** The separate_uid receipt checks, repeated here so a wrong helper cannot claim it. */
+function probeMismatch(receipt: Record<string, string>, workerUid: number): string | null {
+  for (const key of ['worker_ruid', 'worker_euid', 'worker_suid', 'worker_rgid', 'worker_egid', 'worker_sgid']) {
+    if (decimalField(receipt, key) !== workerUid) return `${key} is not ${workerUid}`;
+  }
+  const expected: Record<string, string> = {
+    worker_groups: '0',
+    worker_no_new_privs: '1',
+    worker_cap_bnd: '0000000000000000',
+    worker_cap_eff: '0000000000000000',
+  };
+  for (const [key, value] of Object.entries(expected)) {
+    if (receipt[key] !== value) return `${key} is ${receipt[key] ?? 'missing'}, must be ${value}`;
+  }
+  const versions = (receipt.protocol_versions ?? '').split(' ');
+  if (!versions.includes(String(DESCRIPTOR_PROTOCOL_VERSION))) return 'helper does not speak protocol 1';
+  return null;
+}
+
+export interface HelperProbeReceipt {
+  workerUid: number;
+  uidRange: { first: number; count: number };
+  helperVersion: string;
+  receipt: Record<string, string>;
+}
+
+/** Proves the helper can switch to a worker identity; the only source of a `separate_uid` claim. */
+export async function runHelperProbe(
+  helper: HelperLocation,
+  uid?: number,
+): Promise<Result<HelperProbeReceipt, HelperFailureReason>> {
+  const run = await runOperation(helper, uid === undefined ? { op: 'probe' } : { op: 'probe', uid });
+  if (!run.ok) return run;
+  const receipt = parseReceipt(run.stdout);
+  const workerUid = decimalField(receipt, 'worker_uid');
+  const [first, count] = (receipt.uid_range ?? '').split(' ').map(Number);
+  const helperVersion = receipt.helper_version;
+  if (workerUid === null || workerUid === 0 || first === undefined || count === undefined || helperVersion === undefined) {
+    return fail('helper_output_invalid', 'probe receipt lacks worker_uid, uid_range or helper_version');
+  }
+  const mismatch = probeMismatch(receipt, workerUid);
+  if (mismatch !== null) return fail('probe_mismatch', mismatch);
+  return ok({ workerUid, uidRange: { first, count }, helperVersion, receipt });
+}
+
+export interface HelperViewEntry {
+  path: string;
+  read: boolean;
+  write: boolean;
+}
+
+const VIEW_LINE = /^path (\/.*) read (yes|no) write (yes|no)$/;
+
+/** What the worker identity can read or write at each path (access(2) as that identity). */
+export async function runHelperView(
+  helper: HelperLocation,
+  request: { uid?: number; profile: HelperProfile; paths: string[] },
+): Promise<Result<{ workerUid: number; entries: HelperViewEntry[] }, HelperFailureReason>> {
+  const run = await runOperation(helper, { op: 'view', ...request });
+  if (!run.ok) return run;
+  const workerUid = decimalField(parseReceipt(run.stdout), 'worker_uid');
+  const entries = run.stdout
+    .split('\n')
+    .map((line) => VIEW_LINE.exec(line))
+    .filter((match): match is RegExpExecArray => match !== null)
+    .map((match) => ({ path: match[1] ?? '', read: match[2] === 'yes', write: match[3] === 'yes' }));
+  if (workerUid === null || entries.length !== request.paths.length) {
+    return fail('helper_output_invalid', 'view answer does not list every path');
+  }
+  return ok({ workerUid, entries });
+}
+
+/** SIGKILLs every live process whose real uid is `uid` (best effort; a cgroup kill is exact). */
+export async function runHelperKill(
+  helper: HelperLocation,
+  uid: number,
+): Promise<Result<{ workerUid: number; signalled: number }, HelperFailureReason>> {
+  const run = await runOperation(helper, { op: 'kill', uid });
+  if (!run.ok) return run;
+  const receipt = parseReceipt(run.stdout);
+  const workerUid = decimalField(receipt, 'worker_uid');
+  const signalled = decimalField(receipt, 'killed');
+  if (workerUid === null || signalled === null) return fail('helper_output_invalid', 'kill answer lacks worker_uid or killed');
+  return ok({ workerUid, signalled });
+}
+
+/**
+ * Starts the helper's launch: the descriptor goes onto fd 3 (a unix socket Node creates for the
+ * 'pipe' entry), which stays open in the worker. The returned socket is where the caller
+ * writes the worker's launch message next. Throws HelperDescriptorError before spawning.
+ * A helper refusal shows as an exit code from HELPER_EXIT_CODES: use parseHelperRefusal.
+ */
+export function spawnHelperLaunch(
+  helper: HelperLocation,
+  descriptor: HelperLaunchDescriptor,
+  options: { stdio?: 'pipe' } = {},
+): { child: ChildProcess; protocol: net.Socket } {
+  const bytes = encodeDescriptor({ ...descriptor, op: 'launch' });
+  const stdio = options.stdio ?? 'pipe';
+  const child = spawn(helper.path, helperArgs(helper), { stdio: [stdio, stdio, stdio, 'pipe'], env: {} });
+  const protocol = protocolSocket(child);
+  protocol.write(bytes);
+  return { child, protocol };
+}

@@ -1,0 +1,157 @@
+/**
+ * Shared setup for the identity-helper tests (integration and escape): builds the helper
+ * (hardened + ASan) and the native report program under a lock, writes root-owned configs,
+ * runs raw descriptors, and makes test cgroups beneath this process's own v1 pids cgroup.
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
+export const helperDir = path.join(repoRoot, 'identity-helper');
+export const asanHelper = path.join(helperDir, 'build/identity-helper-asan');
+export const reportSelf = path.join(repoRoot, 'test/native/build/report-self');
+const buildLock = path.join(os.tmpdir(), 'turnhost-identity-helper-build.lock');
+
+/** Test files run in parallel: flock keeps two `make` runs from writing the same binary. */
+export function buildNative(): void {
+  execFileSync('flock', [buildLock, 'make', '-s', '-C', helperDir, 'all', 'asan'], { stdio: 'inherit' });
+  execFileSync('flock', [buildLock, 'make', '-s', '-C', path.join(repoRoot, 'test/native'), 'all'], {
+    stdio: 'inherit',
+  });
+}
+
+/** A uid range unique to this test process, so concurrent files never share worker uids. */
+export function uniqueUidRange(): { first: number; count: number } {
+  return { first: 1_800_000 + (process.pid % 10_000) * 20, count: 20 };
+}
+
+export function tempDir(prefix: string): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), `turnhost-${prefix}-`));
+  fs.chmodSync(dir, 0o755); // worker and test users must traverse it
+  return dir;
+}
+
+export interface ConfigOptions {
+  uidRange: { first: number; count: number };
+  callerGroup?: string;
+  cgroupRoots?: string[];
+  workerExec?: string;
+  workerArgs?: string[];
+}
+
+export function writeConfig(dir: string, options: ConfigOptions, name = 'helper.conf'): string {
+  const lines = [
+    '# identity-helper test config',
+    `uid_range ${options.uidRange.first} ${options.uidRange.count}`,
+    `caller_group ${options.callerGroup ?? '0'}`,
+    ...(options.cgroupRoots ?? []).map((root) => `cgroup_root ${root}`),
+    `worker_exec ${options.workerExec ?? reportSelf}`,
+    ...(options.workerArgs ?? []).map((arg) => `worker_arg ${arg}`),
+  ];
+  const file = path.join(dir, name);
+  fs.writeFileSync(file, lines.join('\n') + '\n', { mode: 0o644 });
+  fs.chmodSync(file, 0o644);
+  return file;
+}
+
+export interface RawRun {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `command` with `descriptor` as fd 3 (a file), synchronously. */
+export function runWithDescriptor(command: string[], descriptor: Buffer | string, dir: string): RawRun {
+  const file = path.join(dir, `descriptor-${process.hrtime.bigint()}`);
+  fs.writeFileSync(file, descriptor);
+  const fd = fs.openSync(file, 'r');
+  try {
+    const [program, ...args] = command;
+    const run = spawnSync(program ?? '', args, { stdio: ['ignore', 'pipe', 'pipe', fd], encoding: 'utf8' });
+    return { code: run.status, stdout: run.stdout, stderr: run.stderr };
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+export function runHelperRaw(configPath: string, descriptor: Buffer | string, dir: string, helper = asanHelper): RawRun {
+  return runWithDescriptor([helper, '--config', configPath], descriptor, dir);
+}
+
+/** This process's v1 pids cgroup directory (never a sibling owned by other software). */
+export function ownPidsCgroupDir(): string {
+  const line = fs
+    .readFileSync('/proc/self/cgroup', 'utf8')
+    .split('\n')
+    .find((entry) => /^\d+:pids:/.test(entry));
+  if (line === undefined) throw new Error('no v1 pids cgroup in /proc/self/cgroup');
+  const relative = line.slice(line.indexOf(':pids:') + ':pids:'.length);
+  return path.join('/sys/fs/cgroup/pids', relative);
+}
+
+/** A parent test cgroup (the configured cgroup_root) with one leaf beneath it. */
+export function makeTestCgroup(tag: string): { root: string; leaf: string; remove: () => void } {
+  removeStaleTestCgroups();
+  const root = path.join(ownPidsCgroupDir(), `turnhost-test-ih-${tag}-${process.pid}`);
+  const leaf = path.join(root, 'turn-1');
+  fs.mkdirSync(leaf, { recursive: true });
+  return { root, leaf, remove: () => removeTestCgroup(root, leaf) };
+}
+
+/** Test cgroups left by a test process that was killed before its teardown ran. */
+function removeStaleTestCgroups(): void {
+  const parent = ownPidsCgroupDir();
+  for (const name of fs.readdirSync(parent)) {
+    const owner = /^turnhost-test-ih-[a-z]+-(\d+)$/.exec(name)?.[1];
+    if (owner === undefined || fs.existsSync(`/proc/${owner}`)) continue;
+    removeTestCgroup(path.join(parent, name), path.join(parent, name, 'turn-1'));
+  }
+}
+
+function removeTestCgroup(root: string, leaf: string): void {
+  for (const dir of [leaf, root]) {
+    for (const pid of readProcs(dir)) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+    for (let attempt = 0; attempt < 50; attempt++) {
+      try {
+        fs.rmdirSync(dir);
+        break;
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code === 'ENOENT') break;
+        execFileSync('sleep', ['0.05']);
+      }
+    }
+  }
+}
+
+function readProcs(dir: string): number[] {
+  try {
+    return fs.readFileSync(path.join(dir, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean).map(Number);
+  } catch {
+    return [];
+  }
+}
+
+/** Lines of report-self, grouped by their first word. */
+export function parseReport(stdout: string): Map<string, string[]> {
+  const report = new Map<string, string[]>();
+  for (const line of stdout.split('\n')) {
+    const space = line.indexOf(' ');
+    if (space <= 0) continue;
+    const key = line.slice(0, space);
+    report.set(key, [...(report.get(key) ?? []), line.slice(space + 1)]);
+  }
+  return report;
+}
+
+export function descriptorText(lines: string[]): string {
+  return ['turnhost-descriptor 1', ...lines, 'end'].join('\n') + '\n';
+}

@@ -1,0 +1,104 @@
+import t from 'tap';
+import {
+  encodeDescriptor,
+  HelperDescriptorError,
+  parseHelperRefusal,
+  parseReceipt,
+  type HelperDescriptor,
+} from '../../../supervisor/identity/helper-client.js';
+
+t.test('encodes a launch descriptor in the documented grammar', async (t) => {
+  const bytes = encodeDescriptor({
+    op: 'launch',
+    uid: 100001,
+    gid: 100001,
+    cgroups: ['/sys/fs/cgroup/pids/turnhost/t1'],
+    rlimits: { nofile: 1024, data: 2n ** 40n },
+    hostname: 'turn-1',
+    cwd: '/srv/work',
+    env: { PATH: '/usr/bin:/bin', NOTE: 'two  spaces' },
+  });
+  t.equal(
+    bytes.toString(),
+    [
+      'turnhost-descriptor 1',
+      'op launch',
+      'uid 100001',
+      'gid 100001',
+      'cgroup /sys/fs/cgroup/pids/turnhost/t1',
+      'rlimit nofile 1024',
+      'rlimit data 1099511627776',
+      'hostname turn-1',
+      'cwd /srv/work',
+      'env PATH=/usr/bin:/bin',
+      'env NOTE=two  spaces',
+      'end',
+      '',
+    ].join('\n'),
+  );
+});
+
+t.test('encodes probe, view and kill', async (t) => {
+  t.equal(encodeDescriptor({ op: 'probe' }).toString(), 'turnhost-descriptor 1\nop probe\nend\n');
+  t.equal(
+    encodeDescriptor({ op: 'view', profile: 'strict', paths: ['/etc', '/tmp'] }).toString(),
+    'turnhost-descriptor 1\nop view\nprofile strict\npath /etc\npath /tmp\nend\n',
+  );
+  t.equal(encodeDescriptor({ op: 'kill', uid: 5 }).toString(), 'turnhost-descriptor 1\nop kill\nuid 5\nend\n');
+});
+
+const launch: HelperDescriptor = { op: 'launch', uid: 100001, gid: 100001, cwd: '/' };
+
+t.test('refuses what the helper would refuse, naming the field', async (t) => {
+  const cases: Array<[string, HelperDescriptor, string]> = [
+    ['unknown op', { op: 'shell' as 'probe' }, 'op'],
+    ['uid negative', { ...launch, uid: -1, gid: -1 }, 'uid'],
+    ['uid fractional', { ...launch, uid: 1.5, gid: 1.5 }, 'uid'],
+    ['uid too large', { ...launch, uid: 4294967295, gid: 4294967295 }, 'uid'],
+    ['gid differs', { ...launch, gid: 100002 }, 'gid'],
+    ['missing cwd', { op: 'launch', uid: 1, gid: 1 }, 'cwd'],
+    ['relative cwd', { ...launch, cwd: 'tmp' }, 'cwd'],
+    ['dotdot cwd', { ...launch, cwd: '/a/../b' }, 'cwd'],
+    ['trailing slash', { ...launch, cwd: '/a/' }, 'cwd'],
+    ['newline in cwd', { ...launch, cwd: '/a\nop kill' }, 'cwd'],
+    ['cgroup count', { ...launch, cgroups: Array.from({ length: 9 }, (_, i) => `/c/${i}`) }, 'cgroups'],
+    ['cgroup relative', { ...launch, cgroups: ['c'] }, 'cgroups[0]'],
+    ['rlimit name', { ...launch, rlimits: { core: 1 } as HelperDescriptor['rlimits'] }, 'rlimits.core'],
+    ['rlimit negative', { ...launch, rlimits: { nofile: -1 } }, 'rlimits.nofile'],
+    ['rlimit huge', { ...launch, rlimits: { nofile: 10n ** 18n } }, 'rlimits.nofile'],
+    ['hostname', { ...launch, hostname: '-x' }, 'hostname'],
+    ['env name', { ...launch, env: { 'A-B': '1' } }, 'env.A-B'],
+    ['env control', { ...launch, env: { A: 'x\ny' } }, 'env.A'],
+    ['env NUL', { ...launch, env: { A: 'x\0y' } }, 'env.A'],
+    ['env count', { ...launch, env: Object.fromEntries(Array.from({ length: 257 }, (_, i) => [`V${i}`, 'x'])) }, 'env'],
+    ['env line length', { ...launch, env: { A: 'x'.repeat(4095) } }, 'env'],
+    ['total size', { ...launch, env: Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`V${i}`, 'x'.repeat(2000)])) }, 'descriptor'],
+    ['key for another op', { op: 'probe', cwd: '/' }, 'cwd'],
+    ['view without paths', { op: 'view', profile: 'strict', paths: [] }, 'paths'],
+    ['view profile', { op: 'view', profile: 'open' as 'strict', paths: ['/'] }, 'profile'],
+    ['kill without uid', { op: 'kill' }, 'uid'],
+  ];
+  for (const [name, descriptor, field] of cases) {
+    t.test(name, async (t) => {
+      const error = t.throws(() => encodeDescriptor(descriptor)) as unknown;
+      t.ok(error instanceof HelperDescriptorError);
+      t.equal((error as HelperDescriptorError).field, field);
+      t.equal((error as HelperDescriptorError).code, 'descriptor_invalid');
+    });
+  }
+});
+
+t.test('parses refusals by exit code and the identity-helper line', async (t) => {
+  t.same(parseHelperRefusal(68, 'identity-helper: uid 5 is outside the worker range 100+10\n'), {
+    ok: false,
+    reason: 'uid_out_of_range',
+    detail: 'uid 5 is outside the worker range 100+10',
+  });
+  t.equal(parseHelperRefusal(0, ''), null);
+  t.equal(parseHelperRefusal(1, 'worker output'), null, 'a worker exit code is not a refusal');
+  t.equal(parseHelperRefusal(null, ''), null);
+});
+
+t.test('parses receipts: first occurrence wins, values keep spaces', async (t) => {
+  t.same(parseReceipt('uid_range 10 20\nworker_uid 10\nworker_uid 11\n\n'), { uid_range: '10 20', worker_uid: '10' });
+});
