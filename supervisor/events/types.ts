@@ -54,11 +54,14 @@ export interface EventPage {
  * `database`: stored with ids. `fallback`: the database write failed and the events were
  * appended to the fallback log, to be replayed at the next start (never lost).
  * `invalid_event`: unknown kind or a payload that fails the kind's validator (a caller bug).
+ * `event_lost`: both the database and the fallback log failed; an error line naming the kind
+ * (never the payload) was logged.
  */
 export type AppendResult =
   | { ok: true; stored: 'database'; ids: number[] }
   | { ok: true; stored: 'fallback'; detail: string }
-  | { ok: false; reason: 'invalid_event'; detail: string };
+  | { ok: false; reason: 'invalid_event'; detail: string }
+  | { ok: false; reason: 'event_lost'; detail: string };
 
 export interface EventSink {
   append(input: EventInput): AppendResult;
@@ -77,9 +80,14 @@ export interface EventStoreStatus {
 
 export interface EventStore extends EventSink {
   appendBatch(inputs: EventInput[]): AppendResult;
-  query(query: EventQuery): Result<EventPage, 'invalid_query'>;
+  /** `store_unavailable`: the database could not be opened or read (appends still go to the fallback log). */
+  query(query: EventQuery): Result<EventPage, 'invalid_query' | 'store_unavailable'>;
+  /** Throws CodedError('store_unavailable') when the delete could not run: a failed delete is never reported as 0. */
   deleteSession(sessionId: string): number;
-  /** Deletes unbound (no session) events older than the configured retention. Returns the count. */
+  /**
+   * Deletes unbound (no session) events older than the configured retention. Returns the count.
+   * Throws CodedError('store_unavailable') when the delete could not run.
+   */
   pruneUnbound(now?: Date): number;
   status(): EventStoreStatus;
   /** Called after each event committed to the database, in id order. */

@@ -1,0 +1,71 @@
+import t from 'tap';
+import { EVENT_KINDS } from '../../../supervisor/events/kinds.js';
+
+const valid: Record<string, Record<string, unknown>> = {
+  worker_launch: {
+    mode: 'ordinary', profile: 'governed', identity: 'shared_uid', workerUid: null, command: 'bash', cgroup: null, limits: {},
+  },
+  worker_exit: { status: 'exited', exitCode: 0, signal: null, durationMs: 12.5, usage: {}, limitHits: [] },
+  worker_host_refusal: { mode: 'restricted', requirement: 'seccomp', trigger: 'turn' },
+  worker_recovered: { cgroup: '/turn-1', usage: {}, killedProcesses: 2 },
+  egress_connection: {
+    host: 'api.test', port: 443, method: 'POST', path: '/v1', bytesUp: 1, bytesDown: 2, durationMs: 3,
+    outcome: 'ok', scope: 'inference', inference: true,
+  },
+  egress_denial: { host: 'x.test', port: null, reason: 'not_allowed' },
+  host_write: { path: '/w/a', bytes: 3, sha256: 'ab', replaced: false },
+  host_write_refused: { path: '/w/a', reason: 'symlink' },
+  turn_temp_purge: { files: 1, bytes: 2, linkedFiles: 0, specialFiles: 0, outcome: 'purged' },
+  scratch_overage: { bytes: 10, pinnedFiles: 1, pinnedBytes: 2, overageBytes: 3 },
+};
+
+t.test('every registered kind is version 1 and accepts a valid payload, plus unknown fields', async (t) => {
+  t.same([...EVENT_KINDS.keys()].sort(), Object.keys(valid).sort());
+  for (const [name, kind] of EVENT_KINDS) {
+    t.equal(kind.schemaVersion, 1, name);
+    t.ok(kind.validate(valid[name]!).ok, `${name} valid`);
+    t.ok(kind.validate({ ...valid[name]!, addedLater: 'x' }).ok, `${name} additive field`);
+  }
+});
+
+t.test('every required field is enforced and named', async (t) => {
+  for (const [name, kind] of EVENT_KINDS) {
+    for (const field of Object.keys(valid[name]!)) {
+      const { [field]: _dropped, ...missing } = valid[name]!;
+      const result = kind.validate(missing);
+      t.notOk(result.ok, `${name} without ${field}`);
+      if (!result.ok) t.match(result.detail, `payload.${field}`);
+    }
+  }
+});
+
+t.test('wrong types and values are refused', async (t) => {
+  const check = (kind: string, patch: Record<string, unknown>, field: string) => {
+    const result = EVENT_KINDS.get(kind)!.validate({ ...valid[kind]!, ...patch });
+    t.notOk(result.ok, `${kind} ${JSON.stringify(patch)}`);
+    if (!result.ok) t.match(result.detail, `payload.${field} must be`);
+  };
+  check('worker_launch', { mode: 'other' }, 'mode');
+  check('worker_launch', { identity: 'root' }, 'identity');
+  check('worker_launch', { workerUid: -1 }, 'workerUid');
+  check('worker_launch', { limits: [] }, 'limits');
+  check('worker_exit', { exitCode: 1.5 }, 'exitCode');
+  check('worker_exit', { limitHits: ['memory', 3] }, 'limitHits');
+  check('worker_host_refusal', { trigger: 'later' }, 'trigger');
+  check('egress_connection', { port: 70000 }, 'port');
+  check('egress_connection', { scope: 'any' }, 'scope');
+  check('egress_connection', { inference: 'yes' }, 'inference');
+  check('egress_connection', { bytesUp: -1 }, 'bytesUp');
+  check('egress_connection', { durationMs: Number.NaN }, 'durationMs');
+  check('host_write', { replaced: 1 }, 'replaced');
+});
+
+t.test('worker_launch.command is the basename of argv[0], never a path or arguments', async (t) => {
+  const launch = EVENT_KINDS.get('worker_launch')!;
+  for (const command of ['/usr/bin/curl', 'curl -H Authorization:secret', 'curl\tx', '', 'a\0b']) {
+    const result = launch.validate({ ...valid.worker_launch!, command });
+    t.notOk(result.ok, JSON.stringify(command));
+    if (!result.ok) t.match(result.detail, 'payload.command');
+  }
+  t.ok(launch.validate({ ...valid.worker_launch!, command: 'python3.11' }).ok);
+});
