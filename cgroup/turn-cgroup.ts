@@ -198,3 +198,8 @@ export function removeCgroupSubtree(subtree: CgroupSubtree): Result {
   }
   return ok({});
 }
+
+/** The directories turn leaves are created in: what the identity helper's `cgroup_root` must name. */
+export function subtreeTurnRoots(subtree: CgroupSubtree): string[] {
+  return subtree.backend === 'cgroup_v2' ? [subtree.turnsDir] : subtree.hierarchies.map((h) => h.turnsDir);
+}

@@ -25,6 +25,8 @@ export interface TurnhostConfig {
     tcp: string | null;
     /** Unix socket path, or null. */
     socket: string | null;
+    /** A non-loopback `tcp` address is refused unless this is true. */
+    allowNonLoopback: boolean;
   };
   /** A configured bearer token; when null the token lives in `<dataDir>/api-token` (0600). */
   apiToken: string | null;

@@ -191,6 +191,14 @@ function recordOverage(payload: ScratchOveragePayload, options: ScratchPruneOpti
   return 'failed';
 }
 
+/** Files whose name ends in this suffix are pinned by the daemon's pruner. */
+export const PINNED_SUFFIX = '.pin';
+
+/** The daemon's pinning rule: a file whose last path component ends in `.pin` is never pruned. */
+export function isPinnedScratchName(rel: string): boolean {
+  return rel.endsWith(PINNED_SUFFIX);
+}
+
 export interface ScratchPrunerOptions extends ScratchPruneOptions {
   intervalSeconds: number;
 }

@@ -29,6 +29,8 @@ export interface IdentityProbe {
   identity: IdentityMode;
   /** Present only with a verified receipt from this probe run. */
   workerUid?: number;
+  /** The helper's verified uid range, from the same receipt. */
+  uidRange?: { first: number; count: number };
   helper: FacilityStatus & { path: string | null; qualified: boolean };
   /** Why the identity is not established; makes every mode unavailable. */
   requirement?: string;
@@ -171,6 +173,7 @@ export async function probeIdentity(
   return {
     identity: 'separate_uid',
     workerUid: receipt.workerUid,
+    uidRange: receipt.uidRange,
     helper: {
       available: true,
       detail: `identity helper ${receipt.helperVersion} verified worker uid ${receipt.workerUid} (range ${receipt.uidRange.first}+${receipt.uidRange.count})`,

@@ -38,6 +38,8 @@ export interface ModeProbe {
   availability: ModeAvailability;
   identity: IdentityMode;
   workerUid?: number;
+  /** The verified worker uid range (separate_uid only): each concurrent turn takes one uid from it. */
+  uidRange?: { first: number; count: number };
   limits: WorkerLimitsStatus;
   cgroupLayout: CgroupLayout;
 }
@@ -129,6 +131,7 @@ export async function probeMode(ctx: ProbeContext, mode: WorkerMode, trigger: Pr
     cgroupLayout: facts.layout,
   };
   if (facts.identity.workerUid !== undefined) probe.workerUid = facts.identity.workerUid;
+  if (facts.identity.uidRange !== undefined) probe.uidRange = facts.identity.uidRange;
   return probe;
 }
 

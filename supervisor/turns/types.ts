@@ -5,6 +5,7 @@
 import type { Result } from '../../core/result.js';
 import type { LimitSettings } from '../config/types.js';
 import type { WorkerMode } from '../probes/types.js';
+import type { HostWriteRoots, HostWriteTurn } from '../fs/host-write.js';
 
 export interface TurnRequest {
   sessionId: string;
@@ -100,6 +101,11 @@ export interface TurnManager {
   list(filter?: { sessionId?: string }): TurnRecord[];
   cancel(id: string): Result<{ turn: TurnRecord }, 'not_found' | 'not_running'>;
   attach(id: string): Result<{ attachment: TurnAttachment }, 'not_found'>;
+  /**
+   * A running turn's held roots for host writes (issue 6). Valid until the caller next yields
+   * to the event loop: use them synchronously. `turn_finished` once the worker has exited.
+   */
+  roots(id: string): Result<{ roots: HostWriteRoots; turn: HostWriteTurn }, 'not_found' | 'turn_finished'>;
   /** Resolves with the final result when the turn ends. */
   wait(id: string): Promise<TurnResult | undefined>;
   close(): Promise<void>;

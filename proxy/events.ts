@@ -1,0 +1,117 @@
+/**
+ * Payloads of the proxy's governance events. Only the fields named here leave the proxy:
+ * host, port, method, path without query, byte counts, duration, outcome, scope. Header values,
+ * query strings and bodies have no field to go into.
+ */
+import type { EventInput, WorkerProfile } from '../supervisor/events/types.js';
+import type { Scope } from './policy.js';
+
+export interface TurnIdentity {
+  sessionId: string | null;
+  turnId: string | null;
+  profile: WorkerProfile | null;
+  model: string | null;
+}
+
+export type DenialReason =
+  | 'not_allowlisted'
+  | 'denied_by_rule'
+  | 'denied_address_class'
+  | 'invalid_host'
+  | 'invalid_port'
+  | 'invalid_request'
+  | 'host_mismatch'
+  | 'unsupported_scheme'
+  | 'unsupported_upgrade'
+  | 'cap_exceeded'
+  | 'resolve_failed'
+  | 'peer_refused'
+  | 'turn_ended';
+
+export type ConnectionOutcome =
+  | 'ok'
+  | 'connect_failed'
+  | 'upstream_error'
+  | 'client_error'
+  | 'idle_timeout'
+  | 'cap_exceeded'
+  | 'turn_ended';
+
+export interface ConnectionRecord {
+  host: string;
+  port: number;
+  /** null for CONNECT: the tunnel is opaque. */
+  method: string | null;
+  /** Without query or fragment; null for CONNECT. */
+  path: string | null;
+  bytesUp: number;
+  bytesDown: number;
+  durationMs: number;
+  outcome: ConnectionOutcome;
+  scope: Scope;
+}
+
+const MAX_RECORDED_HOST = 255;
+const MAX_RECORDED_PATH = 2048;
+
+function printable(raw: string, maxLength: number): string {
+  let out = '';
+  for (const ch of raw.slice(0, maxLength)) {
+    const code = ch.charCodeAt(0);
+    out += code < 0x20 || code > 0x7e ? `\\x${code.toString(16).padStart(2, '0')}` : ch;
+  }
+  return out;
+}
+
+/** A refused raw host made safe to store: non-printable bytes escaped, length bounded. */
+export function printableHost(raw: string): string {
+  return printable(raw, MAX_RECORDED_HOST);
+}
+
+/**
+ * What a refused request named as its host, safe to store: cut before any path, query or
+ * fragment, without userinfo (which can carry a password), escaped and bounded.
+ */
+export function recordedAuthority(raw: string): string {
+  const end = raw.search(/[/?#]/);
+  const authority = end < 0 ? raw : raw.slice(0, end);
+  return printableHost(authority.slice(authority.lastIndexOf('@') + 1));
+}
+
+/** The path as the event shows it: everything before `?` or `#`, bounded. */
+export function visiblePath(requestTarget: string): string {
+  const end = requestTarget.search(/[?#]/);
+  const path = end < 0 ? requestTarget : requestTarget.slice(0, end);
+  return printable(path, MAX_RECORDED_PATH) || '/';
+}
+
+function envelope(turn: TurnIdentity, kind: string, payload: Record<string, unknown>): EventInput {
+  return {
+    sessionId: turn.sessionId,
+    turnId: turn.turnId,
+    kind,
+    actor: 'server',
+    model: turn.model,
+    profile: turn.profile,
+    payload,
+  };
+}
+
+export function connectionEvent(turn: TurnIdentity, record: ConnectionRecord): EventInput {
+  return envelope(turn, 'egress_connection', {
+    host: record.host,
+    port: record.port,
+    method: record.method,
+    path: record.path,
+    bytesUp: record.bytesUp,
+    bytesDown: record.bytesDown,
+    durationMs: record.durationMs,
+    outcome: record.outcome,
+    scope: record.scope,
+    inference: record.scope === 'inference',
+  });
+}
+
+export function denialEvent(turn: TurnIdentity, denial: { host: string; port: number | null; reason: DenialReason }): EventInput {
+  return envelope(turn, 'egress_denial', { host: denial.host, port: denial.port, reason: denial.reason });
+}

@@ -1,0 +1,31 @@
+/** The uid of the process on the other end of an accepted unix socket (SO_PEERCRED). */
+import type net from 'node:net';
+import { libc, lastErrno, errnoName } from '../core/libc.js';
+import { fail, ok, type Result } from '../core/result.js';
+
+const SOL_SOCKET = 1;
+const SO_PEERCRED = 17;
+/** struct ucred { pid_t pid; uid_t uid; gid_t gid; } */
+const UCRED_SIZE = 12;
+const UCRED_UID_OFFSET = 4;
+
+let getsockopt: ((fd: number, level: number, name: number, value: Buffer, length: Buffer) => number) | undefined;
+
+function socketFd(socket: net.Socket): number | null {
+  const fd = (socket as unknown as { _handle?: { fd?: unknown } })._handle?.fd;
+  return typeof fd === 'number' && Number.isSafeInteger(fd) && fd >= 0 ? fd : null;
+}
+
+export function peerUid(socket: net.Socket): Result<{ uid: number; pid: number }, 'peer_unknown'> {
+  const fd = socketFd(socket);
+  if (fd === null) return fail('peer_unknown', 'the accepted socket has no file descriptor');
+  getsockopt ??= libc().func('int getsockopt(int, int, int, void *, void *)');
+  const value = Buffer.alloc(UCRED_SIZE);
+  const length = Buffer.alloc(4);
+  length.writeUInt32LE(UCRED_SIZE);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, value, length) !== 0) {
+    return fail('peer_unknown', `getsockopt(SO_PEERCRED) failed: ${errnoName(lastErrno())}`);
+  }
+  if (length.readUInt32LE() !== UCRED_SIZE) return fail('peer_unknown', 'SO_PEERCRED answered an unexpected size');
+  return ok({ pid: value.readInt32LE(0), uid: value.readUInt32LE(UCRED_UID_OFFSET) });
+}

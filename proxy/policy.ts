@@ -1,0 +1,157 @@
+/**
+ * The turn's egress policy: allow and deny patterns, inference tagging and the operator's
+ * address-range exceptions. Entries are `host`, `*.suffix` (proper subdomains only) and an
+ * optional `:port`; an entry without a port allows 80 and 443 only. Deny wins; an empty
+ * allowlist allows nothing.
+ */
+import { fail, ok, type Result } from '../core/result.js';
+import type { TurnhostConfig } from '../supervisor/config/types.js';
+import type { WorkerMode } from '../supervisor/probes/types.js';
+import { canonicalHost, parsePort } from './host.js';
+import { parseCidr, type Cidr } from './ip-class.js';
+
+export const DEFAULT_INFERENCE_HOSTS: readonly string[] = [
+  'api.anthropic.com',
+  'api.openai.com',
+  'generativelanguage.googleapis.com',
+  'api.mistral.ai',
+  'api.cohere.com',
+  'api.groq.com',
+  'api.deepseek.com',
+  'openrouter.ai',
+  'api.x.ai',
+  'api.together.xyz',
+];
+
+/** Ports an entry without `:port` allows: plain HTTP and TLS through CONNECT. */
+export const DEFAULT_PORTS: readonly number[] = [80, 443];
+
+export interface HostPattern {
+  kind: 'exact' | 'suffix';
+  /** Canonical host; for `suffix` the part after `*.`. */
+  host: string;
+  /** null: the default ports. */
+  port: number | null;
+  text: string;
+}
+
+export interface EgressPolicy {
+  mode: WorkerMode;
+  allow: HostPattern[];
+  deny: HostPattern[];
+  inference: HostPattern[];
+  allowAddressRanges: Cidr[];
+}
+
+export type Scope = 'inference' | 'tool';
+
+export type PolicyDenial = 'not_allowlisted' | 'denied_by_rule';
+
+function splitPort(entry: string): { hostText: string; portText: string | null } {
+  const close = entry.lastIndexOf(']');
+  const colon = entry.lastIndexOf(':');
+  if (colon < 0 || colon < close) return { hostText: entry, portText: null };
+  if (!entry.startsWith('[') && entry.indexOf(':') !== colon) return { hostText: entry, portText: null };
+  return { hostText: entry.slice(0, colon), portText: entry.slice(colon + 1) };
+}
+
+export function parsePattern(entry: string): Result<{ pattern: HostPattern }, 'invalid_pattern'> {
+  const { hostText, portText } = splitPort(entry);
+  let port: number | null = null;
+  if (portText !== null) {
+    const parsed = parsePort(portText);
+    if (!parsed.ok) return fail('invalid_pattern', `"${entry}": ${parsed.detail}`);
+    port = parsed.port;
+  }
+  const wildcard = hostText.startsWith('*.');
+  const host = canonicalHost(wildcard ? hostText.slice(2) : hostText);
+  if (!host.ok) return fail('invalid_pattern', `"${entry}": ${host.detail}`);
+  if (wildcard && host.kind !== 'name') return fail('invalid_pattern', `"${entry}": a wildcard needs a name, not an address`);
+  return ok({ pattern: { kind: wildcard ? 'suffix' : 'exact', host: host.host, port, text: entry } });
+}
+
+export function parsePatterns(entries: readonly string[], field: string): Result<{ patterns: HostPattern[] }, 'invalid_pattern'> {
+  const patterns: HostPattern[] = [];
+  for (const entry of entries) {
+    const parsed = parsePattern(entry);
+    if (!parsed.ok) return fail('invalid_pattern', `${field}: ${parsed.detail}`);
+    patterns.push(parsed.pattern);
+  }
+  return ok({ patterns });
+}
+
+function portMatches(pattern: HostPattern, port: number): boolean {
+  return pattern.port === null ? DEFAULT_PORTS.includes(port) : pattern.port === port;
+}
+
+/** `host` is canonical (from canonicalHost). A suffix never matches its apex. */
+export function patternMatches(pattern: HostPattern, host: string, port: number): boolean {
+  if (!portMatches(pattern, port)) return false;
+  if (pattern.kind === 'exact') return host === pattern.host;
+  return host.endsWith('.' + pattern.host);
+}
+
+/** Whether every host:port `inner` matches is also matched by `outer`. */
+export function patternCovers(outer: HostPattern, inner: HostPattern): boolean {
+  const portsCovered = outer.port === null ? inner.port === null || DEFAULT_PORTS.includes(inner.port) : outer.port === inner.port;
+  if (!portsCovered) return false;
+  if (outer.kind === 'exact') return inner.kind === 'exact' && inner.host === outer.host;
+  return inner.host.endsWith('.' + outer.host) || (inner.kind === 'suffix' && inner.host === outer.host);
+}
+
+export function decide(policy: EgressPolicy, host: string, port: number): Result<{ scope: Scope }, PolicyDenial> {
+  const denied = policy.deny.find((p) => patternMatches(p, host, port));
+  if (denied) return fail('denied_by_rule', `${host}:${port} matches deny entry "${denied.text}"`);
+  if (!policy.allow.some((p) => patternMatches(p, host, port))) {
+    return fail('not_allowlisted', `${host}:${port} matches no allow entry (${policy.allow.length} entries, mode ${policy.mode})`);
+  }
+  return ok({ scope: policy.inference.some((p) => patternMatches(p, host, port)) ? 'inference' : 'tool' });
+}
+
+export interface TurnPolicyRequest {
+  mode: WorkerMode;
+  /** The turn request's extra allow entries (`TurnRequest.egressAllow`). */
+  additions?: readonly string[];
+}
+
+/**
+ * `ordinary`: the configured allowlist plus additions covered by `turnAdditionsAllowed`.
+ * `restricted`: the inference hosts only; additions are refused.
+ */
+export function buildTurnPolicy(
+  egress: TurnhostConfig['egress'],
+  request: TurnPolicyRequest,
+): Result<{ policy: EgressPolicy }, 'invalid_pattern' | 'invalid_cidr' | 'addition_not_permitted'> {
+  const inference = parsePatterns(egress.inferenceHosts, 'egress.inferenceHosts');
+  if (!inference.ok) return inference;
+  const deny = parsePatterns(egress.denylist, 'egress.denylist');
+  if (!deny.ok) return deny;
+  const ranges: Cidr[] = [];
+  for (const text of egress.allowAddressRanges) {
+    const parsed = parseCidr(text);
+    if (!parsed.ok) return fail('invalid_cidr', `egress.allowAddressRanges: ${parsed.detail}`);
+    ranges.push(parsed.cidr);
+  }
+  const additions = parsePatterns(request.additions ?? [], 'egressAllow');
+  if (!additions.ok) return additions;
+  let allow: HostPattern[];
+  if (request.mode === 'restricted') {
+    if (additions.patterns.length > 0) {
+      return fail('addition_not_permitted', 'egressAllow: restricted turns reach only the configured inference hosts');
+    }
+    allow = inference.patterns;
+  } else {
+    const configured = parsePatterns(egress.allowlist, 'egress.allowlist');
+    if (!configured.ok) return configured;
+    const permitted = parsePatterns(egress.turnAdditionsAllowed, 'egress.turnAdditionsAllowed');
+    if (!permitted.ok) return permitted;
+    const refused = additions.patterns.find((a) => !permitted.patterns.some((p) => patternCovers(p, a)));
+    if (refused) {
+      return fail('addition_not_permitted', `egressAllow: "${refused.text}" is not covered by egress.turnAdditionsAllowed`);
+    }
+    allow = [...configured.patterns, ...additions.patterns];
+  }
+  return ok({
+    policy: { mode: request.mode, allow, deny: deny.patterns, inference: inference.patterns, allowAddressRanges: ranges },
+  });
+}

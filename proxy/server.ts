@@ -1,0 +1,499 @@
+/**
+ * The per-turn egress proxy: one unix socket per turn, usable only by the turn's worker uid
+ * (socket mode 0600, owned by that uid, and SO_PEERCRED checked on every accepted
+ * connection). Serves HTTP/1.1 forward requests (absolute-form `http://` URIs) and CONNECT;
+ * after CONNECT the tunnel is opaque bytes. Every connection and refusal becomes an event.
+ */
+import fs from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import path from 'node:path';
+import { performance } from 'node:perf_hooks';
+import type { Logger } from '../core/log.js';
+import { fail, ok, type Result } from '../core/result.js';
+import type { EventInput, EventSink } from '../supervisor/events/types.js';
+import { resolveAndCheck, dialChecked, systemResolver, type Resolver } from './dialer.js';
+import {
+  connectionEvent,
+  denialEvent,
+  recordedAuthority,
+  visiblePath,
+  type ConnectionOutcome,
+  type DenialReason,
+  type TurnIdentity,
+} from './events.js';
+import { formatAuthority, parseAuthority, type Authority } from './host.js';
+import { peerUid } from './peer-cred.js';
+import { decide, type EgressPolicy, type Scope } from './policy.js';
+
+export interface ProxyCaps {
+  /** Concurrent connections: client connections to the socket, and upstream connections, each. */
+  maxConnections: number;
+  /** Bytes both ways over all connections of the turn. */
+  maxBytes: number;
+  idleTimeoutMs: number;
+}
+
+export interface TurnProxyOptions {
+  socketPath: string;
+  allowedPeerUid: number;
+  policy: EgressPolicy;
+  resolver?: Resolver;
+  caps: ProxyCaps;
+  sink: EventSink;
+  turn: TurnIdentity;
+  logger: Logger;
+  /** Default 10 s. */
+  connectTimeoutMs?: number;
+}
+
+export interface TurnProxyStats {
+  clientConnections: number;
+  upstreamConnections: number;
+  totalBytes: number;
+}
+
+export interface TurnProxy {
+  socketPath: string;
+  stats(): TurnProxyStats;
+  /** Destroys every connection, stops listening and removes the socket. */
+  close(): Promise<void>;
+}
+
+const MAX_SOCKET_PATH = 107;
+const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
+const MAX_HEADER_BYTES = 16 * 1024;
+/** How long a refused connection may stay open to read its answer. */
+const REFUSAL_LINGER_MS = 2000;
+const HOP_BY_HOP = new Set([
+  'connection',
+  'proxy-connection',
+  'keep-alive',
+  'proxy-authorization',
+  'proxy-authenticate',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+]);
+
+interface Target {
+  authority: Authority;
+  method: string | null;
+  path: string | null;
+  scope: Scope;
+}
+
+type Refusal = { reason: DenialReason; detail: string; host: string; port: number | null };
+
+/** 403 and 400 refusals are denials (recorded, reason header); 502 is a failed dial. */
+type Refused = { status: 400 | 403; refusal: Refusal } | { status: 502; detail: string };
+
+function responseParts(refused: Refused): { headers: Record<string, string | number>; body: string } {
+  const detail = refused.status === 502 ? refused.detail : refused.refusal.detail;
+  const body = `${detail}\n`;
+  const headers: Record<string, string | number> = { 'Content-Type': 'text/plain', 'Content-Length': Buffer.byteLength(body), Connection: 'close' };
+  if (refused.status !== 502) headers['X-Turnhost-Denial'] = refused.refusal.reason;
+  return { headers, body };
+}
+
+function rawResponse(refused: Refused): string {
+  const { headers, body } = responseParts(refused);
+  const lines = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`).join('');
+  return `HTTP/1.1 ${refused.status} ${http.STATUS_CODES[refused.status]}\r\n${lines}\r\n${body}`;
+}
+
+function validateOptions(options: TurnProxyOptions): string | null {
+  if (!path.isAbsolute(options.socketPath)) return 'socketPath must be absolute';
+  if (Buffer.byteLength(options.socketPath) > MAX_SOCKET_PATH) return `socketPath must be at most ${MAX_SOCKET_PATH} bytes`;
+  if (!Number.isSafeInteger(options.allowedPeerUid) || options.allowedPeerUid < 0) return 'allowedPeerUid must be a uid';
+  for (const key of ['maxConnections', 'maxBytes', 'idleTimeoutMs'] as const) {
+    const value = options.caps[key];
+    if (!Number.isSafeInteger(value) || value < 1) return `caps.${key} must be a positive integer`;
+  }
+  return null;
+}
+
+/** Splits an absolute-form `http://authority/path?query` request target. */
+function parseForwardTarget(
+  url: string,
+): Result<{ authorityText: string; pathAndQuery: string }, 'unsupported_scheme' | 'invalid_request'> {
+  if (/^https:\/\//i.test(url)) return fail('unsupported_scheme', 'https:// is reached through CONNECT, not as a forward request');
+  if (!/^http:\/\//i.test(url)) return fail('invalid_request', 'a proxy request needs an absolute http:// URI');
+  const rest = url.slice('http://'.length);
+  const end = rest.search(/[/?#]/);
+  const authorityText = end < 0 ? rest : rest.slice(0, end);
+  const tail = end < 0 ? '/' : rest.slice(end);
+  const withoutFragment = tail.split('#', 1)[0]!;
+  const pathAndQuery = withoutFragment.startsWith('/') ? withoutFragment : `/${withoutFragment}`;
+  return ok({ authorityText, pathAndQuery });
+}
+
+function upstreamHeaders(rawHeaders: string[], authority: Authority): Record<string, string | string[]> {
+  const connectionListed = new Set<string>();
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    if (rawHeaders[i]!.toLowerCase() === 'connection') {
+      for (const token of rawHeaders[i + 1]!.split(',')) connectionListed.add(token.trim().toLowerCase());
+    }
+  }
+  const headers: Record<string, string | string[]> = {};
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i]!.toLowerCase();
+    if (HOP_BY_HOP.has(name) || connectionListed.has(name) || name === 'host') continue;
+    const previous = headers[name];
+    const value = rawHeaders[i + 1]!;
+    headers[name] = previous === undefined ? value : [...(Array.isArray(previous) ? previous : [previous]), value];
+  }
+  headers.host = authority.port === 80 ? formatAuthority(authority).replace(/:80$/, '') : formatAuthority(authority);
+  headers.connection = 'close';
+  return headers;
+}
+
+function responseHeaders(rawHeaders: string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i]!.toLowerCase();
+    if (HOP_BY_HOP.has(name)) continue;
+    out.push(rawHeaders[i]!, rawHeaders[i + 1]!);
+  }
+  return out;
+}
+
+/** One upstream connection and its accounting; records its event exactly once. */
+class Relay {
+  outcome: ConnectionOutcome = 'ok';
+  private readonly started = performance.now();
+  private recorded = false;
+
+  constructor(
+    readonly upstream: net.Socket,
+    readonly target: Target,
+    private readonly onDone: (relay: Relay) => void,
+  ) {
+    upstream.once('close', () => this.finish());
+  }
+
+  abort(outcome: ConnectionOutcome): void {
+    if (this.outcome === 'ok') this.outcome = outcome;
+    this.upstream.destroy();
+  }
+
+  private finish(): void {
+    if (this.recorded) return;
+    this.recorded = true;
+    this.onDone(this);
+  }
+
+  counts(): { bytesUp: number; bytesDown: number; durationMs: number } {
+    return {
+      bytesUp: this.upstream.bytesWritten,
+      bytesDown: this.upstream.bytesRead,
+      durationMs: Math.round(performance.now() - this.started),
+    };
+  }
+}
+
+class TurnProxyServer implements TurnProxy {
+  readonly socketPath: string;
+  private closed = false;
+  private totalBytes = 0;
+  private upstreamSlots = 0;
+  /** Every accepted socket, refused ones included, so close() leaves none behind. */
+  private readonly accepted = new Set<net.Socket>();
+  /** Admitted client connections (the connection cap counts these). */
+  private readonly clients = new Set<net.Socket>();
+  private readonly relays = new Set<Relay>();
+  private readonly http: http.Server;
+  private readonly listener: net.Server;
+  private readonly resolver: Resolver;
+  private readonly connectTimeoutMs: number;
+
+  constructor(private readonly options: TurnProxyOptions) {
+    this.socketPath = options.socketPath;
+    this.resolver = options.resolver ?? systemResolver;
+    this.connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+    this.http = http.createServer({ maxHeaderSize: MAX_HEADER_BYTES, requestTimeout: 0, keepAlive: true });
+    this.http.on('request', (req, res) => void this.handleForward(req, res));
+    this.http.on('connect', (req, socket, head) => void this.handleConnect(req, socket as net.Socket, head));
+    this.http.on('upgrade', (req, socket) => {
+      this.refuseRaw(socket as net.Socket, { status: 403, refusal: this.refusalFor(req, 'unsupported_upgrade', 'protocol upgrades are not relayed') });
+    });
+    this.http.on('clientError', (error, socket) => {
+      const detail = `malformed request (${(error as NodeJS.ErrnoException).code ?? 'parse error'})`;
+      this.refuseRaw(socket as net.Socket, { status: 400, refusal: { reason: 'invalid_request', detail, host: '', port: null } });
+    });
+    this.listener = net.createServer({ allowHalfOpen: true, pauseOnConnect: true }, (socket) => this.accept(socket));
+  }
+
+  stats(): TurnProxyStats {
+    return { clientConnections: this.clients.size, upstreamConnections: this.upstreamSlots, totalBytes: this.totalBytes };
+  }
+
+  async listen(): Promise<Result<{}, 'listen_failed'>> {
+    try {
+      await new Promise<void>((resolve, reject) => {
+        this.listener.once('error', reject);
+        this.listener.listen(this.socketPath, () => {
+          this.listener.removeListener('error', reject);
+          resolve();
+        });
+      });
+      // The peer-uid check is the guarantee; the mode keeps other uids from even connecting.
+      fs.chmodSync(this.socketPath, 0o600);
+      fs.chownSync(this.socketPath, this.options.allowedPeerUid, process.getgid?.() ?? 0);
+      return ok({});
+    } catch (error) {
+      this.listener.close();
+      return fail('listen_failed', `cannot listen on ${this.socketPath}: ${(error as Error).message}`);
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const relay of this.relays) relay.abort('turn_ended');
+    for (const socket of this.accepted) socket.destroy();
+    this.http.close();
+    await new Promise<void>((resolve) => this.listener.close(() => resolve()));
+    fs.rmSync(this.socketPath, { force: true });
+  }
+
+  private append(event: EventInput): void {
+    const result = this.options.sink.append(event);
+    if (!result.ok) this.options.logger.error('egress event refused by the store', { kind: event.kind, detail: result.detail });
+  }
+
+  private deny(refusal: Refusal): void {
+    this.append(denialEvent(this.options.turn, refusal));
+    this.options.logger.info('egress denied', { host: refusal.host, port: refusal.port, reason: refusal.reason, detail: refusal.detail });
+  }
+
+  /**
+   * Answers and half-closes, then discards whatever the client still sends: closing with unread
+   * bytes would reset the connection and the client might never read the refusal.
+   */
+  private refuseRaw(socket: net.Socket, refused: Refused): void {
+    if (refused.status !== 502) this.deny(refused.refusal);
+    if (socket.writable) socket.end(rawResponse(refused));
+    socket.setTimeout(REFUSAL_LINGER_MS, () => socket.destroy());
+    socket.on('error', () => socket.destroy());
+    socket.on('end', () => socket.destroy());
+    socket.resume();
+  }
+
+  private refuseResponse(res: http.ServerResponse, refused: Refused): void {
+    if (refused.status !== 502) this.deny(refused.refusal);
+    const { headers, body } = responseParts(refused);
+    res.shouldKeepAlive = false;
+    res.writeHead(refused.status, headers);
+    res.end(body);
+  }
+
+  private refusalFor(req: http.IncomingMessage, reason: DenialReason, detail: string): Refusal {
+    const url = req.url ?? '';
+    return { reason, detail, host: recordedAuthority(url.replace(/^[a-z]+:\/\//i, '')), port: null };
+  }
+
+  private accept(socket: net.Socket): void {
+    if (this.closed) {
+      socket.destroy();
+      return;
+    }
+    this.accepted.add(socket);
+    socket.once('close', () => this.accepted.delete(socket));
+    const peer = peerUid(socket);
+    if (!peer.ok || peer.uid !== this.options.allowedPeerUid) {
+      const detail = peer.ok ? `peer uid ${peer.uid} is not the turn's worker uid` : peer.detail;
+      this.refuseRaw(socket, { status: 403, refusal: { reason: 'peer_refused', detail, host: '', port: null } });
+      this.options.logger.warn('egress peer refused', { peerUid: peer.ok ? peer.uid : null, peerPid: peer.ok ? peer.pid : null });
+      return;
+    }
+    if (this.clients.size >= this.options.caps.maxConnections) {
+      const detail = `more than ${this.options.caps.maxConnections} concurrent connections`;
+      this.refuseRaw(socket, { status: 403, refusal: { reason: 'cap_exceeded', detail, host: '', port: null } });
+      return;
+    }
+    this.clients.add(socket);
+    socket.once('close', () => this.clients.delete(socket));
+    socket.setTimeout(this.options.caps.idleTimeoutMs, () => socket.destroy());
+    this.http.emit('connection', socket);
+    socket.resume();
+  }
+
+  /** Validation, policy and caps shared by forward requests and CONNECT; reserves a slot. */
+  private admit(authority: Authority, method: string | null, path: string | null): Result<{ target: Target }, DenialReason> {
+    const host = authority.host.host;
+    const decision = decide(this.options.policy, host, authority.port);
+    if (!decision.ok) return decision;
+    if (this.totalBytes >= this.options.caps.maxBytes) return fail('cap_exceeded', `the turn used its ${this.options.caps.maxBytes} bytes`);
+    if (this.upstreamSlots >= this.options.caps.maxConnections) {
+      return fail('cap_exceeded', `more than ${this.options.caps.maxConnections} concurrent upstream connections`);
+    }
+    this.upstreamSlots++;
+    return ok({ target: { authority, method, path, scope: decision.scope } });
+  }
+
+  /** Resolves, checks every address, dials the checked address. Releases the slot on failure. */
+  private async open(target: Target): Promise<Result<{ relay: Relay }, DenialReason | 'connect_failed'>> {
+    const none = { bytesUp: 0, bytesDown: 0, durationMs: 0 };
+    const resolved = await resolveAndCheck(target.authority.host, this.options.policy.allowAddressRanges, this.resolver);
+    if (!resolved.ok) {
+      this.upstreamSlots--;
+      return resolved;
+    }
+    const dialled = await dialChecked(resolved.addresses, target.authority.port, this.connectTimeoutMs);
+    if (!dialled.ok) {
+      this.upstreamSlots--;
+      this.recordConnection(target, 'connect_failed', none);
+      return dialled;
+    }
+    if (this.closed) {
+      this.upstreamSlots--;
+      dialled.socket.destroy();
+      this.recordConnection(target, 'turn_ended', none);
+      return fail('turn_ended', 'the turn ended while connecting');
+    }
+    const upstream = dialled.socket;
+    const relay = new Relay(upstream, target, (done) => {
+      this.relays.delete(done);
+      this.upstreamSlots--;
+      this.recordConnection(done.target, done.outcome, done.counts());
+    });
+    this.relays.add(relay);
+    upstream.setTimeout(this.options.caps.idleTimeoutMs, () => relay.abort('idle_timeout'));
+    upstream.on('error', () => relay.abort('upstream_error'));
+    upstream.on('data', (chunk: Buffer) => this.charge(chunk.length, relay));
+    return ok({ relay });
+  }
+
+  private charge(bytes: number, relay: Relay): void {
+    this.totalBytes += bytes;
+    if (this.totalBytes > this.options.caps.maxBytes) relay.abort('cap_exceeded');
+  }
+
+  private recordConnection(target: Target, outcome: ConnectionOutcome, counts: { bytesUp: number; bytesDown: number; durationMs: number }): void {
+    const record = { host: target.authority.host.host, port: target.authority.port, method: target.method, path: target.path, ...counts, outcome, scope: target.scope };
+    this.append(connectionEvent(this.options.turn, record));
+    this.options.logger.debug('egress connection', { host: record.host, port: record.port, method: record.method, path: record.path, outcome, bytesUp: counts.bytesUp, bytesDown: counts.bytesDown });
+  }
+
+  private hostHeaderAgrees(req: http.IncomingMessage, authority: Authority, defaultPort: number | null): Result<{}, 'host_mismatch'> {
+    const hostHeaders: string[] = [];
+    for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) {
+      if (req.rawHeaders[i]!.toLowerCase() === 'host') hostHeaders.push(req.rawHeaders[i + 1]!);
+    }
+    if (hostHeaders.length === 0) return ok({});
+    if (hostHeaders.length > 1) return fail('host_mismatch', 'more than one Host header');
+    const parsed = parseAuthority(hostHeaders[0]!, defaultPort ?? authority.port);
+    if (!parsed.ok || parsed.authority.host.host !== authority.host.host || parsed.authority.port !== authority.port) {
+      return fail('host_mismatch', `the Host header does not name ${formatAuthority(authority)}`);
+    }
+    return ok({});
+  }
+
+  /**
+   * The path every request takes to an upstream connection: authority, Host agreement, policy
+   * and caps, then resolve-check-dial. Denials are recorded by the caller's responder.
+   */
+  private async establish(
+    req: http.IncomingMessage,
+    authorityText: string,
+    defaultPort: number | null,
+    visible: { method: string | null; path: string | null },
+  ): Promise<{ ok: true; relay: Relay } | { ok: false; refused: Refused }> {
+    const parsed = parseAuthority(authorityText, defaultPort);
+    if (!parsed.ok) {
+      return { ok: false, refused: { status: 403, refusal: { reason: parsed.reason, detail: parsed.detail, host: recordedAuthority(authorityText), port: null } } };
+    }
+    const authority = parsed.authority;
+    const where = { host: authority.host.host, port: authority.port };
+    const agrees = this.hostHeaderAgrees(req, authority, defaultPort);
+    if (!agrees.ok) return { ok: false, refused: { status: 403, refusal: { reason: agrees.reason, detail: agrees.detail, ...where } } };
+    const admitted = this.admit(authority, visible.method, visible.path);
+    if (!admitted.ok) return { ok: false, refused: { status: 403, refusal: { reason: admitted.reason, detail: admitted.detail, ...where } } };
+    const opened = await this.open(admitted.target);
+    if (opened.ok) return { ok: true, relay: opened.relay };
+    if (opened.reason === 'connect_failed') return { ok: false, refused: { status: 502, detail: opened.detail } };
+    return { ok: false, refused: { status: 403, refusal: { reason: opened.reason, detail: opened.detail, ...where } } };
+  }
+
+  private async handleForward(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const forward = parseForwardTarget(req.url ?? '');
+    if (!forward.ok) {
+      this.refuseResponse(res, { status: 403, refusal: { reason: forward.reason, detail: forward.detail, host: '', port: null } });
+      return;
+    }
+    const visible = { method: req.method ?? 'GET', path: visiblePath(forward.pathAndQuery) };
+    const established = await this.establish(req, forward.authorityText, 80, visible);
+    if (!established.ok) this.refuseResponse(res, established.refused);
+    else this.relayForward(req, res, established.relay, forward.pathAndQuery);
+  }
+
+  private relayForward(req: http.IncomingMessage, res: http.ServerResponse, relay: Relay, pathAndQuery: string): void {
+    if (req.socket.destroyed) {
+      relay.abort('client_error');
+      return;
+    }
+    const upstreamRequest = http.request({
+      createConnection: () => relay.upstream,
+      method: req.method,
+      path: pathAndQuery,
+      headers: upstreamHeaders(req.rawHeaders, relay.target.authority),
+      setHost: false,
+    });
+    upstreamRequest.on('error', () => {
+      relay.abort('upstream_error');
+      if (!res.headersSent) res.writeHead(502, { Connection: 'close' }).end();
+      else res.destroy();
+    });
+    upstreamRequest.on('response', (upstreamResponse) => {
+      res.writeHead(upstreamResponse.statusCode ?? 502, upstreamResponse.statusMessage, responseHeaders(upstreamResponse.rawHeaders));
+      upstreamResponse.pipe(res);
+      upstreamResponse.on('error', () => res.destroy());
+    });
+    res.on('close', () => {
+      if (!res.writableFinished) relay.abort('client_error');
+      else relay.upstream.end();
+    });
+    req.on('data', (chunk: Buffer) => this.charge(chunk.length, relay));
+    req.pipe(upstreamRequest);
+  }
+
+  private async handleConnect(req: http.IncomingMessage, client: net.Socket, head: Buffer): Promise<void> {
+    const established = await this.establish(req, req.url ?? '', null, { method: null, path: null });
+    if (!established.ok) this.refuseRaw(client, established.refused);
+    else this.tunnel(client, established.relay, head);
+  }
+
+  /** After the 200 the tunnel is opaque: bytes are counted and relayed, never parsed. */
+  private tunnel(client: net.Socket, relay: Relay, head: Buffer): void {
+    const upstream = relay.upstream;
+    if (client.destroyed) {
+      relay.abort('client_error');
+      return;
+    }
+    client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+    if (head.length > 0) {
+      this.charge(head.length, relay);
+      upstream.write(head);
+    }
+    client.on('data', (chunk: Buffer) => this.charge(chunk.length, relay));
+    client.on('close', (hadError) => {
+      if (hadError) relay.abort('client_error');
+      else upstream.destroySoon();
+    });
+    // A clean close lets the last bytes reach the client; an abort (caps, timeout) cuts it off.
+    upstream.on('close', () => (relay.outcome === 'ok' ? client.destroySoon() : client.destroy()));
+    client.pipe(upstream);
+    upstream.pipe(client);
+  }
+}
+
+export async function startTurnProxy(options: TurnProxyOptions): Promise<Result<TurnProxy, 'invalid_options' | 'listen_failed'>> {
+  const invalid = validateOptions(options);
+  if (invalid !== null) return fail('invalid_options', invalid);
+  const server = new TurnProxyServer(options);
+  const listening = await server.listen();
+  if (!listening.ok) return listening;
+  return { ok: true, socketPath: server.socketPath, stats: () => server.stats(), close: () => server.close() };
+}

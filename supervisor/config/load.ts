@@ -1,0 +1,380 @@
+/**
+ * Configuration loading: defaults, then the JSON file, then TURNHOST_* environment variables,
+ * then command-line flags. Every layer is validated; a refusal names the key path, the
+ * environment variable or the flag. docs/configuration.md documents every key.
+ */
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { fail, ok, type Result } from '../../core/result.js';
+import type { LimitName } from '../probes/types.js';
+import {
+  absolutePath,
+  arrayOf,
+  boolean,
+  check,
+  nonEmptyString,
+  nonNegativeInteger,
+  oneOf,
+  orNull,
+  positiveInteger,
+  type Leaf,
+  type ObjectSchema,
+} from './schema.js';
+import type { TurnhostConfig } from './types.js';
+
+export const INSTALLED_CODE_ROOT = '/usr/lib/turnhost';
+export const INSTALLED_CONFIG_PATH = '/etc/turnhost/turnhost.json';
+export const INSTALLED_DATA_DIR = '/var/lib/turnhost';
+export const DEV_DATA_DIR_NAME = '.turnhost-dev';
+export const DEFAULT_LISTEN = '127.0.0.1:7707';
+const MAX_CONFIG_FILE_BYTES = 1024 * 1024;
+
+const LIMIT_NAMES: readonly LimitName[] = ['processes', 'data', 'file_size', 'open_files', 'memory', 'pids', 'cpu'];
+
+/** Flags of `turnhost serve` (and of client commands that read the configuration). */
+export interface ConfigOverrides {
+  dataDir?: string;
+  listen?: string | null;
+  socket?: string | null;
+  logLevel?: string;
+}
+
+export interface LoadConfigOptions {
+  /** `--config`: an explicitly named file must exist. */
+  configPath?: string;
+  env: NodeJS.ProcessEnv;
+  overrides?: ConfigOverrides;
+  /** Defaults to whether this code runs from the installed package (see isInstalledLayout). */
+  installed?: boolean;
+  /** Base of the dev data dir and dev workspace root; defaults to process.cwd(). */
+  cwd?: string;
+}
+
+/** Where each layer came from, for the boot log and `status`. */
+export interface ConfigSources {
+  /** The file read, or null when none was. */
+  file: string | null;
+  /** Environment variables that were applied (names only, never values). */
+  env: string[];
+  /** Flags that were applied. */
+  cli: string[];
+  installed: boolean;
+}
+
+export type ConfigLoadResult = Result<{ config: TurnhostConfig; sources: ConfigSources }, 'config_invalid'>;
+
+/** The installed package lives under /usr/lib/turnhost; anything else is a development checkout. */
+export function isInstalledLayout(moduleUrl: string = import.meta.url): boolean {
+  const file = fileURLToPath(moduleUrl);
+  return file.startsWith(INSTALLED_CODE_ROOT + path.sep);
+}
+
+export function defaultConfig(options: { installed: boolean; cwd: string }): TurnhostConfig {
+  return {
+    dataDir: options.installed ? INSTALLED_DATA_DIR : path.join(options.cwd, DEV_DATA_DIR_NAME),
+    listen: { tcp: DEFAULT_LISTEN, socket: null, allowNonLoopback: false },
+    apiToken: null,
+    logLevel: 'info',
+    events: { unboundRetentionDays: 30 },
+    identityHelper: { path: null, configPath: null },
+    modes: { restricted: { enabled: false } },
+    limits: { processes: 512, open_files: 4096, file_size: '4G', memory: '2G', pids: 512, cpu: 1 },
+    limitsDisabled: [],
+    egress: {
+      allowlist: [],
+      denylist: [],
+      allowAddressRanges: [],
+      inferenceHosts: [],
+      turnAdditionsAllowed: [],
+      maxConnections: 64,
+      maxBytes: 1024 * 1024 * 1024,
+      idleTimeoutMs: 60_000,
+    },
+    fs: {
+      protectedPaths: [],
+      scratch: { dir: null, capBytes: 1024 * 1024 * 1024, pruneIntervalSeconds: 300 },
+      hostWriteMaxBytes: 16 * 1024 * 1024,
+    },
+    turns: {
+      maxConcurrent: 4,
+      defaultTimeoutSeconds: 600,
+      maxTimeoutSeconds: 3600,
+      workspaceRoots: options.installed ? [] : [options.cwd, os.tmpdir()],
+      envExtra: [],
+    },
+    probeRoots: { proc: '/proc', sysFsCgroup: '/sys/fs/cgroup' },
+  };
+}
+
+const limitValue: Leaf = (v) =>
+  (typeof v === 'number' && Number.isFinite(v) && v > 0) || (typeof v === 'string' && /^[0-9]+(\.[0-9]+)?[KMGT]?$/i.test(v))
+    ? null
+    : 'expected a positive number or a string such as "512M"';
+
+const hostPattern: Leaf = (v) =>
+  typeof v === 'string' && /^(\*\.)?[A-Za-z0-9.:[\]_-]{1,255}$/.test(v) ? null : 'expected a host pattern (host, *.suffix, optional :port)';
+
+const cidr: Leaf = (v) => {
+  if (typeof v !== 'string') return 'expected a CIDR such as "10.1.0.0/16"';
+  const [address, bits, ...rest] = v.split('/');
+  const family = net.isIP(address ?? '');
+  const prefix = Number(bits);
+  const max = family === 4 ? 32 : 128;
+  return rest.length === 0 && family !== 0 && /^[0-9]{1,3}$/.test(bits ?? '') && prefix <= max
+    ? null
+    : 'expected a CIDR such as "10.1.0.0/16"';
+};
+
+const envName: Leaf = (v) =>
+  typeof v === 'string' && /^[A-Za-z_][A-Za-z0-9_]{0,127}$/.test(v) ? null : 'expected an environment variable name';
+
+const tcpAddress: Leaf = (v) => (typeof v === 'string' && parseHostPort(v) !== null ? null : 'expected "HOST:PORT"');
+
+const protectedPathRule: ObjectSchema = {
+  fields: {
+    root: absolutePath,
+    path: (v) =>
+      typeof v === 'string' && v.length > 0 && !path.isAbsolute(v) && !v.split('/').includes('..') && !v.includes('\0')
+        ? null
+        : 'expected a relative path without ".."',
+    mode: oneOf('read_only', 'mask_file', 'mask_directory'),
+    reason: nonEmptyString,
+  },
+};
+
+const protectedPathList: Leaf & { element: Leaf } = arrayOf((v) => check(protectedPathRule, v, 'rule', false));
+
+export const CONFIG_SCHEMA: ObjectSchema = {
+  fields: {
+    dataDir: absolutePath,
+    listen: { fields: { tcp: orNull(tcpAddress), socket: orNull(absolutePath), allowNonLoopback: boolean } },
+    apiToken: orNull((v) =>
+      typeof v === 'string' && /^[\x21-\x7e]{16,512}$/.test(v) ? null : 'expected 16-512 printable ASCII characters without spaces',
+    ),
+    logLevel: oneOf('debug', 'info', 'warn', 'error'),
+    events: { fields: { unboundRetentionDays: positiveInteger } },
+    identityHelper: { fields: { path: orNull(absolutePath), configPath: orNull(absolutePath) } },
+    modes: { fields: { restricted: { fields: { enabled: boolean } } } },
+    limits: {
+      fields: {},
+      entries: {
+        key: (k) => ((LIMIT_NAMES as readonly string[]).includes(k) ? null : `unknown limit (expected one of ${LIMIT_NAMES.join(', ')})`),
+        value: limitValue,
+      },
+    },
+    limitsDisabled: arrayOf(oneOf(...LIMIT_NAMES), { unique: true }),
+    egress: {
+      fields: {
+        allowlist: arrayOf(hostPattern),
+        denylist: arrayOf(hostPattern),
+        allowAddressRanges: arrayOf(cidr),
+        inferenceHosts: arrayOf(hostPattern),
+        turnAdditionsAllowed: arrayOf(hostPattern),
+        maxConnections: positiveInteger,
+        maxBytes: positiveInteger,
+        idleTimeoutMs: positiveInteger,
+      },
+    },
+    fs: {
+      fields: {
+        protectedPaths: protectedPathList,
+        scratch: { fields: { dir: orNull(absolutePath), capBytes: positiveInteger, pruneIntervalSeconds: positiveInteger } },
+        hostWriteMaxBytes: positiveInteger,
+      },
+    },
+    turns: {
+      fields: {
+        maxConcurrent: positiveInteger,
+        defaultTimeoutSeconds: positiveInteger,
+        maxTimeoutSeconds: positiveInteger,
+        workspaceRoots: arrayOf(absolutePath),
+        envExtra: arrayOf(envName),
+      },
+    },
+    probeRoots: { fields: { proc: absolutePath, sysFsCgroup: absolutePath } },
+  },
+};
+
+/** "127.0.0.1:7707", "localhost:0", "[::1]:7707" → host and port; null when malformed. */
+export function parseHostPort(value: string): { host: string; port: number } | null {
+  const match = /^(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9.-]+)):([0-9]{1,5})$/.exec(value);
+  if (match === null) return null;
+  const host = match[1] ?? match[2] ?? '';
+  const port = Number(match[3]);
+  if (port > 65535) return null;
+  if (match[1] !== undefined && net.isIPv6(host) === false) return null;
+  return { host, port };
+}
+
+export function isLoopbackHost(host: string): boolean {
+  if (host === 'localhost') return true;
+  if (net.isIPv4(host)) return host.split('.')[0] === '127';
+  return host === '::1';
+}
+
+type Layer = Record<string, unknown>;
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** Objects (including the limits map) merge key by key; arrays and scalars replace. */
+function merge(base: Layer, layer: Layer): Layer {
+  const out: Layer = { ...base };
+  for (const [key, value] of Object.entries(layer)) {
+    const existing = out[key];
+    out[key] = isRecord(existing) && isRecord(value) ? merge(existing, value) : value;
+  }
+  return out;
+}
+
+function setPath(target: Layer, keyPath: string, value: unknown): void {
+  const keys = keyPath.split('.');
+  let node = target;
+  for (const key of keys.slice(0, -1)) {
+    const next = isRecord(node[key]) ? (node[key] as Layer) : {};
+    node[key] = next;
+    node = next;
+  }
+  node[keys[keys.length - 1] as string] = value;
+}
+
+/** How a TURNHOST_* string becomes a typed value. */
+type EnvParser = (raw: string) => { value: unknown } | { expected: string };
+
+const asString: EnvParser = (raw) => ({ value: raw });
+const asNullableString: EnvParser = (raw) => ({ value: raw === '' || raw === 'none' ? null : raw });
+const asBoolean: EnvParser = (raw) =>
+  ['1', 'true', 'yes'].includes(raw) ? { value: true } : ['0', 'false', 'no'].includes(raw) ? { value: false } : { expected: 'expected true/false/1/0' };
+const asInteger: EnvParser = (raw) => (/^[0-9]+$/.test(raw) ? { value: Number(raw) } : { expected: 'expected an integer' });
+const asPathList: EnvParser = (raw) => ({ value: raw === '' ? [] : raw.split(':') });
+
+/** Every environment override. TURNHOST_WORKER_LIMITS is deliberately absent: the limits code reads and reports it. */
+export const ENV_OVERRIDES: ReadonlyArray<{ name: string; key: string; parse: EnvParser }> = [
+  { name: 'TURNHOST_DATA_DIR', key: 'dataDir', parse: asString },
+  { name: 'TURNHOST_LISTEN', key: 'listen.tcp', parse: asNullableString },
+  { name: 'TURNHOST_SOCKET', key: 'listen.socket', parse: asNullableString },
+  { name: 'TURNHOST_ALLOW_NON_LOOPBACK', key: 'listen.allowNonLoopback', parse: asBoolean },
+  { name: 'TURNHOST_API_TOKEN', key: 'apiToken', parse: asNullableString },
+  { name: 'TURNHOST_LOG_LEVEL', key: 'logLevel', parse: asString },
+  { name: 'TURNHOST_IDENTITY_HELPER', key: 'identityHelper.path', parse: asNullableString },
+  { name: 'TURNHOST_IDENTITY_HELPER_CONFIG', key: 'identityHelper.configPath', parse: asNullableString },
+  { name: 'TURNHOST_RESTRICTED_ENABLED', key: 'modes.restricted.enabled', parse: asBoolean },
+  { name: 'TURNHOST_UNBOUND_RETENTION_DAYS', key: 'events.unboundRetentionDays', parse: asInteger },
+  { name: 'TURNHOST_MAX_CONCURRENT_TURNS', key: 'turns.maxConcurrent', parse: asInteger },
+  { name: 'TURNHOST_WORKSPACE_ROOTS', key: 'turns.workspaceRoots', parse: asPathList },
+  { name: 'TURNHOST_PROBE_PROC_ROOT', key: 'probeRoots.proc', parse: asString },
+  { name: 'TURNHOST_PROBE_CGROUP_ROOT', key: 'probeRoots.sysFsCgroup', parse: asString },
+];
+
+const CLI_OVERRIDES: ReadonlyArray<{ flag: string; option: keyof ConfigOverrides; key: string }> = [
+  { flag: '--data-dir', option: 'dataDir', key: 'dataDir' },
+  { flag: '--listen', option: 'listen', key: 'listen.tcp' },
+  { flag: '--socket', option: 'socket', key: 'listen.socket' },
+  { flag: '--log-level', option: 'logLevel', key: 'logLevel' },
+];
+
+function leafAt(keyPath: string): Leaf {
+  let node: unknown = CONFIG_SCHEMA;
+  for (const key of keyPath.split('.')) node = (node as ObjectSchema).fields[key];
+  return node as Leaf;
+}
+
+/** Checks one override value with the key's own schema, naming the variable or flag. */
+function checkOverride(label: string, keyPath: string, value: unknown): string | null {
+  const problem = check(leafAt(keyPath), value, keyPath, false);
+  return problem === null ? null : `${label} (${problem})`;
+}
+
+function readConfigFile(file: string): Result<{ layer: Layer }, 'config_invalid'> {
+  let text: string;
+  try {
+    const stat = fs.statSync(file);
+    if (!stat.isFile()) return fail('config_invalid', `${file}: not a regular file`);
+    if (stat.size > MAX_CONFIG_FILE_BYTES) return fail('config_invalid', `${file}: larger than ${MAX_CONFIG_FILE_BYTES} bytes`);
+    text = fs.readFileSync(file, 'utf8');
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code ?? 'read error';
+    return fail('config_invalid', `${file}: cannot read the configuration file (${code})`);
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (error) {
+    return fail('config_invalid', `${file}: not valid JSON (${(error as Error).message})`);
+  }
+  if (!isRecord(parsed)) return fail('config_invalid', `${file}: expected a JSON object at the top level`);
+  const problem = check(CONFIG_SCHEMA, parsed, '', true);
+  if (problem !== null) return fail('config_invalid', `${file}: ${problem}`);
+  return ok({ layer: parsed });
+}
+
+/** Which file to read: --config, else TURNHOST_CONFIG, else the installed default when it exists. */
+function chooseConfigFile(options: LoadConfigOptions, installed: boolean, cwd: string): string | null {
+  if (options.configPath !== undefined) return path.resolve(cwd, options.configPath);
+  const fromEnv = options.env['TURNHOST_CONFIG'];
+  if (fromEnv !== undefined && fromEnv !== '') return path.resolve(cwd, fromEnv);
+  if (installed && fs.existsSync(INSTALLED_CONFIG_PATH)) return INSTALLED_CONFIG_PATH;
+  return null;
+}
+
+/** Rules that span keys, checked on the final configuration. */
+function checkCombination(config: TurnhostConfig): string | null {
+  if (config.listen.tcp === null && config.listen.socket === null)
+    return 'listen: at least one of listen.tcp and listen.socket must be set';
+  if (config.listen.tcp !== null) {
+    const address = parseHostPort(config.listen.tcp);
+    if (address !== null && !isLoopbackHost(address.host) && !config.listen.allowNonLoopback)
+      return `listen.tcp: ${config.listen.tcp} is not a loopback address; set listen.allowNonLoopback to true to serve beyond this host`;
+  }
+  if (config.turns.defaultTimeoutSeconds > config.turns.maxTimeoutSeconds)
+    return 'turns.defaultTimeoutSeconds: must not exceed turns.maxTimeoutSeconds';
+  return null;
+}
+
+export function loadConfig(options: LoadConfigOptions): ConfigLoadResult {
+  const installed = options.installed ?? isInstalledLayout();
+  const cwd = options.cwd ?? process.cwd();
+  const sources: ConfigSources = { file: null, env: [], cli: [], installed };
+  let layer: Layer = defaultConfig({ installed, cwd }) as unknown as Layer;
+
+  const file = chooseConfigFile(options, installed, cwd);
+  if (file !== null) {
+    const read = readConfigFile(file);
+    if (!read.ok) return read;
+    layer = merge(layer, read.layer);
+    sources.file = file;
+  }
+
+  for (const override of ENV_OVERRIDES) {
+    const raw = options.env[override.name];
+    if (raw === undefined) continue;
+    const parsed = override.parse(raw);
+    if ('expected' in parsed) return fail('config_invalid', `${override.name}: ${parsed.expected}`);
+    const value = override.key === 'dataDir' && typeof parsed.value === 'string' ? path.resolve(cwd, parsed.value) : parsed.value;
+    const problem = checkOverride(override.name, override.key, value);
+    if (problem !== null) return fail('config_invalid', problem);
+    setPath(layer, override.key, value);
+    sources.env.push(override.name);
+  }
+
+  for (const override of CLI_OVERRIDES) {
+    const raw = options.overrides?.[override.option];
+    if (raw === undefined) continue;
+    const value = override.option === 'dataDir' && typeof raw === 'string' ? path.resolve(cwd, raw) : raw;
+    const problem = checkOverride(override.flag, override.key, value);
+    if (problem !== null) return fail('config_invalid', problem);
+    setPath(layer, override.key, value);
+    sources.cli.push(override.flag);
+  }
+
+  const problem = check(CONFIG_SCHEMA, layer, '', false);
+  if (problem !== null) return fail('config_invalid', problem);
+  const config = layer as unknown as TurnhostConfig;
+  const combination = checkCombination(config);
+  if (combination !== null) return fail('config_invalid', combination);
+  return ok({ config, sources });
+}

@@ -1,0 +1,725 @@
+/**
+ * The launch sequence: the only way a worker starts. In order:
+ *   probe this mode for this turn → limits (overrides only lower) → egress policy →
+ *   worker uid → turn cgroup → egress proxy → environment filter → helper descriptor (or the
+ *   same worker entry in shared_uid mode) → launch message on fd 3 → tracking → result.
+ * Every step that can fail answers a typed refusal; resources taken so far are released in
+ * reverse order.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fail, ok, type Result } from '../../core/result.js';
+import { discoverCgroupLayout } from '../../cgroup/discover.js';
+import { reapStaleTurnCgroups } from '../../cgroup/reap.js';
+import {
+  createTurnCgroup,
+  prepareCgroupSubtree,
+  type CgroupSubtree,
+  type TurnCgroup,
+} from '../../cgroup/turn-cgroup.js';
+import { startTurnProxy, type TurnProxy } from '../../proxy/server.js';
+import { buildTurnPolicy } from '../../proxy/policy.js';
+import {
+  encodeMessage,
+  LineDecoder,
+  parseWorkerMessage,
+  type ExitMessage,
+  type ForwardableSignal,
+  type LaunchMessage,
+  type SupervisorMessage,
+} from '../../worker/protocol.js';
+import { listOpenFds, markCloseOnExec } from '../../worker/fds.js';
+import {
+  parseHelperRefusal,
+  runHelperKill,
+  spawnHelperLaunch,
+  type HelperLocation,
+  type HelperRlimitName,
+} from '../identity/helper-client.js';
+import { lowerOnly, parseLimitSettings } from '../limits/parse.js';
+import type { ResolvedLimits } from '../limits/types.js';
+import { probeMode } from '../probes/index.js';
+import { resolveDefaultLimits } from '../probes/limits.js';
+import type { EventInput } from '../events/types.js';
+// issue 6 (fs): the turn's held roots for host writes, and the turn temp lifecycle.
+import { closeRoot, openRoot } from '../fs/guard.js';
+import type { HostWriteRoots, HostWriteTurn } from '../fs/host-write.js';
+import { createTurnTemp, purgeTurnTemp, turnTempPurgePayload } from '../fs/turn-temp.js';
+import type { WorkerMode } from '../probes/types.js';
+import { filterSubprocessEnv, parseEnvExtra, ENV_EXTRA_CONTROL } from './env-filter.js';
+import type { OutputChannel } from './output.js';
+import type { TurnRecordStore } from './store.js';
+import type { TurnManagerDeps } from './manager.js';
+import { createUidPool, type UidPool } from './uid-pool.js';
+import type {
+  LimitHit,
+  TurnAttachment,
+  TurnCreateFailure,
+  TurnRecord,
+  TurnRequest,
+  TurnResult,
+  TurnStatus,
+  TurnUsage,
+} from './types.js';
+
+const DEFAULT_COMMAND_PATH = '/usr/local/bin:/usr/bin:/bin';
+const STDERR_TAIL_BYTES = 4096;
+const RLIMIT_FOR: Record<'processes' | 'data' | 'file_size' | 'open_files', HelperRlimitName> = {
+  processes: 'nproc',
+  data: 'data',
+  file_size: 'fsize',
+  open_files: 'nofile',
+};
+
+export interface LaunchEnvironment {
+  deps: TurnManagerDeps;
+  records: TurnRecordStore;
+  /** Per-turn directories for proxy sockets: created exclusively, 0711. */
+  runtimeDir: string;
+  /** issue 6: parent of the per-turn temp directories; supervisor-owned, 0711 so a worker uid can reach its own. */
+  turnTempParent: string;
+  cgroupSubtree: Result<{ subtree: CgroupSubtree }>;
+  uidPools: Map<string, UidPool>;
+  close(): Promise<void>;
+}
+
+export interface RunningTurn {
+  record: TurnRecord;
+  done: Promise<TurnResult>;
+  stop(reason: 'cancelled' | 'timeout'): void;
+  attach(): TurnAttachment;
+  /** issue 6: the held roots for host writes while the worker runs; null once it has exited. */
+  hostWriteTarget(): { roots: HostWriteRoots; turn: HostWriteTurn } | null;
+}
+
+export type LaunchOutcome =
+  | { ok: true; turn: RunningTurn }
+  | ({ ok: false; reason: TurnCreateFailure; detail: string } & { field?: string; requirement?: string });
+
+function helperLocation(deps: TurnManagerDeps): HelperLocation | null {
+  const { path: helperPath, configPath } = deps.config.identityHelper;
+  return helperPath ? { path: helperPath, configPath } : null;
+}
+
+/**
+ * Whatever this process inherited without close-on-exec (a service manager's or a CI harness's
+ * fds) must never reach a worker: shared_uid workers are spawned by this process directly.
+ */
+function markInheritedFdsCloseOnExec(): Result {
+  const listed = listOpenFds();
+  if (!listed.ok) return listed;
+  const failed = listed.fds.filter(({ fd }) => fd > 2 && !markCloseOnExec(fd).ok).map(({ fd }) => fd);
+  // The directory fd that listed /proc/self/fd is closed by now, so marking it fails harmlessly.
+  const stillOpen = failed.filter((fd) => fs.existsSync(`/proc/self/fd/${fd}`));
+  return stillOpen.length === 0 ? ok({}) : fail('fcntl_failed', `fds ${stillOpen.join(', ')} stay inheritable`);
+}
+
+export async function prepareLaunchEnvironment(
+  deps: TurnManagerDeps,
+  records: TurnRecordStore,
+): Promise<LaunchEnvironment> {
+  const inherited = markInheritedFdsCloseOnExec();
+  if (!inherited.ok) deps.logger.warn('inherited fds could not be marked close-on-exec', { detail: inherited.detail });
+  const runtimeDir = fs.mkdtempSync(path.join(deps.runtimeParent ?? os.tmpdir(), 'turnhost-run-'));
+  fs.chmodSync(runtimeDir, 0o711);
+  const turnTempParent = path.join(runtimeDir, 'temp'); // issue 6
+  fs.mkdirSync(turnTempParent, { mode: 0o711 });
+  fs.chmodSync(turnTempParent, 0o711);
+  const layout = discoverCgroupLayout(deps.config.probeRoots);
+  const cgroupSubtree = prepareCgroupSubtree(layout, deps.cgroupSubtreeName ? { name: deps.cgroupSubtreeName } : {});
+  if (!cgroupSubtree.ok)
+    deps.logger.warn('turn cgroups unavailable', { reason: cgroupSubtree.reason, detail: cgroupSubtree.detail });
+  return {
+    deps,
+    records,
+    runtimeDir,
+    turnTempParent,
+    cgroupSubtree,
+    uidPools: new Map(),
+    async close() {
+      fs.rmSync(runtimeDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * At boot: turns a dead supervisor left running are marked interrupted, and every turn cgroup
+ * left behind is killed, measured and removed, with a `worker_recovered` event each.
+ */
+export async function recoverInterruptedTurns(env: LaunchEnvironment): Promise<void> {
+  const { deps, records } = env;
+  const unfinished = records.unfinished();
+  const sessionOf = new Map(unfinished.map(({ turn }) => [turn.id, turn]));
+  if (env.cgroupSubtree.ok) {
+    for (const reaped of reapStaleTurnCgroups(env.cgroupSubtree.subtree)) {
+      const turn = sessionOf.get(reaped.turnId);
+      deps.events.append({
+        sessionId: turn?.sessionId ?? null,
+        turnId: reaped.turnId,
+        kind: 'worker_recovered',
+        actor: 'server',
+        model: null,
+        profile: turn?.profile ?? null,
+        payload: {
+          cgroup: reaped.paths[0] ?? '',
+          paths: reaped.paths,
+          usage: reaped.stats,
+          killedProcesses: reaped.killedProcesses,
+          outcome: reaped.outcome,
+        },
+      });
+    }
+  }
+  for (const { turn } of unfinished) {
+    const endedAt = new Date().toISOString();
+    const result: TurnResult = {
+      status: 'interrupted',
+      exitCode: null,
+      signal: null,
+      durationMs: Date.parse(endedAt) - Date.parse(turn.createdAt),
+      usage: emptyUsage(),
+      limitHits: [],
+      detail: 'the supervisor stopped while this turn ran; its processes were killed at the next start',
+    };
+    records.update({ ...turn, state: 'finished', endedAt, result });
+    deps.logger.warn('turn interrupted by a supervisor restart', { turnId: turn.id });
+  }
+}
+
+function emptyUsage(): TurnUsage {
+  return {
+    userCpuUsec: null,
+    systemCpuUsec: null,
+    maxRssKiB: null,
+    cgroupCpuUsec: null,
+    memoryPeakBytes: null,
+    pidsPeak: null,
+    oomKills: null,
+  };
+}
+
+function profileFor(mode: WorkerMode): 'governed' | 'strict' {
+  return mode === 'ordinary' ? 'governed' : 'strict';
+}
+
+function turnEvent(record: TurnRecord, model: string | null, kind: string, payload: Record<string, unknown>): EventInput {
+  return { sessionId: record.sessionId, turnId: record.id, kind, actor: 'server', model, profile: record.profile, payload };
+}
+
+/** Releases what a launch has taken so far, newest first. */
+class Releases {
+  private steps: Array<() => void | Promise<void>> = [];
+  add(step: () => void | Promise<void>): void {
+    this.steps.push(step);
+  }
+  async run(): Promise<void> {
+    for (const step of this.steps.reverse()) {
+      try {
+        await step();
+      } catch {
+        // Release is best effort per step; one failure must not keep the others from running.
+      }
+    }
+    this.steps = [];
+  }
+}
+
+function resolveTurnLimits(
+  deps: TurnManagerDeps,
+  overrides: TurnRequest['limits'],
+): Result<{ limits: ResolvedLimits }> & { field?: string } {
+  const defaults = resolveDefaultLimits(deps.config, deps.env ?? process.env);
+  if (!defaults.ok) return defaults;
+  const disabled = new Set(deps.config.limitsDisabled);
+  const enabled: ResolvedLimits = Object.fromEntries(
+    Object.entries(defaults.limits).filter(([name]) => !disabled.has(name as keyof ResolvedLimits)),
+  );
+  if (!overrides) return ok({ limits: enabled });
+  const parsed = parseLimitSettings(overrides, 'limits');
+  if (!parsed.ok) return { ...parsed, field: 'limits' };
+  const lowered = lowerOnly(enabled, parsed.limits);
+  if (!lowered.ok) return { ...lowered, field: 'limits' };
+  return lowered;
+}
+
+function commandEnv(deps: TurnManagerDeps, request: TurnRequest): Record<string, string> {
+  const extra = [...deps.config.turns.envExtra, ...parseEnvExtra((deps.env ?? process.env)[ENV_EXTRA_CONTROL]).names];
+  const { env } = filterSubprocessEnv(request.env ?? {}, extra);
+  return {
+    PATH: DEFAULT_COMMAND_PATH,
+    HOME: request.cwd,
+    LANG: 'C.UTF-8',
+    ...(request.tty ? { TERM: 'xterm-256color' } : {}),
+    ...env,
+  };
+}
+
+function acquireUid(env: LaunchEnvironment, range: { first: number; count: number }): Result<{ uid: number; pool: UidPool }> {
+  const key = `${range.first}:${range.count}`;
+  let pool = env.uidPools.get(key);
+  if (!pool) {
+    pool = createUidPool(range);
+    env.uidPools.set(key, pool);
+  }
+  const taken = pool.acquire();
+  return taken.ok ? ok({ uid: taken.uid, pool }) : taken;
+}
+
+/** Records a refusal: a finished turn with `launch_refused`, and a `worker_host_refusal` event. */
+function refuseTurn(env: LaunchEnvironment, record: TurnRecord, request: TurnRequest, requirement: string): LaunchOutcome {
+  const endedAt = new Date().toISOString();
+  const result: TurnResult = {
+    status: 'launch_refused',
+    exitCode: null,
+    signal: null,
+    durationMs: Date.parse(endedAt) - Date.parse(record.createdAt),
+    usage: emptyUsage(),
+    limitHits: [],
+    detail: requirement,
+  };
+  env.records.insert({ ...record, state: 'finished', endedAt, result }, []);
+  env.deps.events.append(
+    turnEvent(record, request.model ?? null, 'worker_host_refusal', { mode: record.mode, requirement, trigger: 'turn' }),
+  );
+  env.deps.logger.warn('turn refused: worker host unsupported', { turnId: record.id, requirement });
+  return { ok: false, reason: 'worker_host_unsupported', detail: requirement, requirement };
+}
+
+function invalid(detail: string, field: string): LaunchOutcome {
+  return { ok: false, reason: 'invalid_request', detail, field };
+}
+
+export async function launchTurn(
+  env: LaunchEnvironment,
+  request: TurnRequest & { turnId: string },
+  output: OutputChannel,
+): Promise<LaunchOutcome> {
+  const { deps } = env;
+  const record: TurnRecord = {
+    id: request.turnId,
+    sessionId: request.sessionId,
+    mode: request.mode,
+    profile: profileFor(request.mode),
+    state: 'starting',
+    identity: 'shared_uid',
+    workerUid: null,
+    createdAt: new Date().toISOString(),
+    endedAt: null,
+    tty: request.tty !== undefined,
+    result: null,
+  };
+
+  const limits = resolveTurnLimits(deps, request.limits);
+  if (!limits.ok) return invalid(limits.detail, limits.field ?? 'limits');
+  const policy = buildTurnPolicy(deps.config.egress, { mode: request.mode, additions: request.egressAllow });
+  if (!policy.ok) return invalid(policy.detail, 'egressAllow');
+
+  const probe = await probeMode(deps.probeContext, request.mode, 'turn');
+  if (!probe.availability.available)
+    return refuseTurn(env, record, request, probe.availability.requirement ?? 'the worker boundary is unavailable');
+  if (!env.cgroupSubtree.ok)
+    return refuseTurn(env, record, request, `turn cgroups are unavailable: ${env.cgroupSubtree.detail}`);
+
+  const releases = new Releases();
+  const helper = helperLocation(deps);
+  let workerUid: number;
+  if (probe.identity === 'separate_uid') {
+    const range = probe.uidRange;
+    if (!helper || !range) return refuseTurn(env, record, request, 'the identity helper gave no verified uid range');
+    const taken = acquireUid(env, range);
+    if (!taken.ok) return { ok: false, reason: 'capacity_exhausted', detail: taken.detail };
+    workerUid = taken.uid;
+    releases.add(() => taken.pool.release(taken.uid));
+  } else {
+    workerUid = process.getuid?.() ?? 0;
+  }
+  record.identity = probe.identity;
+  record.workerUid = workerUid;
+
+  // issue 6: opened before the cgroup so their release (temp purge) runs after the cgroup kill.
+  const roots = openTurnRoots(env, record, request, workerUid, releases);
+  if (!roots.ok) {
+    await releases.run();
+    return roots.outcome;
+  }
+
+  const leaf = createTurnCgroup(env.cgroupSubtree.subtree, record.id, limits.limits);
+  if (!leaf.ok) {
+    await releases.run();
+    return refuseTurn(env, record, request, `the turn cgroup could not be created: ${leaf.detail}`);
+  }
+  const cgroup = leaf.cgroup;
+  releases.add(() => {
+    cgroup.kill();
+    cgroup.remove();
+  });
+
+  const turnDir = path.join(env.runtimeDir, record.id);
+  fs.mkdirSync(turnDir, { mode: 0o711 });
+  releases.add(() => fs.rmSync(turnDir, { recursive: true, force: true }));
+  const proxy = await startTurnProxy({
+    socketPath: path.join(turnDir, 'proxy.sock'),
+    allowedPeerUid: workerUid,
+    policy: policy.policy,
+    caps: {
+      maxConnections: deps.config.egress.maxConnections,
+      maxBytes: deps.config.egress.maxBytes,
+      idleTimeoutMs: deps.config.egress.idleTimeoutMs,
+    },
+    sink: deps.events,
+    turn: { sessionId: record.sessionId, turnId: record.id, profile: record.profile, model: request.model ?? null },
+    logger: deps.logger.child({ turnId: record.id, component: 'proxy' }),
+  });
+  if (!proxy.ok) {
+    await releases.run();
+    return { ok: false, reason: 'worker_host_unsupported', detail: `egress proxy: ${proxy.detail}`, requirement: proxy.detail };
+  }
+  releases.add(() => proxy.close());
+
+  const launch: LaunchMessage = {
+    type: 'launch',
+    v: 1,
+    argv: request.argv,
+    cwd: request.cwd,
+    env: { ...commandEnv(deps, request), TMPDIR: roots.roots.temp.path }, // issue 6: TMPDIR = turn temp
+    tty: request.tty ?? null,
+    egress: { socketPath: proxy.socketPath },
+  };
+  const rlimits: Partial<Record<HelperRlimitName, number>> = {};
+  for (const [name, helperName] of Object.entries(RLIMIT_FOR)) {
+    const value = limits.limits[name as keyof typeof RLIMIT_FOR];
+    if (value !== undefined) rlimits[helperName] = value;
+  }
+
+  let spawned: { child: ChildProcess; protocol: net.Socket };
+  try {
+    spawned =
+      probe.identity === 'separate_uid' && helper
+        ? spawnHelperLaunch(helper, {
+            uid: workerUid,
+            gid: workerUid,
+            cgroups: cgroup.paths,
+            rlimits,
+            hostname: 'turnhost',
+            cwd: request.cwd,
+            env: { PATH: DEFAULT_COMMAND_PATH, LANG: 'C.UTF-8' },
+          })
+        : spawnSharedWorker(deps, request.cwd);
+  } catch (error) {
+    await releases.run();
+    return { ok: false, reason: 'worker_host_unsupported', detail: `worker spawn: ${(error as Error).message}`, requirement: (error as Error).message };
+  }
+  if (probe.identity !== 'separate_uid') {
+    const joined = joinCgroupDirect(cgroup, spawned.child.pid);
+    if (!joined.ok) {
+      spawned.child.kill('SIGKILL');
+      await releases.run();
+      return refuseTurn(env, record, request, joined.detail);
+    }
+  }
+
+  const started = Date.now();
+  env.records.insert(record, cgroup.paths);
+  const turn = trackTurn({
+    env,
+    record,
+    request,
+    output,
+    spawned,
+    cgroup,
+    proxy,
+    helper,
+    launch,
+    started,
+    releases,
+    limits: limits.limits,
+    roots: roots.roots, // issue 6
+  });
+  return turn.startedOrEnded.then(() => ({ ok: true as const, turn: turn.running }));
+}
+
+/** shared_uid: the same worker entry, as the supervisor's uid, in new net/ipc/uts namespaces. */
+function spawnSharedWorker(deps: TurnManagerDeps, cwd: string): { child: ChildProcess; protocol: net.Socket } {
+  const asRoot = process.geteuid?.() === 0;
+  const unshare = asRoot ? ['--net', '--ipc', '--uts'] : ['--user', '--map-current-user', '--net', '--ipc', '--uts'];
+  const child = spawn(
+    'unshare',
+    [...unshare, '--', '/bin/sh', '-c', 'ip link set lo up && exec "$0" "$@"', deps.worker.node, deps.worker.entry],
+    { stdio: ['pipe', 'pipe', 'pipe', 'pipe'], cwd, env: { PATH: DEFAULT_COMMAND_PATH, LANG: 'C.UTF-8' } },
+  );
+  const protocol = child.stdio[3] as net.Socket;
+  return { child, protocol };
+}
+
+/**
+ * issue 6: the workspace root (the turn's cwd) and the turn temp (owned by the worker uid,
+ * its path given as TMPDIR), held for the turn. Releases close the workspace and purge the
+ * temp with a `turn_temp_purge` receipt; they run after the cgroup is killed and removed.
+ */
+function openTurnRoots(
+  env: LaunchEnvironment,
+  record: TurnRecord,
+  request: TurnRequest,
+  workerUid: number,
+  releases: Releases,
+): { ok: true; roots: HostWriteRoots & { temp: NonNullable<HostWriteRoots['temp']> } } | { ok: false; outcome: LaunchOutcome } {
+  const workspace = openRoot(request.cwd);
+  if (!workspace.ok) return { ok: false, outcome: invalid(`cwd: ${workspace.detail}`, 'cwd') };
+  releases.add(() => closeRoot(workspace));
+  const temp = createTurnTemp({ parentDir: env.turnTempParent, name: record.id, uid: workerUid, gid: workerUid });
+  if (!temp.ok) {
+    const detail = `turn temp: ${temp.reason}: ${temp.detail}`;
+    return { ok: false, outcome: { ok: false, reason: 'worker_host_unsupported', detail, requirement: detail } };
+  }
+  releases.add(() => {
+    const purge = purgeTurnTemp(temp, { removeRoot: true });
+    if (purge.outcome !== 'purged')
+      env.deps.logger.warn('turn temp purge incomplete', { turnId: record.id, errorCount: purge.errorCount, errors: purge.errors });
+    env.deps.events.append(turnEvent(record, request.model ?? null, 'turn_temp_purge', { ...turnTempPurgePayload(purge) }));
+  });
+  return { ok: true, roots: { workspace, temp } };
+}
+
+function joinCgroupDirect(cgroup: TurnCgroup, pid: number | undefined): Result {
+  if (pid === undefined) return fail('spawn_failed', 'the worker did not start');
+  for (const dir of cgroup.paths) {
+    try {
+      fs.writeFileSync(path.join(dir, 'cgroup.procs'), `${pid}\n`);
+    } catch (error) {
+      return fail('cgroup_join_failed', `joining ${dir}: ${(error as Error).message}`);
+    }
+  }
+  return ok({});
+}
+
+interface TrackInputs {
+  env: LaunchEnvironment;
+  record: TurnRecord;
+  request: TurnRequest;
+  output: OutputChannel;
+  spawned: { child: ChildProcess; protocol: net.Socket };
+  cgroup: TurnCgroup;
+  proxy: TurnProxy;
+  helper: HelperLocation | null;
+  launch: LaunchMessage;
+  started: number;
+  releases: Releases;
+  limits: ResolvedLimits;
+  roots: HostWriteRoots; // issue 6
+}
+
+/** Follows one worker from its launch message to its result. */
+function trackTurn(inputs: TrackInputs): { running: RunningTurn; startedOrEnded: Promise<void> } {
+  const { env, record, request, output, spawned, cgroup, helper, started, releases } = inputs;
+  const { deps } = env;
+  const { child, protocol } = spawned;
+  const log = deps.logger.child({ turnId: record.id });
+  let stopReason: 'cancelled' | 'timeout' | null = null;
+  let exitMessage: ExitMessage | null = null;
+  let workerError: string | null = null;
+  let stderrTail = Buffer.alloc(0);
+  let rootsOpen = true; // issue 6: host writes stop when the worker exits
+  let signalStarted!: () => void;
+  const startedOrEnded = new Promise<void>((resolve) => (signalStarted = resolve));
+
+  const send = (message: SupervisorMessage): void => {
+    const encoded = encodeMessage(message);
+    if (encoded.ok && !protocol.destroyed) protocol.write(encoded.line);
+  };
+
+  const decoder = new LineDecoder();
+  protocol.on('data', (chunk: Buffer) => {
+    const framed = decoder.push(chunk);
+    if (!framed.ok) {
+      workerError = `protocol: ${framed.detail}`;
+      stop('cancelled');
+      return;
+    }
+    for (const line of framed.lines) {
+      const parsed = parseWorkerMessage(line);
+      if (!parsed.ok) {
+        workerError = `protocol: ${parsed.detail}`;
+        continue;
+      }
+      const message = parsed.message;
+      if (message.type === 'started') {
+        record.state = 'running';
+        env.records.update(record);
+        deps.events.append(
+          turnEvent(record, request.model ?? null, 'worker_launch', {
+            mode: record.mode,
+            profile: record.profile,
+            identity: record.identity,
+            workerUid: record.workerUid,
+            command: path.basename(request.argv[0] ?? ''),
+            cgroup: cgroup.paths[0] ?? null,
+            limits: inputs.limits,
+          }),
+        );
+        signalStarted();
+      } else if (message.type === 'exit') {
+        exitMessage = message;
+      } else {
+        workerError = `${message.code}: ${message.detail}`;
+      }
+    }
+  });
+  protocol.on('error', () => undefined);
+
+  const stdoutStream = record.tty ? 'pty' : 'stdout';
+  child.stdout?.on('data', (data: Buffer) => output.push({ type: 'output', stream: stdoutStream, data }));
+  child.stderr?.on('data', (data: Buffer) => {
+    stderrTail = Buffer.concat([stderrTail, data]).subarray(-STDERR_TAIL_BYTES);
+    output.push({ type: 'output', stream: 'stderr', data });
+  });
+  child.stdin?.on('error', () => undefined);
+
+  const killWorker = (): void => {
+    const killed = cgroup.kill();
+    if (!killed.ok) {
+      log.warn('cgroup kill incomplete; falling back to the helper kill', { detail: killed.detail });
+      if (helper && record.workerUid) void runHelperKill(helper, record.workerUid);
+      child.kill('SIGKILL');
+    }
+  };
+
+  function stop(reason: 'cancelled' | 'timeout'): void {
+    if (record.state === 'finished' || stopReason) return;
+    stopReason = reason;
+    killWorker();
+  }
+
+  const timeoutSeconds = request.timeoutSeconds ?? deps.config.turns.defaultTimeoutSeconds;
+  const timer = setTimeout(() => stop('timeout'), timeoutSeconds * 1000);
+
+  const childClosed = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
+  child.on('error', (error) => {
+    workerError = `spawn: ${error.message}`;
+  });
+
+  const done = (async (): Promise<TurnResult> => {
+    const exitCode = await childClosed;
+    rootsOpen = false; // issue 6
+    clearTimeout(timer);
+    // Background processes die with the turn, whatever the command did.
+    killWorker();
+    const stats = cgroup.stats();
+    const refusal = parseHelperRefusal(exitCode, stderrTail.toString('utf8'));
+    const result = buildResult({
+      stopReason,
+      exitMessage,
+      workerError,
+      refusal: exitMessage || record.state === 'running' ? null : refusal?.detail ?? null,
+      workerExitCode: exitCode,
+      stats,
+      durationMs: Date.now() - started,
+    });
+    await releases.run();
+    record.state = 'finished';
+    record.endedAt = new Date().toISOString();
+    record.result = result;
+    env.records.update(record);
+    deps.events.append(
+      turnEvent(record, request.model ?? null, 'worker_exit', {
+        status: result.status,
+        exitCode: result.exitCode,
+        signal: result.signal,
+        durationMs: result.durationMs,
+        usage: result.usage,
+        limitHits: result.limitHits,
+      }),
+    );
+    log.info('turn finished', { status: result.status, exitCode: result.exitCode, durationMs: result.durationMs });
+    output.push({ type: 'exit', result });
+    signalStarted();
+    return result;
+  })();
+
+  send(inputs.launch);
+
+  const running: RunningTurn = {
+    record,
+    done,
+    stop,
+    attach(): TurnAttachment {
+      let unsubscribe: (() => void) | null = null;
+      return {
+        onEvent(listener) {
+          unsubscribe?.();
+          unsubscribe = output.subscribe(listener);
+        },
+        write(data) {
+          if (child.stdin && !child.stdin.destroyed) child.stdin.write(data);
+        },
+        resize(cols, rows) {
+          send({ type: 'resize', cols, rows });
+        },
+        signal(signal) {
+          send({ type: 'signal', signal: signal as ForwardableSignal });
+        },
+        detach() {
+          unsubscribe?.();
+          unsubscribe = null;
+        },
+      };
+    },
+    // issue 6
+    hostWriteTarget: () =>
+      rootsOpen
+        ? {
+            roots: inputs.roots,
+            turn: { sessionId: record.sessionId, turnId: record.id, profile: record.profile, model: request.model ?? null },
+          }
+        : null,
+  };
+  return { running, startedOrEnded };
+}
+
+interface ResultInputs {
+  stopReason: 'cancelled' | 'timeout' | null;
+  exitMessage: ExitMessage | null;
+  workerError: string | null;
+  refusal: string | null;
+  workerExitCode: number | null;
+  stats: ReturnType<TurnCgroup['stats']>;
+  durationMs: number;
+}
+
+function buildResult(inputs: ResultInputs): TurnResult {
+  const { exitMessage, stats } = inputs;
+  const limitHits: LimitHit[] = [...stats.limitHits];
+  const usage: TurnUsage = {
+    userCpuUsec: exitMessage?.rusage.userCpuUsec ?? null,
+    systemCpuUsec: exitMessage?.rusage.systemCpuUsec ?? null,
+    maxRssKiB: exitMessage?.rusage.maxRssKiB ?? null,
+    cgroupCpuUsec: stats.cpuUsec,
+    memoryPeakBytes: stats.memoryPeakBytes,
+    pidsPeak: stats.pidsPeak,
+    oomKills: stats.oomKills,
+  };
+  let status: TurnStatus;
+  let detail: string | undefined;
+  if (inputs.stopReason) status = inputs.stopReason;
+  else if ((stats.oomKills ?? 0) > 0) status = 'oom_killed';
+  else if (exitMessage?.signal) status = 'signaled';
+  else if (exitMessage) status = exitMessage.exitCode === 0 ? 'ok' : 'nonzero_exit';
+  else if (inputs.refusal) {
+    status = 'launch_refused';
+    detail = inputs.refusal;
+  } else {
+    status = 'internal_error';
+    detail = inputs.workerError ?? `the worker exited (code ${inputs.workerExitCode}) without reporting a result`;
+  }
+  return {
+    status,
+    exitCode: exitMessage?.exitCode ?? null,
+    signal: exitMessage?.signal ?? null,
+    durationMs: inputs.durationMs,
+    usage,
+    limitHits,
+    ...(detail ? { detail } : {}),
+  };
+}

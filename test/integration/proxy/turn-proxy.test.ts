@@ -1,0 +1,275 @@
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import net from 'node:net';
+import t from 'tap';
+import { startEgressBridge } from '../../../worker/bridge.js';
+import {
+  exchange,
+  forwardRequest,
+  openTunnel,
+  ORIGIN_NAME,
+  readAll,
+  startHarness,
+  startHashOrigin,
+  startHttpOrigin,
+} from './fixtures/harness.js';
+
+const LOOPBACK = { allowAddressRanges: ['127.0.0.0/8'] };
+
+t.test('HTTP forward reaches the origin and records egress_connection without the query', async (t) => {
+  const origin = await startHttpOrigin();
+  const h = await startHarness({ egress: { ...LOOPBACK, allowlist: [`${ORIGIN_NAME}:${origin.port}`] } });
+  t.teardown(async () => {
+    await h.close();
+    await origin.close();
+  });
+  const authority = `${ORIGIN_NAME}:${origin.port}`;
+  const response = await exchange({ path: h.socketPath }, forwardRequest(authority, '/some/path?q=1'));
+  t.equal(response.status, 200);
+  t.equal(response.body, `origin:GET /some/path?q=1 host=${authority} body=0`, 'origin-form path, query and Host reach the origin');
+  const [event] = h.events('egress_connection');
+  t.ok(event);
+  t.match(event!.payload, { host: ORIGIN_NAME, port: origin.port, method: 'GET', path: '/some/path', outcome: 'ok', scope: 'tool', inference: false });
+  t.ok((event!.payload.bytesUp as number) > 0 && (event!.payload.bytesDown as number) > 0, 'bytes both ways');
+  t.equal(event!.actor, 'server');
+  t.equal(event!.sessionId, 'session-proxy');
+  t.equal(event!.profile, 'governed');
+  t.equal(event!.model, 'test-model');
+});
+
+t.test('CONNECT reaches the origin; the event has no method and no path', async (t) => {
+  const origin = await startHttpOrigin();
+  const h = await startHarness({ egress: { ...LOOPBACK, allowlist: [`${ORIGIN_NAME}:${origin.port}`] } });
+  t.teardown(async () => {
+    await h.close();
+    await origin.close();
+  });
+  const { response, socket } = await openTunnel({ path: h.socketPath }, `${ORIGIN_NAME}:${origin.port}`);
+  t.equal(response.status, 200);
+  socket.write(`GET /tunnelled HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
+  const answer = (await readAll(socket)).toString();
+  t.match(answer, /origin:GET \/tunnelled host=x/);
+  socket.destroy();
+  await new Promise((r) => setTimeout(r, 50));
+  const [event] = h.events('egress_connection');
+  t.match(event?.payload, { host: ORIGIN_NAME, port: origin.port, method: null, path: null, outcome: 'ok', scope: 'tool' });
+});
+
+t.test('through the worker bridge: forward and CONNECT both arrive', async (t) => {
+  const origin = await startHttpOrigin();
+  const h = await startHarness({ egress: { ...LOOPBACK, allowlist: [`${ORIGIN_NAME}:${origin.port}`] } });
+  const bridge = await startEgressBridge({ socketPath: h.socketPath });
+  if (!bridge.ok) throw new Error(bridge.detail);
+  t.teardown(async () => {
+    bridge.close();
+    await h.close();
+    await origin.close();
+  });
+  const authority = `${ORIGIN_NAME}:${origin.port}`;
+  const forwarded = await exchange({ port: bridge.port }, forwardRequest(authority, '/via-bridge'));
+  t.equal(forwarded.status, 200);
+  t.match(forwarded.body, /origin:GET \/via-bridge/);
+  const { response, socket } = await openTunnel({ port: bridge.port }, authority);
+  t.equal(response.status, 200);
+  socket.write('GET /bridge-tunnel HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+  t.match((await readAll(socket)).toString(), /origin:GET \/bridge-tunnel/);
+  socket.destroy();
+  const denied = await exchange({ port: bridge.port }, forwardRequest('elsewhere.example.test:80'));
+  t.equal(denied.status, 403, 'the proxy still decides');
+});
+
+t.test('a denied host gets 403, a reason header and an egress_denial event; the origin sees nothing', async (t) => {
+  const origin = await startHttpOrigin();
+  const h = await startHarness({
+    egress: { ...LOOPBACK, allowlist: [`${ORIGIN_NAME}:${origin.port}`], denylist: [`blocked.example.test:${origin.port}`] },
+  });
+  t.teardown(async () => {
+    await h.close();
+    await origin.close();
+  });
+  const forward = await exchange({ path: h.socketPath }, forwardRequest(`other.example.test:${origin.port}`));
+  t.equal(forward.status, 403);
+  t.equal(forward.headers['x-turnhost-denial'], 'not_allowlisted');
+  const tunnel = await openTunnel({ path: h.socketPath }, `other.example.test:${origin.port}`);
+  t.equal(tunnel.response.status, 403);
+  t.equal(tunnel.response.headers['x-turnhost-denial'], 'not_allowlisted');
+  const wrongPort = await exchange({ path: h.socketPath }, forwardRequest(`${ORIGIN_NAME}:${origin.port + 1}`));
+  t.equal(wrongPort.headers['x-turnhost-denial'], 'not_allowlisted', 'an entry with a port allows only that port');
+  const denials = h.events('egress_denial');
+  t.equal(denials.length, 3);
+  t.match(denials[0]!.payload, { host: 'other.example.test', port: origin.port, reason: 'not_allowlisted' });
+  t.equal(origin.connections, 0);
+  t.equal(h.events('egress_connection').length, 0);
+});
+
+t.test('inference hosts are tagged inference', async (t) => {
+  const origin = await startHttpOrigin();
+  const inference = `api.inference.test:${origin.port}`;
+  const h = await startHarness({
+    egress: { ...LOOPBACK, allowlist: [inference], inferenceHosts: [inference] },
+    resolver: async () => ['127.0.0.1'],
+  });
+  t.teardown(async () => {
+    await h.close();
+    await origin.close();
+  });
+  t.equal((await exchange({ path: h.socketPath }, forwardRequest(inference))).status, 200);
+  t.match(h.events('egress_connection')[0]?.payload, { scope: 'inference', inference: true });
+});
+
+t.test('restricted mode reaches only the inference hosts', async (t) => {
+  const origin = await startHttpOrigin();
+  const inference = `api.inference.test:${origin.port}`;
+  const h = await startHarness({
+    mode: 'restricted',
+    egress: { ...LOOPBACK, allowlist: [`${ORIGIN_NAME}:${origin.port}`], inferenceHosts: [inference] },
+    resolver: async () => ['127.0.0.1'],
+  });
+  t.teardown(async () => {
+    await h.close();
+    await origin.close();
+  });
+  t.equal((await exchange({ path: h.socketPath }, forwardRequest(inference))).status, 200);
+  const refused = await exchange({ path: h.socketPath }, forwardRequest(`${ORIGIN_NAME}:${origin.port}`));
+  t.equal(refused.headers['x-turnhost-denial'], 'not_allowlisted');
+});
+
+t.test('a 64 MiB upload through CONNECT arrives byte-exact', async (t) => {
+  const origin = await startHashOrigin();
+  const h = await startHarness({ egress: { ...LOOPBACK, allowlist: [`${ORIGIN_NAME}:${origin.port}`] } });
+  t.teardown(async () => {
+    await h.close();
+    await origin.close();
+  });
+  const payload = crypto.randomBytes(64 * 1024 * 1024);
+  const expected = crypto.createHash('sha256').update(payload).digest('hex');
+  const { response, socket } = await openTunnel({ path: h.socketPath }, `${ORIGIN_NAME}:${origin.port}`);
+  t.equal(response.status, 200);
+  const answer = readAll(socket);
+  socket.end(payload);
+  t.equal((await answer).toString(), `${payload.length} ${expected}`);
+  await new Promise((r) => setTimeout(r, 50));
+  const event = h.events('egress_connection')[0];
+  t.ok((event?.payload.bytesUp as number) >= payload.length, 'bytesUp counts the upload');
+});
+
+t.test('200 concurrent connections complete', async (t) => {
+  const origin = await startHttpOrigin();
+  const h = await startHarness({ egress: { ...LOOPBACK, allowlist: [`${ORIGIN_NAME}:${origin.port}`], maxConnections: 256 } });
+  t.teardown(async () => {
+    await h.close();
+    await origin.close();
+  });
+  const authority = `${ORIGIN_NAME}:${origin.port}`;
+  const responses = await Promise.all(
+    Array.from({ length: 200 }, (_, i) => exchange({ path: h.socketPath }, forwardRequest(authority, `/n/${i}`))),
+  );
+  t.equal(responses.filter((r) => r.status === 200).length, 200);
+  t.ok(responses.every((r, i) => r.body.includes(`/n/${i} `)), 'each answer belongs to its request');
+  t.equal(h.events('egress_connection').length, 200);
+});
+
+t.test('caps: concurrent connections, total bytes, idle timeout', async (t) => {
+  const origin = await startHashOrigin();
+  const authority = `${ORIGIN_NAME}:${origin.port}`;
+  t.teardown(() => origin.close());
+
+  t.test('connections beyond maxConnections are refused', async (t) => {
+    const h = await startHarness({ egress: { ...LOOPBACK, allowlist: [authority] }, caps: { maxConnections: 2 } });
+    t.teardown(() => h.close());
+    const first = await openTunnel({ path: h.socketPath }, authority);
+    const second = await openTunnel({ path: h.socketPath }, authority);
+    t.equal(first.response.status, 200);
+    t.equal(second.response.status, 200);
+    const third = await openTunnel({ path: h.socketPath }, authority);
+    t.equal(third.response.status, 403);
+    t.equal(third.response.headers['x-turnhost-denial'], 'cap_exceeded');
+    first.socket.destroy();
+    second.socket.destroy();
+  });
+
+  t.test('the byte cap ends the tunnel and refuses new connections', async (t) => {
+    const h = await startHarness({ egress: { ...LOOPBACK, allowlist: [authority] }, caps: { maxBytes: 4096 } });
+    t.teardown(() => h.close());
+    const { socket } = await openTunnel({ path: h.socketPath }, authority);
+    const closed = new Promise((r) => socket.once('end', r));
+    socket.write(Buffer.alloc(64 * 1024));
+    socket.resume();
+    await closed;
+    await new Promise((r) => setTimeout(r, 50));
+    t.equal(h.events('egress_connection')[0]?.payload.outcome, 'cap_exceeded');
+    const next = await openTunnel({ path: h.socketPath }, authority);
+    t.equal(next.response.headers['x-turnhost-denial'], 'cap_exceeded');
+  });
+
+  t.test('an idle tunnel is closed', async (t) => {
+    const h = await startHarness({ egress: { ...LOOPBACK, allowlist: [authority] }, caps: { idleTimeoutMs: 200 } });
+    t.teardown(() => h.close());
+    const { socket } = await openTunnel({ path: h.socketPath }, authority);
+    const ended = new Promise((r) => socket.once('end', r));
+    socket.resume();
+    await ended;
+    await new Promise((r) => setTimeout(r, 50));
+    t.equal(h.events('egress_connection')[0]?.payload.outcome, 'idle_timeout');
+  });
+});
+
+t.test('close() destroys every connection and removes the socket', async (t) => {
+  const origin = await startHashOrigin();
+  const h = await startHarness({ egress: { ...LOOPBACK, allowlist: [`${ORIGIN_NAME}:${origin.port}`] } });
+  t.teardown(async () => {
+    await h.close();
+    await origin.close();
+  });
+  const { socket } = await openTunnel({ path: h.socketPath }, `${ORIGIN_NAME}:${origin.port}`);
+  const idleClient = net.connect({ path: h.socketPath });
+  await new Promise((r) => idleClient.once('connect', r));
+  const closed = Promise.all([socket, idleClient].map((s) => new Promise((r) => {
+    s.resume();
+    s.once('end', r);
+  })));
+  await h.proxy.close();
+  await closed;
+  t.notOk(fs.existsSync(h.socketPath));
+  t.equal(h.events('egress_connection')[0]?.payload.outcome, 'turn_ended');
+});
+
+t.test('refusals of unsupported forms', async (t) => {
+  const origin = await startHttpOrigin();
+  const authority = `${ORIGIN_NAME}:${origin.port}`;
+  const h = await startHarness({ egress: { ...LOOPBACK, allowlist: [authority] } });
+  t.teardown(async () => {
+    await h.close();
+    await origin.close();
+  });
+  const https = await exchange({ path: h.socketPath }, `GET https://${authority}/ HTTP/1.1\r\nHost: ${authority}\r\nConnection: close\r\n\r\n`);
+  t.equal(https.headers['x-turnhost-denial'], 'unsupported_scheme');
+  const originForm = await exchange({ path: h.socketPath }, `GET / HTTP/1.1\r\nHost: ${authority}\r\nConnection: close\r\n\r\n`);
+  t.equal(originForm.headers['x-turnhost-denial'], 'invalid_request');
+  const upgrade = await exchange(
+    { path: h.socketPath },
+    `GET http://${authority}/ws HTTP/1.1\r\nHost: ${authority}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n`,
+  );
+  t.equal(upgrade.headers['x-turnhost-denial'], 'unsupported_upgrade');
+  const noPort = await openTunnel({ path: h.socketPath }, ORIGIN_NAME);
+  t.equal(noPort.response.headers['x-turnhost-denial'], 'invalid_port');
+  t.equal(origin.connections, 0);
+});
+
+t.test('an unresolvable name answers 403 resolve_failed; a refused dial answers 502 and records connect_failed', async (t) => {
+  const closed = net.createServer();
+  await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
+  const deadPort = (closed.address() as net.AddressInfo).port;
+  await new Promise((r) => closed.close(r));
+  const h = await startHarness({ egress: { ...LOOPBACK, allowlist: [`*.example.test:${deadPort}`] } });
+  t.teardown(() => h.close());
+  const unresolvable = await exchange({ path: h.socketPath }, forwardRequest(`missing.example.test:${deadPort}`));
+  t.equal(unresolvable.status, 403);
+  t.equal(unresolvable.headers['x-turnhost-denial'], 'resolve_failed');
+  const refused = await exchange({ path: h.socketPath }, forwardRequest(`${ORIGIN_NAME}:${deadPort}`));
+  t.equal(refused.status, 502);
+  const tunnel = await openTunnel({ path: h.socketPath }, `${ORIGIN_NAME}:${deadPort}`);
+  t.equal(tunnel.response.status, 502);
+  t.same(h.events('egress_connection').map((e) => e.payload.outcome), ['connect_failed', 'connect_failed']);
+  t.match(h.events('egress_denial')[0]?.payload, { host: 'missing.example.test', reason: 'resolve_failed' });
+});

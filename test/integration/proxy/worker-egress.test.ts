@@ -1,0 +1,62 @@
+/**
+ * Egress through a real worker: the command runs as the worker uid in a loopback-only network
+ * namespace, reaches the proxy only through the worker's bridge, and has no other route out.
+ * The origin listens on 127.0.0.1 of the root namespace, allowed by address range.
+ */
+import t from 'tap';
+import { createTurnHarness, runTurn } from '../../support/turn-harness.js';
+import { startHttpOrigin } from './fixtures/harness.js';
+
+const origin = await startHttpOrigin();
+const target = `127.0.0.1:${origin.port}`;
+const harness = await createTurnHarness({
+  slot: 55,
+  configure: (config) => {
+    config.egress.allowlist = [target];
+    config.egress.allowAddressRanges = ['127.0.0.0/8'];
+  },
+});
+t.teardown(async () => {
+  await harness.close();
+  await origin.close();
+});
+
+/** NO_PROXY names 127.0.0.1, so the command drops it to send the origin's address via the proxy. */
+const VIA_PROXY = 'unset NO_PROXY no_proxy;';
+
+t.test('HTTP forward and CONNECT from the command reach the origin through the proxy', async (t) => {
+  const before = origin.connections;
+  const script = [
+    VIA_PROXY,
+    `curl -sS -m 10 "http://${target}/forward?secret=SECRET-MARKER-QUERY"; echo;`,
+    `curl -sS -m 10 -p "http://${target}/tunnel"; echo;`,
+  ].join(' ');
+  const run = await runTurn(harness, { argv: ['/bin/sh', '-c', script] });
+  t.equal(run.result.status, 'ok', run.result.detail ?? run.stderr);
+  t.match(run.stdout, /origin:GET \/forward\?secret=SECRET-MARKER-QUERY/);
+  t.match(run.stdout, /origin:GET \/tunnel/);
+  t.equal(origin.connections - before, 2);
+  const page = harness.events.query({ turn: run.id, kind: 'egress_connection' });
+  if (!page.ok) throw new Error(page.detail);
+  t.same(page.events.map((e) => [e.payload.method, e.payload.path, e.payload.outcome]), [['GET', '/forward', 'ok'], [null, null, 'ok']]);
+  t.notMatch(JSON.stringify(page.events), /SECRET-MARKER/);
+});
+
+t.test('a denied host gets 403 with the reason and an egress_denial event', async (t) => {
+  const run = await runTurn(harness, {
+    argv: ['/bin/sh', '-c', 'curl -sS -m 10 -D - -o /dev/null http://denied.example.test/'],
+  });
+  t.match(run.stdout, /HTTP\/1\.1 403/);
+  t.match(run.stdout, /X-Turnhost-Denial: not_allowlisted/i);
+  const page = harness.events.query({ turn: run.id, kind: 'egress_denial' });
+  t.match(page.ok && page.events[0]?.payload, { host: 'denied.example.test', port: 80, reason: 'not_allowlisted' });
+});
+
+t.test('a direct connection that bypasses the proxy fails', async (t) => {
+  const before = origin.connections;
+  const run = await runTurn(harness, {
+    argv: ['/bin/sh', '-c', `curl -sS -m 5 --noproxy '*' "http://${target}/direct"; echo "exit=$?"`],
+  });
+  t.match(run.stdout, /exit=(7|28)/, 'curl could not connect');
+  t.equal(origin.connections, before, 'the origin saw nothing');
+});

@@ -1,0 +1,146 @@
+/**
+ * Builds a real turn manager for native tests: a temp data dir and workspace, the helper built
+ * in the tree with a root-owned config naming a per-test-file uid range and cgroup subtree, and
+ * a real event store. Everything is removed in teardown.
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createMemoryLogger } from '../../core/log.js';
+import { discoverCgroupLayout } from '../../cgroup/discover.js';
+import { prepareCgroupSubtree, removeCgroupSubtree, subtreeTurnRoots } from '../../cgroup/turn-cgroup.js';
+import { defaultConfig } from '../../supervisor/config/load.js';
+import type { TurnhostConfig } from '../../supervisor/config/types.js';
+import { openDatabase } from '../../supervisor/db/open.js';
+import { openEventStore } from '../../supervisor/events/store.js';
+import { runHelperProbe } from '../../supervisor/identity/helper-client.js';
+import { writeHelperConfig } from '../../supervisor/identity/helper-config.js';
+import { createTurnManager } from '../../supervisor/turns/manager.js';
+import type { TurnManager } from '../../supervisor/turns/types.js';
+import type { EventStore } from '../../supervisor/events/types.js';
+
+export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export const HELPER_PATH = path.join(REPO_ROOT, 'identity-helper/build/identity-helper');
+export const WORKER_ENTRY = path.join(REPO_ROOT, 'dist/worker/main.js');
+export const NATIVE_BUILD = path.join(REPO_ROOT, 'test/native/build');
+
+export interface TurnHarness {
+  turns: TurnManager;
+  events: EventStore;
+  config: TurnhostConfig;
+  workspace: string;
+  uidRange: { first: number; count: number };
+  logLines: string[];
+  close(): Promise<void>;
+}
+
+export interface HarnessOptions {
+  /** Distinguishes parallel test files: uid range and cgroup subtree derive from it. */
+  slot: number;
+  separateUid?: boolean;
+  configure?: (config: TurnhostConfig) => void;
+}
+
+export async function createTurnHarness(options: HarnessOptions): Promise<TurnHarness> {
+  const base = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-harness-'));
+  fs.chmodSync(base, 0o755);
+  const workspace = path.join(base, 'workspace');
+  fs.mkdirSync(workspace, { mode: 0o777 });
+  fs.chmodSync(workspace, 0o777);
+  // The helper refuses a config under a world-writable directory such as /tmp.
+  const helperDir = fs.mkdtempSync('/run/turnhost-harness-');
+  const uidRange = { first: 3_100_000 + options.slot * 1000, count: 64 };
+  const subtreeName = `turnhost-test-${options.slot}-${process.pid}`;
+
+  const config = defaultConfig({ installed: false, cwd: base });
+  config.dataDir = path.join(base, 'data');
+  config.turns.workspaceRoots = [workspace];
+  config.limits = { processes: 256, open_files: 1024, memory: '512M', pids: 128, cpu: 1 };
+  config.egress.allowAddressRanges = [];
+
+  const layout = discoverCgroupLayout(config.probeRoots);
+  const prepared = prepareCgroupSubtree(layout, { name: subtreeName });
+  if (!prepared.ok) throw new Error(`test cgroup subtree: ${prepared.detail}`);
+  if (options.separateUid !== false) {
+    const helperConfig = path.join(helperDir, 'identity-helper.conf');
+    writeHelperConfig(helperConfig, {
+      uidRange,
+      callerGroup: 'root',
+      cgroupRoots: subtreeTurnRoots(prepared.subtree),
+      workerExec: process.execPath,
+      workerArgs: [WORKER_ENTRY],
+    });
+    config.identityHelper = { path: HELPER_PATH, configPath: helperConfig };
+  }
+  options.configure?.(config);
+
+  fs.mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
+  const { logger, lines } = createMemoryLogger('debug');
+  const events = openEventStore({
+    databasePath: path.join(config.dataDir, 'turnhost.db'),
+    fallbackLogPath: path.join(config.dataDir, 'events-fallback.log'),
+    unboundRetentionDays: 30,
+    logger,
+  });
+  const db = openDatabase(path.join(config.dataDir, 'turnhost.db'));
+  if (!db.ok) throw new Error(db.detail);
+  const helper = config.identityHelper.path
+    ? { path: config.identityHelper.path, configPath: config.identityHelper.configPath }
+    : null;
+  const turns = await createTurnManager({
+    config,
+    logger,
+    events,
+    db: db.db,
+    probeContext: {
+      config,
+      logger,
+      env: {},
+      ...(helper ? { helperProbe: () => runHelperProbe(helper) } : {}),
+    },
+    worker: { node: process.execPath, entry: WORKER_ENTRY },
+    env: {},
+    cgroupSubtreeName: subtreeName,
+  });
+  return {
+    turns,
+    events,
+    config,
+    workspace,
+    uidRange,
+    logLines: lines,
+    async close() {
+      await turns.close();
+      events.close();
+      db.db.close();
+      removeCgroupSubtree(prepared.subtree);
+      fs.rmSync(base, { recursive: true, force: true });
+      fs.rmSync(helperDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Runs one turn to its end and collects its output. */
+export async function runTurn(
+  harness: TurnHarness,
+  request: { argv: string[]; tty?: { cols: number; rows: number }; timeoutSeconds?: number; limits?: Record<string, string | number>; env?: Record<string, string>; sessionId?: string },
+) {
+  const created = await harness.turns.create({
+    sessionId: request.sessionId ?? 'session-test',
+    mode: 'ordinary',
+    cwd: harness.workspace,
+    ...request,
+  });
+  if (!created.ok) throw new Error(`turn refused: ${created.reason}: ${created.detail}`);
+  const id = created.turn.id;
+  const attached = harness.turns.attach(id);
+  if (!attached.ok) throw new Error(attached.detail);
+  const chunks: Buffer[] = [];
+  const stderr: Buffer[] = [];
+  attached.attachment.onEvent((event) => {
+    if (event.type === 'output') (event.stream === 'stderr' ? stderr : chunks).push(event.data);
+  });
+  const result = await harness.turns.wait(id);
+  return { id, result: result!, stdout: Buffer.concat(chunks).toString(), stderr: Buffer.concat(stderr).toString(), record: harness.turns.get(id)! };
+}
