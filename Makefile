@@ -21,14 +21,18 @@ build-ts:
 	npx tsc -p tsconfig.json
 
 build-native:
-	$(MAKE) -C identity-helper
+	$(MAKE) -C identity-helper all asan
 	$(MAKE) -C test/native
 
+# The helper's descriptor parser is fuzzed for a bounded time, then every tap suite runs.
 test: build
+	$(MAKE) -C identity-helper fuzz-run FUZZ_SECONDS=30
 	npx tap
 
+# Development supervisor as root: dev config + root-owned helper config, then serve.
 run: build
-	$(NODE) dist/supervisor/cli.js serve --data-dir .turnhost-dev
+	$(NODE) dist/supervisor/dev-setup.js .turnhost-dev
+	$(NODE) dist/supervisor/cli.js serve --config .turnhost-dev/turnhost.json
 
 clean:
 	rm -rf dist .tap

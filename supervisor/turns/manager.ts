@@ -37,6 +37,8 @@ export interface TurnManagerDeps {
   cgroupSubtreeName?: string;
 }
 
+const RECENT_TURNS_KEPT = 64;
+
 function newTurnId(): string {
   return `turn_${randomBytes(9).toString('base64url')}`;
 }
@@ -44,6 +46,16 @@ function newTurnId(): string {
 export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnManager> {
   const records: TurnRecordStore = createTurnRecordStore(deps.db);
   const running = new Map<string, RunningTurn>();
+  /** Recently finished turns keep their output backlog, so a client that attaches late still gets it. */
+  const recent = new Map<string, RunningTurn>();
+  const retire = (id: string, turn: RunningTurn): void => {
+    running.delete(id);
+    recent.set(id, turn);
+    for (const oldest of recent.keys()) {
+      if (recent.size <= RECENT_TURNS_KEPT) break;
+      recent.delete(oldest);
+    }
+  };
   const launchEnv: LaunchEnvironment = await prepareLaunchEnvironment(deps, records);
   await recoverInterruptedTurns(launchEnv);
 
@@ -63,7 +75,7 @@ export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnMana
       if (!launched.ok) return launched;
       const turn = launched.turn;
       running.set(id, turn);
-      void turn.done.then(() => running.delete(id));
+      void turn.done.then(() => retire(id, turn));
       return ok({ turn: turn.record });
     },
 
@@ -82,7 +94,7 @@ export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnMana
     },
 
     attach(id) {
-      const turn = running.get(id);
+      const turn = running.get(id) ?? recent.get(id);
       const record = turn?.record ?? records.get(id);
       if (!record) return fail('not_found', `no turn ${id}`);
       const attachment: TurnAttachment = turn

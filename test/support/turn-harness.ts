@@ -8,13 +8,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createMemoryLogger } from '../../core/log.js';
+import { stopTapInjectingIntoChildren } from './no-tap-inject.js';
 import { discoverCgroupLayout } from '../../cgroup/discover.js';
 import { prepareCgroupSubtree, removeCgroupSubtree, subtreeTurnRoots } from '../../cgroup/turn-cgroup.js';
 import { defaultConfig } from '../../supervisor/config/load.js';
 import type { TurnhostConfig } from '../../supervisor/config/types.js';
 import { openDatabase } from '../../supervisor/db/open.js';
 import { openEventStore } from '../../supervisor/events/store.js';
-import { runHelperProbe } from '../../supervisor/identity/helper-client.js';
+import { runHelperProbe, runHelperView } from '../../supervisor/identity/helper-client.js';
 import { writeHelperConfig } from '../../supervisor/identity/helper-config.js';
 import { createTurnManager } from '../../supervisor/turns/manager.js';
 import type { TurnManager } from '../../supervisor/turns/types.js';
@@ -43,6 +44,7 @@ export interface HarnessOptions {
 }
 
 export async function createTurnHarness(options: HarnessOptions): Promise<TurnHarness> {
+  stopTapInjectingIntoChildren();
   const base = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-harness-'));
   fs.chmodSync(base, 0o755);
   const workspace = path.join(base, 'workspace');
@@ -70,6 +72,7 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
       cgroupRoots: subtreeTurnRoots(prepared.subtree),
       workerExec: process.execPath,
       workerArgs: [WORKER_ENTRY],
+      viewPaths: [REPO_ROOT], // the worker entry, its modules and the native test programs
     });
     config.identityHelper = { path: HELPER_PATH, configPath: helperConfig };
   }
@@ -97,7 +100,7 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
       config,
       logger,
       env: {},
-      ...(helper ? { helperProbe: () => runHelperProbe(helper) } : {}),
+      ...(helper ? { helperProbe: () => runHelperProbe(helper), helperView: (request) => runHelperView(helper, request) } : {}),
     },
     worker: { node: process.execPath, entry: WORKER_ENTRY },
     env: {},
@@ -124,7 +127,7 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
 /** Runs one turn to its end and collects its output. */
 export async function runTurn(
   harness: TurnHarness,
-  request: { argv: string[]; tty?: { cols: number; rows: number }; timeoutSeconds?: number; limits?: Record<string, string | number>; env?: Record<string, string>; sessionId?: string },
+  request: { argv: string[]; mode?: 'ordinary' | 'restricted'; tty?: { cols: number; rows: number }; timeoutSeconds?: number; limits?: Record<string, string | number>; env?: Record<string, string>; sessionId?: string },
 ) {
   const created = await harness.turns.create({
     sessionId: request.sessionId ?? 'session-test',

@@ -1,0 +1,273 @@
+/**
+ * The `turnhost` command line: `serve` runs the supervisor; `status`, `check`, `events` and `run`
+ * talk to a running one (or `run --local` runs one turn in-process). Exit codes: cli/exit-codes.ts
+ * and docs/cli.md.
+ */
+import { randomBytes } from 'node:crypto';
+import { pathToFileURL } from 'node:url';
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+import type { ConfigOverrides } from './config/load.js';
+import { startDaemon } from './daemon.js';
+import type { EventPage, GovernanceEvent } from './events/types.js';
+import type { WorkerHostStatus } from './probes/types.js';
+import type { TurnRequest } from './turns/types.js';
+import { apiRequest, expectOk, openWebSocket, resolveConnection, type Connection } from './cli/client.js';
+import { CliExit, EXIT } from './cli/exit-codes.js';
+import { formatEvent, formatStatus, formatWorkerHost } from './cli/format.js';
+import { runLocal, runRemote } from './cli/run.js';
+
+const USAGE = `usage: turnhost <command> [options]
+
+  serve   [--config FILE] [--listen HOST:PORT] [--socket PATH] [--data-dir DIR] [--log-level L]
+  status  [--json]                       what the running supervisor reports
+  check   [--json]                       re-run the worker-host probes (exit 4 when ordinary is unavailable)
+  events  [--session S] [--turn T] [--kind K] [--after ID] [--limit N] [--follow] [--json]
+  run     [--mode M] [--tty] [--timeout S] [--cwd DIR] [--env K=V]... [--allow HOST]...
+          [--limit NAME=VALUE]... [--session S] [--turn-id ID] [--json] [--local] -- CMD ARGS...
+
+client options: --server URL (http://HOST:PORT or unix:/PATH), --data-dir DIR, --config FILE
+exit codes: 0 ok, 1 failed, 2 usage, 3 not found, 4 unavailable/unauthenticated, 5 no server,
+            6 refused, 7 capacity, 8 conflict; run: the command's code, 128+signal, 124 timeout, 125 cancelled
+`;
+
+type Options = ParseArgsConfig['options'];
+const CONFIG_OPTIONS: Options = {
+  config: { type: 'string' },
+  'data-dir': { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+};
+const CLIENT_OPTIONS: Options = { ...CONFIG_OPTIONS, server: { type: 'string' }, json: { type: 'boolean' } };
+
+const COMMAND_OPTIONS: Record<string, Options> = {
+  serve: { ...CONFIG_OPTIONS, listen: { type: 'string' }, socket: { type: 'string' }, 'log-level': { type: 'string' } },
+  status: CLIENT_OPTIONS,
+  check: CLIENT_OPTIONS,
+  events: {
+    ...CLIENT_OPTIONS,
+    session: { type: 'string' },
+    turn: { type: 'string' },
+    kind: { type: 'string' },
+    after: { type: 'string' },
+    limit: { type: 'string' },
+    follow: { type: 'boolean', short: 'f' },
+  },
+  run: {
+    ...CLIENT_OPTIONS,
+    mode: { type: 'string' },
+    tty: { type: 'boolean' },
+    timeout: { type: 'string' },
+    cwd: { type: 'string' },
+    env: { type: 'string', multiple: true },
+    allow: { type: 'string', multiple: true },
+    limit: { type: 'string', multiple: true },
+    session: { type: 'string' },
+    'turn-id': { type: 'string' },
+    local: { type: 'boolean' },
+  },
+};
+
+type Values = Record<string, string | boolean | string[] | undefined>;
+
+function usage(message: string): CliExit {
+  return new CliExit(EXIT.usage, `turnhost: ${message}\n${USAGE}`);
+}
+
+function str(values: Values, name: string): string | undefined {
+  const value = values[name];
+  return typeof value === 'string' ? value : undefined;
+}
+
+function list(values: Values, name: string): string[] {
+  const value = values[name];
+  return Array.isArray(value) ? value : [];
+}
+
+function configOverrides(values: Values): ConfigOverrides {
+  const overrides: ConfigOverrides = {};
+  const dataDir = str(values, 'data-dir');
+  if (dataDir !== undefined) overrides.dataDir = dataDir;
+  return overrides;
+}
+
+function connect(values: Values, env: NodeJS.ProcessEnv): Connection {
+  return resolveConnection({ server: str(values, 'server'), configPath: str(values, 'config'), overrides: configOverrides(values), env });
+}
+
+function print(text: string): void {
+  process.stdout.write(text);
+}
+
+async function serve(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
+  const overrides = configOverrides(values);
+  const listen = str(values, 'listen');
+  const socket = str(values, 'socket');
+  const logLevel = str(values, 'log-level');
+  if (listen !== undefined) overrides.listen = listen === 'none' ? null : listen;
+  if (socket !== undefined) overrides.socket = socket === 'none' ? null : socket;
+  if (logLevel !== undefined) overrides.logLevel = logLevel;
+  const started = await startDaemon({ configPath: str(values, 'config'), env, overrides });
+  if (!started.ok) {
+    const code = started.reason === 'config_invalid' ? EXIT.usage : EXIT.failed;
+    throw new CliExit(code, `turnhost serve: ${started.reason}: ${started.detail}`);
+  }
+  const { daemon } = started;
+  await new Promise<void>((resolve) => {
+    const stop = (): void => {
+      void daemon.close().then(resolve);
+    };
+    process.once('SIGTERM', stop);
+    process.once('SIGINT', stop);
+  });
+  return EXIT.ok;
+}
+
+async function status(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
+  const body = expectOk(await apiRequest(connect(values, env), 'GET', '/api/status'), 'status');
+  print(values['json'] ? JSON.stringify(body, null, 2) + '\n' : formatStatus(body as Parameters<typeof formatStatus>[0]));
+  return EXIT.ok;
+}
+
+async function check(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
+  const body = expectOk(await apiRequest(connect(values, env), 'POST', '/api/status/worker-host'), 'check') as WorkerHostStatus;
+  print(values['json'] ? JSON.stringify(body, null, 2) + '\n' : formatWorkerHost(body));
+  return body.ordinary?.available === true ? EXIT.ok : EXIT.unavailable;
+}
+
+function eventParams(values: Values, names: string[]): string {
+  const params = new URLSearchParams();
+  for (const name of names) {
+    const value = str(values, name);
+    if (value !== undefined) params.set(name, value);
+  }
+  const text = params.toString();
+  return text === '' ? '' : `?${text}`;
+}
+
+async function events(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
+  const connection = connect(values, env);
+  const json = values['json'] === true;
+  const show = (event: GovernanceEvent): void => print(json ? JSON.stringify(event) + '\n' : formatEvent(event));
+  if (!values['follow']) {
+    const query = eventParams(values, ['session', 'turn', 'kind', 'after', 'limit']);
+    const page = expectOk(await apiRequest(connection, 'GET', `/api/governance/events${query}`), 'events') as EventPage;
+    if (json) print(JSON.stringify(page) + '\n');
+    else page.events.forEach(show);
+    if (!json && page.nextAfter !== null) process.stderr.write(`more events: --after ${page.nextAfter}\n`);
+    return EXIT.ok;
+  }
+  if (values['limit'] !== undefined) throw usage('--limit does not apply to --follow');
+  const socket = await openWebSocket(connection, `/api/governance/events/stream${eventParams(values, ['session', 'turn', 'kind', 'after'])}`);
+  return new Promise((resolve) => {
+    const stop = (): void => socket.close();
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+    socket.onMessage((text) => {
+      const message = JSON.parse(text) as { type: string; event?: GovernanceEvent };
+      if (message.type === 'event' && message.event) show(message.event);
+    });
+    socket.onClose((code) => {
+      process.off('SIGINT', stop);
+      process.off('SIGTERM', stop);
+      if (code === 1000 || code === 1005) return resolve(EXIT.ok);
+      process.stderr.write(`turnhost: event stream closed (${code})\n`);
+      resolve(EXIT.serverNotRunning);
+    });
+  });
+}
+
+function keyValues(entries: string[], flag: string): Array<[string, string]> {
+  return entries.map((entry) => {
+    const at = entry.indexOf('=');
+    if (at <= 0) throw usage(`${flag} ${entry}: expected NAME=VALUE`);
+    return [entry.slice(0, at), entry.slice(at + 1)];
+  });
+}
+
+export function buildTurnRequest(values: Values, argv: string[], cwd: string): TurnRequest {
+  if (argv.length === 0) throw usage('run: missing the command (turnhost run [options] -- CMD ARGS...)');
+  const mode = str(values, 'mode') ?? 'ordinary';
+  if (mode !== 'ordinary' && mode !== 'restricted') throw usage(`--mode: expected ordinary or restricted, not ${mode}`);
+  const request: TurnRequest = {
+    sessionId: str(values, 'session') ?? `cli-${randomBytes(6).toString('hex')}`,
+    mode,
+    argv,
+    cwd: str(values, 'cwd') ?? cwd,
+  };
+  const turnId = str(values, 'turn-id');
+  if (turnId !== undefined) request.turnId = turnId;
+  const timeout = str(values, 'timeout');
+  if (timeout !== undefined) {
+    if (!/^[0-9]+(\.[0-9]+)?$/.test(timeout) || Number(timeout) <= 0) throw usage('--timeout: expected a positive number of seconds');
+    request.timeoutSeconds = Number(timeout);
+  }
+  const env = keyValues(list(values, 'env'), '--env');
+  if (env.length > 0) request.env = Object.fromEntries(env);
+  const allow = list(values, 'allow');
+  if (allow.length > 0) request.egressAllow = allow;
+  const limits = keyValues(list(values, 'limit'), '--limit');
+  if (limits.length > 0) request.limits = Object.fromEntries(limits.map(([name, value]) => [name, /^[0-9]+(\.[0-9]+)?$/.test(value) ? Number(value) : value]));
+  if (values['tty']) request.tty = { cols: process.stdout.columns || 80, rows: process.stdout.rows || 24 };
+  return request;
+}
+
+async function run(values: Values, positionals: string[], env: NodeJS.ProcessEnv): Promise<number> {
+  const request = buildTurnRequest(values, positionals, process.cwd());
+  const options = { request, json: values['json'] === true };
+  if (values['local']) {
+    if (values['server'] !== undefined) throw usage('--local and --server exclude each other');
+    return runLocal({ configPath: str(values, 'config'), overrides: configOverrides(values), env }, options);
+  }
+  return runRemote(connect(values, env), options);
+}
+
+export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
+  const [command, ...rest] = argv;
+  if (command === undefined || command === 'help' || command === '--help' || command === '-h') {
+    print(USAGE);
+    return command === undefined ? EXIT.usage : EXIT.ok;
+  }
+  const options = COMMAND_OPTIONS[command];
+  if (options === undefined) throw usage(`unknown command '${command}'`);
+  let parsed: { values: Values; positionals: string[] };
+  try {
+    parsed = parseArgs({ args: rest, options, allowPositionals: command === 'run', strict: true }) as typeof parsed;
+  } catch (error) {
+    throw usage((error as Error).message);
+  }
+  if (parsed.values['help']) {
+    print(USAGE);
+    return EXIT.ok;
+  }
+  switch (command) {
+    case 'serve':
+      return serve(parsed.values, env);
+    case 'status':
+      return status(parsed.values, env);
+    case 'check':
+      return check(parsed.values, env);
+    case 'events':
+      return events(parsed.values, env);
+    default:
+      return run(parsed.values, parsed.positionals, env);
+  }
+}
+
+/** Runs the CLI and sets the process exit code; `bin/turnhost` and `node dist/supervisor/cli.js` both call it. */
+export function runCli(argv: string[]): void {
+  main(argv).then(
+    (code) => {
+      process.exitCode = code;
+    },
+    (error: unknown) => {
+      if (error instanceof CliExit) {
+        process.stderr.write(error.message.endsWith('\n') ? error.message : error.message + '\n');
+        process.exitCode = error.code;
+      } else {
+        process.stderr.write(`turnhost: ${(error as Error).stack ?? String(error)}\n`);
+        process.exitCode = EXIT.failed;
+      }
+    },
+  );
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) runCli(process.argv.slice(2));

@@ -1,0 +1,177 @@
+/**
+ * `turnhost run`: one turn, through the server (create + attach WebSocket) or in-process with
+ * `--local` (the same turn manager and launch path as `serve`, no HTTP). Output passes through;
+ * the exit code is the command's, 128+signal when signalled, or a documented refusal code.
+ */
+import os from 'node:os';
+import { createLogger } from '../../core/log.js';
+import type { ConfigOverrides } from '../config/load.js';
+import { loadConfig } from '../config/load.js';
+import { createProbeContext, createProductionTurnManager, lockDataDir, openStore, prepareDataDir } from '../daemon.js';
+import type { TurnAttachment, TurnCreateFailure, TurnRecord, TurnRequest, TurnResult, TurnStreamEvent } from '../turns/types.js';
+import { apiRequest, expectOk, openWebSocket, type Connection, type OpenedSocket } from './client.js';
+import { CliExit, EXIT } from './exit-codes.js';
+
+const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+
+export function exitCodeFor(result: TurnResult): number {
+  switch (result.status) {
+    case 'ok':
+      return EXIT.ok;
+    case 'nonzero_exit':
+      return result.exitCode ?? EXIT.failed;
+    case 'signaled': {
+      const number = result.signal === null ? undefined : os.constants.signals[result.signal as NodeJS.Signals];
+      return number === undefined ? EXIT.failed : 128 + number;
+    }
+    case 'timeout':
+      return EXIT.timeout;
+    case 'cancelled':
+      return EXIT.cancelled;
+    case 'oom_killed':
+      return 128 + os.constants.signals.SIGKILL;
+    case 'launch_refused':
+      return EXIT.refused;
+    case 'internal_error':
+    case 'interrupted':
+      return EXIT.failed;
+  }
+}
+
+const CREATE_FAILURE_EXIT: Record<TurnCreateFailure, number> = {
+  invalid_request: EXIT.usage,
+  worker_host_unsupported: EXIT.refused,
+  capacity_exhausted: EXIT.capacity,
+  conflict: EXIT.conflict,
+};
+
+/** The attach WebSocket seen as a TurnAttachment, so remote and local turns are driven alike. */
+function remoteAttachment(socket: OpenedSocket): TurnAttachment {
+  const send = (message: object): void => socket.send(JSON.stringify(message));
+  return {
+    onEvent(listener) {
+      let exited = false;
+      socket.onMessage((text) => {
+        const message = JSON.parse(text) as { type: string; stream?: 'stdout'; data?: string; result?: TurnResult; error?: string };
+        if (message.type === 'output') listener({ type: 'output', stream: message.stream ?? 'stdout', data: Buffer.from(message.data ?? '', 'base64') });
+        else if (message.type === 'exit' && message.result) {
+          exited = true;
+          listener({ type: 'exit', result: message.result });
+        } else if (message.type === 'error') process.stderr.write(`turnhost: attach: ${message.error ?? 'error'}\n`);
+      });
+      socket.onClose(() => {
+        if (!exited) listener({ type: 'exit', result: LOST });
+      });
+    },
+    write: (data) => send({ type: 'input', data: data.toString('base64') }),
+    resize: (cols, rows) => send({ type: 'resize', cols, rows }),
+    signal: (signal) => send({ type: 'signal', signal }),
+    detach: () => socket.close(),
+  };
+}
+
+/** The attach stream ended without an exit record; runRemote then asks for the turn record. */
+const LOST: TurnResult = Object.freeze({
+    status: 'internal_error',
+    exitCode: null,
+    signal: null,
+    durationMs: 0,
+    usage: { userCpuUsec: null, systemCpuUsec: null, maxRssKiB: null, cgroupCpuUsec: null, memoryPeakBytes: null, pidsPeak: null, oomKills: null },
+    limitHits: [],
+    detail: 'the connection to the supervisor closed before the turn ended',
+});
+
+/** Passes output through (unless --json), forwards input, resizes and signals; resolves with the result. */
+function drive(attachment: TurnAttachment, options: { tty: boolean; json: boolean }): Promise<TurnResult> {
+  return new Promise((resolve) => {
+    const stdin = process.stdin;
+    const rawMode = options.tty && stdin.isTTY;
+    const onInput = (chunk: Buffer): void => attachment.write(chunk);
+    const onResize = (): void => attachment.resize(process.stdout.columns, process.stdout.rows);
+    const onSignal = (signal: NodeJS.Signals): void => attachment.signal(signal as 'SIGINT');
+    if (rawMode) stdin.setRawMode(true);
+    stdin.on('data', onInput);
+    if (options.tty && process.stdout.isTTY) process.stdout.on('resize', onResize);
+    for (const signal of FORWARDED_SIGNALS) process.on(signal, onSignal);
+
+    attachment.onEvent((event: TurnStreamEvent) => {
+      if (event.type === 'output') {
+        if (!options.json) (event.stream === 'stderr' ? process.stderr : process.stdout).write(event.data);
+        return;
+      }
+      if (rawMode) stdin.setRawMode(false);
+      stdin.off('data', onInput);
+      stdin.pause();
+      stdin.unref?.();
+      process.stdout.off('resize', onResize);
+      for (const signal of FORWARDED_SIGNALS) process.off(signal, onSignal);
+      attachment.detach();
+      resolve(event.result);
+    });
+  });
+}
+
+export interface RunOptions {
+  request: TurnRequest;
+  json: boolean;
+}
+
+function report(turnId: string, result: TurnResult, json: boolean): number {
+  if (json) process.stdout.write(JSON.stringify({ turnId, ...result }) + '\n');
+  else if (result.status !== 'ok' && result.status !== 'nonzero_exit')
+    process.stderr.write(`turnhost: turn ${turnId}: ${result.status}${result.detail ? `: ${result.detail}` : ''}\n`);
+  return exitCodeFor(result);
+}
+
+async function finishedResult(connection: Connection, id: string): Promise<TurnResult> {
+  const answer = await apiRequest(connection, 'GET', `/api/turns/${encodeURIComponent(id)}`);
+  const record = answer.status === 200 ? (answer.body as { turn: TurnRecord }).turn : undefined;
+  return record?.result ?? LOST;
+}
+
+export async function runRemote(connection: Connection, options: RunOptions): Promise<number> {
+  const created = await apiRequest(connection, 'POST', '/api/turns', options.request);
+  const { turn } = expectOk(created, 'run') as { turn: { id: string } };
+  const ws = await openWebSocket(connection, `/api/turns/${encodeURIComponent(turn.id)}/attach`);
+  const streamed = await drive(remoteAttachment(ws), { tty: options.request.tty !== undefined, json: options.json });
+  const result = streamed === LOST ? await finishedResult(connection, turn.id) : streamed;
+  return report(turn.id, result, options.json);
+}
+
+export async function runLocal(
+  settings: { configPath?: string; overrides: ConfigOverrides; env: NodeJS.ProcessEnv },
+  options: RunOptions,
+): Promise<number> {
+  const loaded = loadConfig({ configPath: settings.configPath, env: settings.env, overrides: settings.overrides });
+  if (!loaded.ok) throw new CliExit(EXIT.usage, `turnhost: configuration: ${loaded.detail}`);
+  const config = loaded.config;
+  const logger = createLogger({ level: config.logLevel === 'info' ? 'warn' : config.logLevel, fields: { component: 'run-local' } });
+  const dataDir = prepareDataDir(config.dataDir);
+  if (!dataDir.ok) throw new CliExit(EXIT.failed, `turnhost: ${dataDir.detail}`);
+  const lock = await lockDataDir(config.dataDir);
+  if (!lock.ok) throw new CliExit(EXIT.failed, `turnhost: ${lock.detail}; use the running server (drop --local) or another --data-dir`);
+  const opened = openStore(config, logger);
+  if (!opened.ok) {
+    await lock.release();
+    throw new CliExit(EXIT.failed, `turnhost: ${opened.detail}`);
+  }
+  const store = opened.store;
+  try {
+    const built = await createProductionTurnManager({ config, logger, store, probeContext: createProbeContext(config, logger, settings.env) });
+    if (!built.ok) throw new CliExit(EXIT.failed, `turnhost: turn manager unavailable: ${built.detail}`);
+    try {
+      const created = await built.turns.create(options.request);
+      if (!created.ok) throw new CliExit(CREATE_FAILURE_EXIT[created.reason], `turnhost: run: ${created.detail} (${created.reason})`);
+      const attached = built.turns.attach(created.turn.id);
+      if (!attached.ok) throw new CliExit(EXIT.failed, `turnhost: run: ${attached.detail}`);
+      const result = await drive(attached.attachment, { tty: options.request.tty !== undefined, json: options.json });
+      return report(created.turn.id, result, options.json);
+    } finally {
+      await built.turns.close();
+      built.close();
+    }
+  } finally {
+    store.close();
+    await lock.release();
+  }
+}

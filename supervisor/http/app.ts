@@ -1,0 +1,149 @@
+/**
+ * The express application: every route, authentication, the body cap and the error shape.
+ * Dependencies are parameters so tests can inject fakes (a throwing probe, a fake turn manager);
+ * the daemon passes the real ones.
+ */
+import express, { type ErrorRequestHandler, type Express, type RequestHandler } from 'express';
+import type { Logger } from '../../core/log.js';
+import type { TurnhostConfig } from '../config/types.js';
+import type { EventStore } from '../events/types.js';
+import type { WorkerHostStatus } from '../probes/types.js';
+import type { TurnManager } from '../turns/types.js';
+import { requireToken } from './auth.js';
+import { MAX_BODY_BYTES, sendError } from './errors.js';
+import { parseEventQuery } from './event-query.js';
+import type { HostFacts } from './host-facts.js';
+import { refuseBody, route } from './routing.js';
+import { registerTurnRoutes } from './turn-routes.js';
+import { registerHostWriteRoute } from './host-write-route.js'; // issue 6
+
+export interface SoftwareIdentity {
+  release: string;
+  sourceCommit: string;
+}
+
+export interface AppDeps {
+  config: TurnhostConfig;
+  logger: Logger;
+  store: EventStore;
+  /** Re-runs the probes (trigger "check") and records the answer as the latest status. */
+  probes: () => Promise<WorkerHostStatus>;
+  /** The latest probe answer, or null when the boot probe failed and no check has run since. */
+  latestStatus: () => WorkerHostStatus | null;
+  /** Turn routes exist only when a turn manager is given. */
+  turns?: TurnManager;
+  software: SoftwareIdentity;
+  host: HostFacts;
+  token: string;
+}
+
+/** WebSocket paths answer 426 to plain HTTP. */
+const upgradeRequired: RequestHandler = (_req, res) => {
+  res.setHeader('Upgrade', 'websocket');
+  sendError(res, 426, 'upgrade_required', 'this path takes a WebSocket upgrade');
+};
+
+const bodyCap: RequestHandler = (req, res, next) => {
+  const length = Number(req.headers['content-length'] ?? 0);
+  if (length > MAX_BODY_BYTES) {
+    res.setHeader('Connection', 'close');
+    return sendError(res, 413, 'body_too_large', `body: larger than ${MAX_BODY_BYTES} bytes`);
+  }
+  next();
+};
+
+function accessLog(logger: Logger): RequestHandler {
+  return (req, res, next) => {
+    const started = process.hrtime.bigint();
+    res.on('finish', () => {
+      // The path only: query strings, headers and bodies are never logged.
+      logger.info('http request', {
+        method: req.method,
+        path: req.path,
+        status: res.statusCode,
+        ms: Number((process.hrtime.bigint() - started) / 1000n) / 1000,
+      });
+    });
+    next();
+  };
+}
+
+function errorHandler(logger: Logger): ErrorRequestHandler {
+  return (error, req, res, _next) => {
+    const type = (error as { type?: unknown }).type;
+    if (type === 'entity.too.large') return sendError(res, 413, 'body_too_large', `body: larger than ${MAX_BODY_BYTES} bytes`);
+    // The parser's message quotes the body, so it is neither logged nor answered.
+    if (type === 'entity.parse.failed') return sendError(res, 400, 'invalid_request', 'body: not valid JSON');
+    if (type === 'encoding.unsupported' || type === 'charset.unsupported')
+      return sendError(res, 415, 'unsupported_media_type', 'body: unsupported encoding or charset');
+    logger.error('request failed', {
+      method: req.method,
+      path: req.path,
+      error: error instanceof Error ? error.stack ?? error.message : String(error),
+    });
+    if (res.headersSent) return res.destroy();
+    sendError(res, 500, 'internal_error', 'internal error; the supervisor log has the details');
+  };
+}
+
+export function createApp(deps: AppDeps): Express {
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('etag', false);
+  app.use(accessLog(deps.logger));
+
+  const publicRoutes = express.Router();
+  route(publicRoutes, '/api/health', {
+    get: (_req, res) => {
+      res.json({ status: 'ok', uptime: process.uptime(), timestamp: new Date().toISOString() });
+    },
+  });
+  app.use(publicRoutes);
+
+  app.use(requireToken(deps.token));
+  // issue 6: ahead of the 1 MiB body cap; the route enforces config.fs.hostWriteMaxBytes itself.
+  if (deps.turns !== undefined) registerHostWriteRoute(app, { turns: deps.turns, events: deps.store, maxBytes: deps.config.fs.hostWriteMaxBytes, logger: deps.logger });
+  app.use(bodyCap);
+
+  const api = express.Router();
+  route(api, '/api/status', {
+    get: (_req, res) => {
+      res.json({
+        software: deps.software,
+        host: deps.host,
+        runtime: { workerHost: deps.latestStatus(), events: deps.store.status() },
+        uptime: process.uptime(),
+      });
+    },
+  });
+  route(api, '/api/status/worker-host', {
+    post: [
+      refuseBody,
+      async (_req, res) => {
+        res.json(await deps.probes());
+      },
+    ],
+  });
+  route(api, '/api/governance/events', {
+    get: (req, res) => {
+      const parsed = parseEventQuery(new URL(req.originalUrl, 'http://localhost').searchParams, { allowLimit: true });
+      if (!parsed.ok) return sendError(res, 400, 'invalid_request', parsed.detail);
+      const page = deps.store.query(parsed.query);
+      if (!page.ok) {
+        if (page.reason === 'invalid_query') return sendError(res, 400, 'invalid_request', page.detail);
+        return sendError(res, 503, 'store_unavailable', page.detail);
+      }
+      res.json({ events: page.events, nextAfter: page.nextAfter });
+    },
+  });
+  route(api, '/api/governance/events/stream', { get: upgradeRequired });
+  if (deps.turns !== undefined) {
+    registerTurnRoutes(api, deps.turns);
+    route(api, '/api/turns/:id/attach', { get: upgradeRequired });
+  }
+  app.use(api);
+
+  app.use((req, res) => sendError(res, 404, 'not_found', `no route ${req.method} ${req.path}`));
+  app.use(errorHandler(deps.logger));
+  return app;
+}

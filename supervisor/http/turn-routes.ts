@@ -1,0 +1,71 @@
+/**
+ * Turn routes. Status codes: 201 created; 400 invalid field (named); 404 unknown turn;
+ * 409 turn id already used or turn not running; 429 concurrent-turn cap reached (retry later);
+ * 503 worker_host_unsupported with the requirement.
+ */
+import express, { type Router } from 'express';
+import type { TurnManager } from '../turns/types.js';
+import { refuseBody, route } from './routing.js';
+import { MAX_BODY_BYTES, sendError } from './errors.js';
+
+export const TURN_ID_PARAM = /^[A-Za-z0-9_-]{1,64}$/;
+
+export function registerTurnRoutes(router: Router, turns: TurnManager): void {
+  const json = express.json({ limit: MAX_BODY_BYTES, strict: true });
+
+  route(router, '/api/turns', {
+    post: [
+      json,
+      async (req, res) => {
+        if (!req.is('application/json')) return sendError(res, 400, 'invalid_request', 'body: expected an application/json object');
+        const created = await turns.create(req.body);
+        if (created.ok) return void res.status(201).json({ turn: created.turn });
+        switch (created.reason) {
+          case 'invalid_request':
+            return sendError(res, 400, 'invalid_request', created.detail, created.field ? { field: created.field } : {});
+          case 'worker_host_unsupported':
+            return sendError(res, 503, 'worker_host_unsupported', created.detail, { requirement: created.detail });
+          case 'capacity_exhausted':
+            res.setHeader('Retry-After', '1');
+            return sendError(res, 429, 'capacity_exhausted', created.detail);
+          case 'conflict':
+            return sendError(res, 409, 'conflict', created.detail, created.field ? { field: created.field } : {});
+        }
+      },
+    ],
+    get: (req, res) => {
+      const params = new URL(req.originalUrl, 'http://localhost').searchParams;
+      for (const name of new Set(params.keys()))
+        if (name !== 'session') return sendError(res, 400, 'invalid_request', `${name}: unknown parameter`);
+      const sessions = params.getAll('session');
+      if (sessions.length > 1) return sendError(res, 400, 'invalid_request', 'session: given more than once');
+      const session = sessions[0];
+      if (session !== undefined && (session.length === 0 || session.length > 128))
+        return sendError(res, 400, 'invalid_request', 'session: expected 1-128 characters');
+      res.json({ turns: turns.list(session === undefined ? {} : { sessionId: session }) });
+    },
+  });
+
+  route(router, '/api/turns/:id', {
+    get: (req, res) => {
+      const id = String(req.params['id']);
+      const turn = TURN_ID_PARAM.test(id) ? turns.get(id) : undefined;
+      if (turn === undefined) return sendError(res, 404, 'not_found', `no turn ${TURN_ID_PARAM.test(id) ? id : '(malformed id)'}`);
+      res.json({ turn });
+    },
+  });
+
+  route(router, '/api/turns/:id/cancel', {
+    post: [
+      refuseBody,
+      (req, res) => {
+        const id = String(req.params['id']);
+        if (!TURN_ID_PARAM.test(id)) return sendError(res, 404, 'not_found', 'no turn (malformed id)');
+        const cancelled = turns.cancel(id);
+        if (cancelled.ok) return void res.json({ turn: cancelled.turn });
+        if (cancelled.reason === 'not_found') return sendError(res, 404, 'not_found', cancelled.detail);
+        sendError(res, 409, 'not_running', cancelled.detail);
+      },
+    ],
+  });
+}

@@ -1,0 +1,200 @@
+/**
+ * WebSocket endpoints, authenticated on the upgrade request with the same bearer token:
+ * - `/api/governance/events/stream?session=&turn=&kind=&after=`: `{type:"event", event}` text
+ *   messages. With `after`, stored events after that id are replayed first, then live ones;
+ *   ids only increase, so a client never sees a gap or a duplicate.
+ * - `/api/turns/:id/attach`: output as `{type:"output", stream, data(base64)}`, then
+ *   `{type:"exit", result}` and a normal close. The client sends `{type:"input", data(base64)}`,
+ *   `{type:"resize", cols, rows}` and `{type:"signal", signal}`.
+ * A client that falls more than MAX_BUFFERED_BYTES behind is closed with 1013 (try again).
+ */
+import type { IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { WebSocketServer, type WebSocket } from 'ws';
+import type { Logger } from '../../core/log.js';
+import type { EventQuery, EventStore, GovernanceEvent } from '../events/types.js';
+import type { TurnAttachment, TurnManager, TurnStreamEvent } from '../turns/types.js';
+import { isAuthorized, UNAUTHENTICATED_MESSAGE } from './auth.js';
+import { MAX_BODY_BYTES, type ErrorCode } from './errors.js';
+import { eventMatches, MAX_EVENT_PAGE, parseEventQuery } from './event-query.js';
+import { TURN_ID_PARAM } from './turn-routes.js';
+
+export const MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
+/** Live events that may queue while a replay is still being written. */
+const MAX_PENDING_EVENTS = 100_000;
+const EVENTS_STREAM_PATH = '/api/governance/events/stream';
+const ATTACH_PATH = /^\/api\/turns\/([^/]+)\/attach$/;
+const SIGNALS = new Set(['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT']);
+
+export interface UpgradeDeps {
+  logger: Logger;
+  store: EventStore;
+  turns?: TurnManager;
+  token: string;
+}
+
+export interface UpgradeHandler {
+  handle(req: IncomingMessage, socket: Duplex, head: Buffer): void;
+  /** Closes every open WebSocket (1001 going away). */
+  close(): void;
+}
+
+const STATUS_TEXT: Record<number, string> = { 400: 'Bad Request', 401: 'Unauthorized', 404: 'Not Found', 405: 'Method Not Allowed' };
+
+function rejectUpgrade(socket: Duplex, status: number, code: ErrorCode, error: string): void {
+  const body = JSON.stringify({ error, code });
+  const extra = status === 401 ? 'WWW-Authenticate: Bearer\r\n' : '';
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Error'}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${extra}Connection: close\r\n\r\n${body}`,
+  );
+}
+
+function tooSlow(ws: WebSocket): boolean {
+  if (ws.bufferedAmount <= MAX_BUFFERED_BYTES) return false;
+  ws.close(1013, 'client too slow');
+  return true;
+}
+
+function sendAndFlush(ws: WebSocket, message: string): Promise<void> {
+  return new Promise((resolve) => ws.send(message, () => resolve()));
+}
+
+function streamEvents(ws: WebSocket, store: EventStore, query: EventQuery, logger: Logger): void {
+  let lastSentId = query.after ?? 0;
+  let replaying = query.after !== undefined;
+  const pending: GovernanceEvent[] = [];
+
+  const send = (event: GovernanceEvent): void => {
+    if (event.id <= lastSentId || ws.readyState !== ws.OPEN || tooSlow(ws)) return;
+    lastSentId = event.id;
+    ws.send(JSON.stringify({ type: 'event', event }));
+  };
+  // Subscribe before replaying: what commits during the replay waits in `pending`, and the id
+  // check drops what the replay already sent.
+  const unsubscribe = store.subscribe((event) => {
+    if (!eventMatches(query, event)) return;
+    if (!replaying) return send(event);
+    if (pending.length >= MAX_PENDING_EVENTS) return void ws.close(1013, 'client too slow');
+    pending.push(event);
+  });
+  ws.on('close', unsubscribe);
+
+  if (!replaying) return;
+  const replay = async (): Promise<void> => {
+    let after = lastSentId;
+    for (;;) {
+      const page = store.query({ ...query, after, limit: MAX_EVENT_PAGE });
+      if (!page.ok) {
+        logger.error('event stream replay failed', { detail: page.detail });
+        ws.close(1011, 'replay failed');
+        return;
+      }
+      for (const event of page.events) send(event);
+      if (page.nextAfter === null || ws.readyState !== ws.OPEN) break;
+      after = page.nextAfter;
+      await sendAndFlush(ws, JSON.stringify({ type: 'replay_progress', lastId: lastSentId }));
+    }
+    replaying = false;
+    for (const event of pending.splice(0)) send(event);
+    if (ws.readyState === ws.OPEN) ws.send(JSON.stringify({ type: 'replay_done', lastId: lastSentId }));
+  };
+  void replay();
+}
+
+function encodeStreamEvent(event: TurnStreamEvent): string {
+  return event.type === 'output'
+    ? JSON.stringify({ type: 'output', stream: event.stream, data: event.data.toString('base64') })
+    : JSON.stringify({ type: 'exit', result: event.result });
+}
+
+/** One client message; answers an error text or null when applied. */
+function applyClientMessage(attachment: TurnAttachment, raw: string): string | null {
+  let message: unknown;
+  try {
+    message = JSON.parse(raw);
+  } catch {
+    return 'message: not valid JSON';
+  }
+  if (typeof message !== 'object' || message === null) return 'message: expected an object';
+  const m = message as Record<string, unknown>;
+  switch (m['type']) {
+    case 'input':
+      if (typeof m['data'] !== 'string') return 'data: expected base64 text';
+      attachment.write(Buffer.from(m['data'], 'base64'));
+      return null;
+    case 'resize': {
+      const { cols, rows } = m;
+      const dimension = (v: unknown): v is number => Number.isInteger(v) && (v as number) >= 1 && (v as number) <= 1000;
+      if (!dimension(cols)) return 'cols: expected an integer 1-1000';
+      if (!dimension(rows)) return 'rows: expected an integer 1-1000';
+      attachment.resize(cols, rows);
+      return null;
+    }
+    case 'signal':
+      if (typeof m['signal'] !== 'string' || !SIGNALS.has(m['signal'])) return `signal: expected one of ${[...SIGNALS].join(', ')}`;
+      attachment.signal(m['signal'] as 'SIGINT');
+      return null;
+    default:
+      return "type: expected 'input', 'resize' or 'signal'";
+  }
+}
+
+function attachTurn(ws: WebSocket, attachment: TurnAttachment): void {
+  let finished = false;
+  attachment.onEvent((event) => {
+    if (finished || ws.readyState !== ws.OPEN) return;
+    if (event.type === 'output' && tooSlow(ws)) return;
+    ws.send(encodeStreamEvent(event));
+    if (event.type === 'exit') {
+      finished = true;
+      ws.close(1000, 'exit');
+    }
+  });
+  ws.on('message', (data, isBinary) => {
+    const error = isBinary ? 'message: expected JSON text' : applyClientMessage(attachment, data.toString('utf8'));
+    if (error !== null) ws.send(JSON.stringify({ type: 'error', code: 'invalid_request', error }));
+  });
+  ws.on('close', () => attachment.detach());
+}
+
+export function createUpgradeHandler(deps: UpgradeDeps): UpgradeHandler {
+  const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_BODY_BYTES });
+  wss.on('connection', (ws) => ws.on('error', (error) => deps.logger.debug('websocket error', { error: error.message })));
+
+  return {
+    handle(req, socket, head) {
+      socket.on('error', () => socket.destroy());
+      const url = new URL(req.url ?? '/', 'http://localhost');
+      if (!isAuthorized(req.headers, deps.token)) return rejectUpgrade(socket, 401, 'unauthenticated', UNAUTHENTICATED_MESSAGE);
+      if (req.method !== 'GET') return rejectUpgrade(socket, 405, 'method_not_allowed', 'WebSocket upgrades use GET');
+
+      if (url.pathname === EVENTS_STREAM_PATH) {
+        const parsed = parseEventQuery(url.searchParams, { allowLimit: false });
+        if (!parsed.ok) return rejectUpgrade(socket, 400, 'invalid_request', parsed.detail);
+        return wss.handleUpgrade(req, socket, head, (ws) => {
+          wss.emit('connection', ws, req);
+          streamEvents(ws, deps.store, parsed.query, deps.logger);
+        });
+      }
+
+      const attach = ATTACH_PATH.exec(url.pathname);
+      if (attach !== null && deps.turns !== undefined) {
+        const turns = deps.turns;
+        const id = attach[1] ?? '';
+        if (!TURN_ID_PARAM.test(id) || turns.get(id) === undefined) return rejectUpgrade(socket, 404, 'not_found', 'no such turn');
+        if ([...url.searchParams.keys()].length > 0) return rejectUpgrade(socket, 400, 'invalid_request', 'attach takes no parameters');
+        return wss.handleUpgrade(req, socket, head, (ws) => {
+          wss.emit('connection', ws, req);
+          const attached = turns.attach(id);
+          if (!attached.ok) return ws.close(1008, 'no such turn');
+          attachTurn(ws, attached.attachment);
+        });
+      }
+      rejectUpgrade(socket, 404, 'not_found', 'no WebSocket endpoint at this path');
+    },
+    close() {
+      for (const ws of wss.clients) ws.close(1001, 'server shutting down');
+      wss.close();
+    },
+  };
+}

