@@ -7,7 +7,6 @@ import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { ConfigOverrides } from './config/load.js';
-import { startDaemon } from './daemon.js';
 import type { EventPage, GovernanceEvent } from './events/types.js';
 import type { WorkerHostStatus } from './probes/types.js';
 import type { TurnRequest } from './turns/types.js';
@@ -105,6 +104,8 @@ async function serve(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
   if (listen !== undefined) overrides.listen = listen === 'none' ? null : listen;
   if (socket !== undefined) overrides.socket = socket === 'none' ? null : socket;
   if (logLevel !== undefined) overrides.logLevel = logLevel;
+  // The daemon (express, SQLite, systeminformation) loads only for `serve`: client commands stay quick.
+  const { startDaemon } = await import('./daemon.js');
   const started = await startDaemon({ configPath: str(values, 'config'), env, overrides });
   if (!started.ok) {
     const code = started.reason === 'config_invalid' ? EXIT.usage : EXIT.failed;

@@ -7,7 +7,6 @@ import os from 'node:os';
 import { createLogger } from '../../core/log.js';
 import type { ConfigOverrides } from '../config/load.js';
 import { loadConfig } from '../config/load.js';
-import { createProbeContext, createProductionTurnManager, lockDataDir, openStore, prepareDataDir } from '../daemon.js';
 import type { TurnAttachment, TurnCreateFailure, TurnRecord, TurnRequest, TurnResult, TurnStreamEvent } from '../turns/types.js';
 import { apiRequest, expectOk, openWebSocket, type Connection, type OpenedSocket } from './client.js';
 import { CliExit, EXIT } from './exit-codes.js';
@@ -146,6 +145,8 @@ export async function runLocal(
   if (!loaded.ok) throw new CliExit(EXIT.usage, `turnhost: configuration: ${loaded.detail}`);
   const config = loaded.config;
   const logger = createLogger({ level: config.logLevel === 'info' ? 'warn' : config.logLevel, fields: { component: 'run-local' } });
+  // Only `run --local` needs the supervisor's own parts; a remote run stays a thin client.
+  const { createProbeContext, createProductionTurnManager, lockDataDir, openStore, prepareDataDir } = await import('../daemon.js');
   const dataDir = prepareDataDir(config.dataDir);
   if (!dataDir.ok) throw new CliExit(EXIT.failed, `turnhost: ${dataDir.detail}`);
   const lock = await lockDataDir(config.dataDir);
