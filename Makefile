@@ -5,6 +5,8 @@ NODE ?= node
 
 .PHONY: all deps build build-ts build-native test run clean
 
+include packaging/deb.mk
+
 all: build
 
 node_modules/.package-lock.json: package.json package-lock.json
@@ -25,8 +27,11 @@ build-native:
 	$(MAKE) -C test/native
 
 # The helper's descriptor parser is fuzzed for a bounded time, then every tap suite runs.
+# The deb is built first so the packaging tests reuse it instead of building under test load;
+# if it fails, those tests rebuild it and report why.
 test: build
 	$(MAKE) -C identity-helper fuzz-run FUZZ_SECONDS=30
+	$(MAKE) deb || echo "make deb failed: the packaging tests will rebuild it and report why"
 	npx tap
 
 # Development supervisor as root: dev config + root-owned helper config, then serve.

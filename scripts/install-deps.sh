@@ -11,6 +11,9 @@ APT_PACKAGES=(
   passwd            # useradd/userdel for the helper's caller tests
   bubblewrap        # bench/launch baseline
   clang             # libFuzzer target for the helper's descriptor parser
+  lintian           # packaging tests: the deb must be lintian-clean
+  systemd           # systemd-analyze verify/security on the unit (offline)
+  man-db            # packaging tests render the man page
 )
 
 missing=()
