@@ -21,7 +21,7 @@ import { runWorkerHostProbes, type ProbeContext } from './probes/index.js';
 import type { WorkerHostStatus } from './probes/types.js';
 import { packageRoot, softwareIdentity } from './software.js';
 import type { TurnManager } from './turns/types.js';
-import { runHelperProbe } from './identity/helper-client.js';
+import { runHelperProbe, runHelperView } from './identity/helper-client.js';
 
 export const DATABASE_FILE = 'turnhost.db';
 export const FALLBACK_LOG_FILE = 'events-fallback.log';
@@ -116,7 +116,10 @@ export function workerEntry(): string {
 export function createProbeContext(config: TurnhostConfig, logger: Logger, env: NodeJS.ProcessEnv): ProbeContext {
   const context: ProbeContext = { config, logger: logger.child({ component: 'probes' }), env };
   const { path: helperPath, configPath } = config.identityHelper;
-  if (helperPath !== null) context.helperProbe = () => runHelperProbe({ path: helperPath, configPath });
+  if (helperPath !== null) {
+    context.helperProbe = () => runHelperProbe({ path: helperPath, configPath });
+    context.helperView = (request) => runHelperView({ path: helperPath, configPath }, request); // issue 6: masked view probe
+  }
   return context;
 }
 

@@ -36,6 +36,7 @@ function main(): number {
     cgroupRoots: subtreeTurnRoots(subtree.subtree),
     workerExec: process.execPath,
     workerArgs: [path.join(repo, 'dist/worker/main.js')],
+    viewPaths: [repo], // issue 6: the strict view keeps the checkout's worker and modules
   });
   const configFile = path.join(dataDir, 'turnhost.json');
   const config = {

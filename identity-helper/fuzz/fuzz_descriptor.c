@@ -4,8 +4,27 @@
 #include <string.h>
 
 #include "../src/descriptor.h"
+#include "../src/syntax.h"
 
 static struct descriptor_parser parser;
+
+/* A launch always names its view; protected paths are canonical and relative, and need a
+ * workspace to resolve beneath. */
+static void check_view_invariants(const struct descriptor *d) {
+  if (d->op == OP_LAUNCH &&
+      (d->view_profile == PROFILE_NONE || d->workspace == NULL || d->temp == NULL)) {
+    __builtin_trap();
+  }
+  if (d->protect_count > DESCRIPTOR_MAX_PROTECT || (d->protect_count > 0 && d->workspace == NULL)) {
+    __builtin_trap();
+  }
+  for (size_t i = 0; i < d->protect_count; i++) {
+    if (!is_canonical_relative_path(d->protects[i].path) ||
+        d->protects[i].mode > PROTECT_MASK_DIRECTORY) {
+      __builtin_trap();
+    }
+  }
+}
 
 static void check_done_invariants(const struct descriptor *d) {
   if (d->op == OP_NONE || d->cgroup_count > DESCRIPTOR_MAX_CGROUPS ||
@@ -18,6 +37,7 @@ static void check_done_invariants(const struct descriptor *d) {
       __builtin_trap();
     }
   }
+  check_view_invariants(d);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -95,6 +95,17 @@ static int apply_config_line(struct helper_config *c, const char *key, const cha
     c->worker_args[c->worker_arg_count++] = copy;
     return 0;
   }
+  if (strcmp(key, "view_path") == 0) {
+    if (c->view_path_count >= CONFIG_MAX_VIEW_PATHS || !is_canonical_absolute_path(copy) ||
+        strcmp(copy, "/") == 0) {
+      return fail_with(f, EXIT_CONFIG_INVALID,
+                       "config line %zu: view_path: canonical absolute path other than /, at "
+                       "most %d",
+                       line, CONFIG_MAX_VIEW_PATHS);
+    }
+    c->view_paths[c->view_path_count++] = copy;
+    return 0;
+  }
   return fail_with(f, EXIT_CONFIG_INVALID, "config line %zu: unknown key '%.32s'", line, key);
 }
 

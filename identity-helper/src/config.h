@@ -19,6 +19,7 @@
 #define CONFIG_MAX_BYTES 65536
 #define CONFIG_MAX_CGROUP_ROOTS 8
 #define CONFIG_MAX_WORKER_ARGS 32
+#define CONFIG_MAX_VIEW_PATHS 16
 
 struct helper_config {
   uint32_t uid_first;
@@ -29,6 +30,9 @@ struct helper_config {
   const char *worker_exec;
   size_t worker_arg_count;
   const char *worker_args[CONFIG_MAX_WORKER_ARGS];
+  /* Read-only paths every filesystem view keeps at their own place (the worker's program). */
+  size_t view_path_count;
+  const char *view_paths[CONFIG_MAX_VIEW_PATHS];
   /* Unresolved names, looked up after parsing. */
   const char *caller_group_name;
   const char *subuid_user;

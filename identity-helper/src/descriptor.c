@@ -163,11 +163,85 @@ static int handle_cwd(struct descriptor_parser *p, const char *value, struct fai
 }
 
 static int handle_profile(struct descriptor_parser *p, const char *value, struct failure *f) {
-  if (strcmp(value, "governed") != 0 && strcmp(value, "strict") != 0) {
+  if (strcmp(value, "governed") == 0) {
+    p->result.view_profile = PROFILE_GOVERNED;
+  } else if (strcmp(value, "strict") == 0) {
+    p->result.view_profile = PROFILE_STRICT;
+  } else {
     return fail_with(f, EXIT_DESCRIPTOR_UNKNOWN,
                      "descriptor: profile: unknown profile (expected governed or strict)");
   }
   return store_string(p, "profile", value, &p->result.profile, f);
+}
+
+static int store_view_path(struct descriptor_parser *p, const char *key, const char *value,
+                           const char **slot, struct failure *f) {
+  if (!is_canonical_absolute_path(value) || strcmp(value, "/") == 0) {
+    return fail_with(f, EXIT_DESCRIPTOR_MALFORMED,
+                     "descriptor: %s: must be a canonical absolute path other than /", key);
+  }
+  return store_string(p, key, value, slot, f);
+}
+
+static int handle_workspace(struct descriptor_parser *p, const char *value, struct failure *f) {
+  return store_view_path(p, "workspace", value, &p->result.workspace, f);
+}
+
+static int handle_temp(struct descriptor_parser *p, const char *value, struct failure *f) {
+  return store_view_path(p, "temp", value, &p->result.temp, f);
+}
+
+static int handle_socket(struct descriptor_parser *p, const char *value, struct failure *f) {
+  return store_view_path(p, "socket", value, &p->result.socket, f);
+}
+
+static const char *protect_mode_names[] = {
+    [PROTECT_READ_ONLY] = "read_only",
+    [PROTECT_MASK_FILE] = "mask_file",
+    [PROTECT_MASK_DIRECTORY] = "mask_directory",
+};
+
+const char *descriptor_protect_mode_name(enum protect_mode mode) {
+  if ((size_t)mode >= sizeof protect_mode_names / sizeof protect_mode_names[0]) {
+    return "invalid";
+  }
+  return protect_mode_names[mode];
+}
+
+static int protect_mode_named(const char *name, size_t name_len) {
+  for (int mode = 0; mode <= PROTECT_MASK_DIRECTORY; mode++) {
+    if (strlen(protect_mode_names[mode]) == name_len &&
+        strncmp(protect_mode_names[mode], name, name_len) == 0) {
+      return mode;
+    }
+  }
+  return -1;
+}
+
+static int handle_protect(struct descriptor_parser *p, const char *value, struct failure *f) {
+  if (p->result.protect_count >= DESCRIPTOR_MAX_PROTECT) {
+    return fail_with(f, EXIT_DESCRIPTOR_MALFORMED, "descriptor: protect: more than %d entries",
+                     DESCRIPTOR_MAX_PROTECT);
+  }
+  const char *space = strchr(value, ' ');
+  if (space == NULL) {
+    return fail_with(f, EXIT_DESCRIPTOR_MALFORMED, "descriptor: protect: expected 'MODE RELPATH'");
+  }
+  int mode = protect_mode_named(value, (size_t)(space - value));
+  if (mode < 0) {
+    return fail_with(f, EXIT_DESCRIPTOR_UNKNOWN,
+                     "descriptor: protect: unknown mode (expected read_only, mask_file or "
+                     "mask_directory)");
+  }
+  if (!is_canonical_relative_path(space + 1)) {
+    return fail_with(f, EXIT_DESCRIPTOR_MALFORMED,
+                     "descriptor: protect: path must be relative to the workspace, with no "
+                     "empty, '.' or '..' components");
+  }
+  struct protect_rule *rule = &p->result.protects[p->result.protect_count];
+  rule->mode = (enum protect_mode)mode;
+  p->result.protect_count++;
+  return store_string(p, "protect", space + 1, &rule->path, f);
 }
 
 static int handle_path(struct descriptor_parser *p, const char *value, struct failure *f) {
@@ -230,6 +304,7 @@ static int handle_env(struct descriptor_parser *p, const char *value, struct fai
 
 #define LAUNCH_ONLY OP_BIT(OP_LAUNCH)
 #define VIEW_ONLY OP_BIT(OP_VIEW)
+#define LAUNCH_OR_VIEW (OP_BIT(OP_LAUNCH) | OP_BIT(OP_VIEW))
 
 static const struct key_rule key_rules[] = {
     {"op", false, ALL_OPS, handle_op},
@@ -241,14 +316,18 @@ static const struct key_rule key_rules[] = {
     {"cwd", false, LAUNCH_ONLY, handle_cwd},
     {"env", true, LAUNCH_ONLY, handle_env},
     {"path", true, VIEW_ONLY, handle_path},
-    {"profile", false, VIEW_ONLY, handle_profile},
+    {"profile", false, LAUNCH_OR_VIEW, handle_profile},
+    {"workspace", false, LAUNCH_OR_VIEW, handle_workspace},
+    {"temp", false, LAUNCH_OR_VIEW, handle_temp},
+    {"socket", false, LAUNCH_ONLY, handle_socket},
+    {"protect", true, LAUNCH_OR_VIEW, handle_protect},
 };
 #define KEY_RULE_COUNT (sizeof key_rules / sizeof key_rules[0])
 
 /* Keys each op must carry; "path" counts as present once it has at least one entry. */
-static const char *const required_keys[][4] = {
+static const char *const required_keys[][7] = {
     [OP_PROBE] = {NULL},
-    [OP_LAUNCH] = {"uid", "gid", "cwd", NULL},
+    [OP_LAUNCH] = {"uid", "gid", "cwd", "profile", "workspace", "temp", NULL},
     [OP_VIEW] = {"profile", "path", NULL},
     [OP_KILL] = {"uid", NULL},
 };
@@ -334,6 +413,10 @@ static int finish(struct descriptor_parser *p, struct failure *f) {
   code = check_required_keys(p, f);
   if (code != 0) {
     return code;
+  }
+  if ((p->result.protect_count > 0 || p->result.temp != NULL) && p->result.workspace == NULL) {
+    return fail_with(f, EXIT_DESCRIPTOR_MALFORMED,
+                     "descriptor: protect and temp need a workspace (the view is built from it)");
   }
   p->result.env[p->result.env_count] = NULL;
   p->state = PARSER_DONE;

@@ -17,8 +17,19 @@
 #define DESCRIPTOR_MAX_PATHS 64
 #define DESCRIPTOR_MAX_HOSTNAME 64
 #define DESCRIPTOR_MAX_ENV_NAME 255
+#define DESCRIPTOR_MAX_PROTECT 64
 
 enum descriptor_op { OP_NONE = 0, OP_PROBE, OP_LAUNCH, OP_VIEW, OP_KILL };
+
+enum view_profile { PROFILE_NONE = 0, PROFILE_GOVERNED, PROFILE_STRICT };
+
+enum protect_mode { PROTECT_READ_ONLY = 0, PROTECT_MASK_FILE, PROTECT_MASK_DIRECTORY };
+
+/* A protected path inside the workspace: canonical, relative, no "." or ".." components. */
+struct protect_rule {
+  enum protect_mode mode;
+  const char *path;
+};
 
 enum rlimit_slot { RLIMIT_SLOT_NPROC = 0, RLIMIT_SLOT_DATA, RLIMIT_SLOT_FSIZE,
                    RLIMIT_SLOT_NOFILE, RLIMIT_SLOT_COUNT };
@@ -36,6 +47,12 @@ struct descriptor {
   const char *hostname;
   const char *cwd;
   const char *profile;
+  enum view_profile view_profile;
+  const char *workspace;
+  const char *temp;
+  const char *socket;
+  size_t protect_count;
+  struct protect_rule protects[DESCRIPTOR_MAX_PROTECT];
   size_t env_count;
   const char *env[DESCRIPTOR_MAX_ENV + 1]; /* NULL-terminated, ready for execve */
   size_t path_count;
@@ -69,5 +86,7 @@ enum feed_result descriptor_feed(struct descriptor_parser *p, unsigned char byte
 int descriptor_read_fd(int fd, struct descriptor_parser *p, struct failure *f);
 
 const char *descriptor_op_name(enum descriptor_op op);
+
+const char *descriptor_protect_mode_name(enum protect_mode mode);
 
 #endif

@@ -17,6 +17,7 @@
 
 #include "identity.h"
 #include "policy.h"
+#include "view.h"
 
 #define PROTOCOL_FD 3
 #define DEFAULT_HOSTNAME "turnhost"
@@ -156,23 +157,13 @@ static int bring_loopback_up(struct failure *f) {
   return 0;
 }
 
-/* Placeholder for the filesystem-boundary issue: it builds the masked view here, in the new
- * mount namespace, before the identity drop. Today the worker sees the host's tree. */
-static int build_filesystem_view(const struct descriptor *d, struct failure *f) {
-  (void)d;
-  (void)f;
-  return 0;
-}
-
-static int enter_namespaces(const struct descriptor *d, struct failure *f) {
-  if (unshare(CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNS) != 0) {
-    return fail_with(f, EXIT_NAMESPACE_FAILED, "unshare(net, ipc, uts, mount): %s",
-                     strerror(errno));
+/* The mount namespace comes last: the view (docs/filesystem-view.md) is built inside it. */
+static int enter_namespaces(const struct helper_config *c, const struct descriptor *d,
+                            uint32_t uid, struct failure *f) {
+  if (unshare(CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) != 0) {
+    return fail_with(f, EXIT_NAMESPACE_FAILED, "unshare(net, ipc, uts): %s", strerror(errno));
   }
-  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
-    return fail_with(f, EXIT_NAMESPACE_FAILED, "making / rec-private: %s", strerror(errno));
-  }
-  int code = build_filesystem_view(d, f);
+  int code = view_enter(c, d, uid, f);
   if (code == 0) {
     code = bring_loopback_up(f);
   }
@@ -239,7 +230,7 @@ int launch_worker(const struct helper_config *c, const struct descriptor *d, str
   int code = policy_worker_uid(c, d, &uid, f);
   if (code == 0) code = join_cgroups(c, d, f);
   if (code == 0) code = lower_rlimits(d, f);
-  if (code == 0) code = enter_namespaces(d, f);
+  if (code == 0) code = enter_namespaces(c, d, uid, f);
   if (code == 0) code = identity_drop(c, uid, f);
   if (code == 0) code = keep_only_worker_fds(f);
   if (code == 0) code = reset_signals(f);

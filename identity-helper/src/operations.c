@@ -8,12 +8,14 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/pidfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "identity.h"
 #include "policy.h"
 #include "syntax.h"
+#include "view.h"
 
 #define KILL_MAX_PASSES 32
 
@@ -25,6 +27,10 @@ struct child_header {
 };
 
 typedef void (*worker_task)(const void *context, void *payload);
+
+/* Runs in the child before the identity drop, with privilege (e.g. building a view). */
+typedef int (*worker_prepare)(const struct helper_config *c, const void *context, uint32_t uid,
+                              struct failure *f);
 
 static bool write_all(int fd, const void *data, size_t len) {
   const char *cursor = data;
@@ -58,13 +64,20 @@ static size_t read_up_to(int fd, void *data, size_t len) {
   return used;
 }
 
+struct worker_steps {
+  worker_prepare prepare; /* NULL: nothing before the drop */
+  worker_task task;
+};
+
 static _Noreturn void child_run_as_worker(const struct helper_config *c, uint32_t uid,
-                                          worker_task task, const void *context,
+                                          const struct worker_steps *steps, const void *context,
                                           void *payload, size_t payload_size, int out) {
   struct failure child_failure = {0, {0}};
   struct child_header header;
   memset(&header, 0, sizeof header);
-  if (identity_drop(c, uid, &child_failure) == 0) {
+  worker_task task = steps->task;
+  bool prepared = steps->prepare == NULL || steps->prepare(c, context, uid, &child_failure) == 0;
+  if (prepared && identity_drop(c, uid, &child_failure) == 0) {
     task(context, payload);
   }
   header.code = child_failure.code;
@@ -74,8 +87,10 @@ static _Noreturn void child_run_as_worker(const struct helper_config *c, uint32_
   _exit(sent ? 0 : 1);
 }
 
-/* Forks, drops to `uid` in the child, runs `task` there and copies its payload back. */
-static int run_as_worker(const struct helper_config *c, uint32_t uid, worker_task task,
+/* Forks, prepares and drops to `uid` in the child, runs the task there and copies its payload
+ * back. */
+static int run_as_worker(const struct helper_config *c, uint32_t uid,
+                         const struct worker_steps *steps,
                          const void *context, void *payload, size_t payload_size,
                          struct failure *f) {
   int fds[2];
@@ -90,7 +105,7 @@ static int run_as_worker(const struct helper_config *c, uint32_t uid, worker_tas
   }
   if (pid == 0) {
     close(fds[0]);
-    child_run_as_worker(c, uid, task, context, payload, payload_size, fds[1]);
+    child_run_as_worker(c, uid, steps, context, payload, payload_size, fds[1]);
   }
   close(fds[1]);
   struct child_header header;
@@ -160,7 +175,8 @@ int run_probe(const struct helper_config *c, const struct descriptor *d, struct 
   memset(&report, 0, sizeof report);
   int code = policy_worker_uid(c, d, &uid, f);
   if (code == 0) {
-    code = run_as_worker(c, uid, observe_task, NULL, &report, sizeof report, f);
+    static const struct worker_steps probe_steps = {NULL, observe_task};
+    code = run_as_worker(c, uid, &probe_steps, NULL, &report, sizeof report, f);
   }
   if (code != 0) {
     return code;
@@ -169,19 +185,80 @@ int run_probe(const struct helper_config *c, const struct descriptor *d, struct 
   return verify_probe_report(uid, &report, f);
 }
 
+enum emptiness { EMPTINESS_NO = 0, EMPTINESS_YES, EMPTINESS_UNKNOWN };
+
 struct view_answers {
   unsigned char readable[DESCRIPTOR_MAX_PATHS];
   unsigned char writable[DESCRIPTOR_MAX_PATHS];
+  unsigned char exists[DESCRIPTOR_MAX_PATHS];
+  unsigned char empty[DESCRIPTOR_MAX_PATHS];
 };
 
-/* access(2) checks the real ids, which after the drop are the worker's. */
+static enum emptiness file_emptiness(const char *path) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) {
+    return EMPTINESS_UNKNOWN;
+  }
+  char byte;
+  ssize_t n = read(fd, &byte, 1);
+  close(fd);
+  return n == 0 ? EMPTINESS_YES : n == 1 ? EMPTINESS_NO : EMPTINESS_UNKNOWN;
+}
+
+static enum emptiness directory_emptiness(const char *path) {
+  DIR *dir = opendir(path);
+  if (dir == NULL) {
+    return EMPTINESS_UNKNOWN;
+  }
+  enum emptiness answer = EMPTINESS_YES;
+  struct dirent *entry;
+  while (answer == EMPTINESS_YES && (entry = readdir(dir)) != NULL) {
+    if (strcmp(entry->d_name, ".") != 0 && strcmp(entry->d_name, "..") != 0) {
+      answer = EMPTINESS_NO;
+    }
+  }
+  closedir(dir);
+  return answer;
+}
+
+/* Content as the worker would see it: a regular file with no bytes, a directory with no
+ * entries; unknown when the worker cannot read it or it is neither. */
+static enum emptiness path_emptiness(const char *path, const struct stat *st) {
+  if (S_ISREG(st->st_mode)) {
+    return file_emptiness(path);
+  }
+  if (S_ISDIR(st->st_mode)) {
+    return directory_emptiness(path);
+  }
+  return EMPTINESS_UNKNOWN;
+}
+
+/* access(2) checks the real ids, which after the drop are the worker's. Paths resolve as the
+ * worker's would (symlinks followed), inside the view when one was built. */
 static void view_task(const void *context, void *payload) {
   const struct descriptor *d = context;
   struct view_answers *answers = payload;
   for (size_t i = 0; i < d->path_count; i++) {
+    struct stat st;
     answers->readable[i] = access(d->paths[i], R_OK) == 0;
     answers->writable[i] = access(d->paths[i], W_OK) == 0;
+    answers->exists[i] = stat(d->paths[i], &st) == 0;
+    answers->empty[i] =
+        answers->exists[i] ? (unsigned char)path_emptiness(d->paths[i], &st) : EMPTINESS_UNKNOWN;
   }
+}
+
+/* With a workspace the child builds the launch view first, in its own mount namespace. */
+static int view_prepare(const struct helper_config *c, const void *context, uint32_t uid,
+                        struct failure *f) {
+  const struct descriptor *d = context;
+  return d->workspace == NULL ? 0 : view_enter(c, d, uid, f);
+}
+
+static const char *yes_no(unsigned char value) { return value ? "yes" : "no"; }
+
+static const char *emptiness_name(unsigned char value) {
+  return value == EMPTINESS_YES ? "yes" : value == EMPTINESS_NO ? "no" : "unknown";
 }
 
 int run_view(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
@@ -190,15 +267,18 @@ int run_view(const struct helper_config *c, const struct descriptor *d, struct f
   memset(&answers, 0, sizeof answers);
   int code = policy_worker_uid(c, d, &uid, f);
   if (code == 0) {
-    code = run_as_worker(c, uid, view_task, d, &answers, sizeof answers, f);
+    static const struct worker_steps view_steps = {view_prepare, view_task};
+    code = run_as_worker(c, uid, &view_steps, d, &answers, sizeof answers, f);
   }
   if (code != 0) {
     return code;
   }
-  printf("worker_uid %u\nprofile %s\n", uid, d->profile);
+  printf("worker_uid %u\nprofile %s\nview %s\n", uid, d->profile,
+         d->workspace == NULL ? "host" : "built");
   for (size_t i = 0; i < d->path_count; i++) {
-    printf("path %s read %s write %s\n", d->paths[i], answers.readable[i] ? "yes" : "no",
-           answers.writable[i] ? "yes" : "no");
+    printf("path %s read %s write %s exists %s empty %s\n", d->paths[i],
+           yes_no(answers.readable[i]), yes_no(answers.writable[i]), yes_no(answers.exists[i]),
+           emptiness_name(answers.empty[i]));
   }
   fflush(stdout);
   return 0;

@@ -56,6 +56,17 @@ bool is_canonical_absolute_path(const char *path) {
   return true;
 }
 
+bool is_canonical_relative_path(const char *path) {
+  char absolute[PATH_MAX];
+  size_t len = strlen(path);
+  if (len == 0 || len + 1 >= sizeof absolute || path[0] == '/') {
+    return false;
+  }
+  absolute[0] = '/';
+  memcpy(absolute + 1, path, len + 1);
+  return is_canonical_absolute_path(absolute);
+}
+
 bool path_is_strictly_beneath(const char *path, const char *root) {
   size_t root_len = strlen(root);
   if (root_len == 1) {

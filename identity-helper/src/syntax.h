@@ -12,6 +12,10 @@ bool parse_decimal(const char *text, uint64_t max, uint64_t *out);
  * (except "/" itself), shorter than PATH_MAX. */
 bool is_canonical_absolute_path(const char *path);
 
+/* Relative and canonical: not empty, no leading or trailing '/', no empty, "." or ".."
+ * components, shorter than PATH_MAX. */
+bool is_canonical_relative_path(const char *path);
+
 /* True when `path` lies strictly beneath `root` (both canonical), on a component boundary. */
 bool path_is_strictly_beneath(const char *path, const char *root);
 

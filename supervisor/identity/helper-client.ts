@@ -14,6 +14,7 @@ export const DESCRIPTOR_LIMITS = {
   maxCgroups: 8,
   maxEnv: 256,
   maxPaths: 64,
+  maxProtect: 64,
   maxHostname: 64,
   maxId: 4294967294,
   maxRlimitExclusive: 10n ** 18n,
@@ -22,6 +23,14 @@ export const DESCRIPTOR_LIMITS = {
 export type HelperOp = 'probe' | 'launch' | 'view' | 'kill';
 export type HelperRlimitName = 'nproc' | 'data' | 'fsize' | 'nofile';
 export type HelperProfile = 'governed' | 'strict';
+export type HelperProtectMode = 'read_only' | 'mask_file' | 'mask_directory';
+
+/** A protected path inside the workspace (docs/filesystem-view.md). */
+export interface HelperProtectRule {
+  mode: HelperProtectMode;
+  /** Relative to the workspace: no leading "/", no empty, "." or ".." components. */
+  path: string;
+}
 
 export interface HelperDescriptor {
   op: HelperOp;
@@ -35,12 +44,22 @@ export interface HelperDescriptor {
   env?: Record<string, string>;
   paths?: string[];
   profile?: HelperProfile;
+  /** The view's workspace root: writable in governed, read-only in strict. */
+  workspace?: string;
+  /** The turn temp directory, owned by the worker uid; writable in both profiles. */
+  temp?: string;
+  /** The turn's egress proxy socket, kept reachable (read-only) at its own path. */
+  socket?: string;
+  protect?: HelperProtectRule[];
 }
 
-export type HelperLaunchDescriptor = Omit<HelperDescriptor, 'op' | 'paths' | 'profile'> & {
+export type HelperLaunchDescriptor = Omit<HelperDescriptor, 'op' | 'paths'> & {
   uid: number;
   gid: number;
   cwd: string;
+  profile: HelperProfile;
+  workspace: string;
+  temp: string;
 };
 
 export interface HelperLocation {
@@ -65,6 +84,7 @@ export const HELPER_EXIT_CODES = {
   probe_mismatch: 75,
   internal: 76,
   cwd_unusable: 77,
+  view_refused: 78,
 } as const;
 
 export type HelperRefusalReason = keyof typeof HELPER_EXIT_CODES;
@@ -90,10 +110,13 @@ export class HelperDescriptorError extends CodedError {
 const OP_KEYS: Record<HelperOp, { allowed: ReadonlySet<string>; required: readonly string[] }> = {
   probe: { allowed: new Set(['uid']), required: [] },
   launch: {
-    allowed: new Set(['uid', 'gid', 'cgroups', 'rlimits', 'hostname', 'cwd', 'env']),
-    required: ['uid', 'gid', 'cwd'],
+    allowed: new Set(['uid', 'gid', 'cgroups', 'rlimits', 'hostname', 'cwd', 'env', 'profile', 'workspace', 'temp', 'socket', 'protect']),
+    required: ['uid', 'gid', 'cwd', 'profile', 'workspace', 'temp'],
   },
-  view: { allowed: new Set(['uid', 'paths', 'profile']), required: ['profile', 'paths'] },
+  view: {
+    allowed: new Set(['uid', 'paths', 'profile', 'workspace', 'temp', 'protect']),
+    required: ['profile', 'paths'],
+  },
   kill: { allowed: new Set(['uid']), required: ['uid'] },
 };
 
@@ -132,6 +155,34 @@ function checkPath(field: string, value: unknown): string {
   }
   checkText(field, value);
   return value;
+}
+
+/** Canonical and relative: what the helper accepts as a protected path. */
+export function isCanonicalRelativePath(path: string): boolean {
+  return path !== '' && !path.startsWith('/') && isCanonicalAbsolutePath(`/${path}`);
+}
+
+const PROTECT_MODES: readonly HelperProtectMode[] = ['read_only', 'mask_file', 'mask_directory'];
+
+function protectLines(rules: unknown): string[] {
+  if (!Array.isArray(rules) || rules.length > DESCRIPTOR_LIMITS.maxProtect) {
+    refuse('protect', `must be a list of at most ${DESCRIPTOR_LIMITS.maxProtect} rules`);
+  }
+  return rules.map((rule: Partial<HelperProtectRule>, index) => {
+    const field = `protect[${index}]`;
+    if (!PROTECT_MODES.includes(rule?.mode as HelperProtectMode)) refuse(`${field}.mode`, 'must be read_only, mask_file or mask_directory');
+    if (typeof rule.path !== 'string' || !isCanonicalRelativePath(rule.path)) {
+      refuse(`${field}.path`, 'must be relative to the workspace, with no empty, "." or ".." components');
+    }
+    checkText(`${field}.path`, rule.path);
+    return `protect ${rule.mode} ${rule.path}`;
+  });
+}
+
+function viewPathLine(key: 'workspace' | 'temp' | 'socket', value: unknown): string {
+  const checked = checkPath(key, value);
+  if (checked === '/') refuse(key, 'must not be /');
+  return `${key} ${checked}`;
 }
 
 function checkPathList(field: string, values: unknown, max: number): string[] {
@@ -192,6 +243,11 @@ function descriptorLines(d: HelperDescriptor): string[] {
     if (d.profile !== 'governed' && d.profile !== 'strict') refuse('profile', 'must be governed or strict');
     lines.push(`profile ${d.profile}`);
   }
+  if (d.workspace !== undefined) lines.push(viewPathLine('workspace', d.workspace));
+  if (d.temp !== undefined) lines.push(viewPathLine('temp', d.temp));
+  if (d.socket !== undefined) lines.push(viewPathLine('socket', d.socket));
+  if (d.protect !== undefined) lines.push(...protectLines(d.protect));
+  if ((d.protect !== undefined || d.temp !== undefined) && d.workspace === undefined) refuse('workspace', 'required with protect or temp');
   if (d.paths !== undefined) {
     const paths = checkPathList('paths', d.paths, DESCRIPTOR_LIMITS.maxPaths);
     if (paths.length === 0) refuse('paths', 'at least one path');
@@ -367,27 +423,52 @@ export interface HelperViewEntry {
   path: string;
   read: boolean;
   write: boolean;
+  exists: boolean;
+  /** A regular file with no bytes or a directory with no entries; null when the worker cannot tell. */
+  empty: boolean | null;
 }
 
-const VIEW_LINE = /^path (\/.*) read (yes|no) write (yes|no)$/;
+export interface HelperViewRequest {
+  uid?: number;
+  profile: HelperProfile;
+  paths: string[];
+  /** With a workspace the helper builds the launch view first (profile, temp, protect). */
+  workspace?: string;
+  temp?: string;
+  protect?: HelperProtectRule[];
+}
 
-/** What the worker identity can read or write at each path (access(2) as that identity). */
+const VIEW_LINE = /^path (\/.*) read (yes|no) write (yes|no) exists (yes|no) empty (yes|no|unknown)$/;
+
+/**
+ * What the worker identity can read or write at each path (access(2) as that identity), and
+ * whether it exists and is empty; inside the launch view when `workspace` is given.
+ */
 export async function runHelperView(
   helper: HelperLocation,
-  request: { uid?: number; profile: HelperProfile; paths: string[] },
-): Promise<Result<{ workerUid: number; entries: HelperViewEntry[] }, HelperFailureReason>> {
+  request: HelperViewRequest,
+): Promise<Result<{ workerUid: number; viewBuilt: boolean; entries: HelperViewEntry[] }, HelperFailureReason>> {
   const run = await runOperation(helper, { op: 'view', ...request });
   if (!run.ok) return run;
-  const workerUid = decimalField(parseReceipt(run.stdout), 'worker_uid');
+  const receipt = parseReceipt(run.stdout);
+  const workerUid = decimalField(receipt, 'worker_uid');
   const entries = run.stdout
     .split('\n')
     .map((line) => VIEW_LINE.exec(line))
     .filter((match): match is RegExpExecArray => match !== null)
-    .map((match) => ({ path: match[1] ?? '', read: match[2] === 'yes', write: match[3] === 'yes' }));
+    .map((match) => ({
+      path: match[1] ?? '',
+      read: match[2] === 'yes',
+      write: match[3] === 'yes',
+      exists: match[4] === 'yes',
+      empty: match[5] === 'unknown' ? null : match[5] === 'yes',
+    }));
   if (workerUid === null || entries.length !== request.paths.length) {
     return fail('helper_output_invalid', 'view answer does not list every path');
   }
-  return ok({ workerUid, entries });
+  const viewBuilt = receipt.view === 'built';
+  if (viewBuilt !== (request.workspace !== undefined)) return fail('helper_output_invalid', `view answer says view ${receipt.view ?? 'missing'}`);
+  return ok({ workerUid, viewBuilt, entries });
 }
 
 /** SIGKILLs every live process whose real uid is `uid` (best effort; a cgroup kill is exact). */

@@ -10,6 +10,8 @@ export interface HelperConfigSpec {
   cgroupRoots: string[];
   workerExec: string;
   workerArgs: string[];
+  /** Read-only paths every filesystem view keeps (the worker's program and its modules). */
+  viewPaths?: string[];
 }
 
 export function renderHelperConfig(spec: HelperConfigSpec): string {
@@ -20,6 +22,7 @@ export function renderHelperConfig(spec: HelperConfigSpec): string {
     ...spec.cgroupRoots.map((root) => `cgroup_root ${root}`),
     `worker_exec ${spec.workerExec}`,
     ...spec.workerArgs.map((arg) => `worker_arg ${arg}`),
+    ...(spec.viewPaths ?? []).map((viewPath) => `view_path ${viewPath}`),
   ];
   return lines.join('\n') + '\n';
 }

@@ -12,6 +12,7 @@ import { probeLandlock, probeNetworkNamespaces, probeSeccomp } from './facilitie
 import { probeIdentity, type HelperProbe, type IdentityProbe, type SupervisorIds } from './identity.js';
 import { probeLimits } from './limits.js';
 import { rootServerWarning, supervisorIsRoot } from './root.js';
+import { probeMaskedView, type HelperViewProbe } from './view.js'; // issue 6: masked worker view
 import type {
   BoundaryFacilities,
   GovernedStatus,
@@ -32,6 +33,8 @@ export interface ProbeContext {
   env?: NodeJS.ProcessEnv;
   /** Runs the qualified identity helper's own probe and answers its receipt. */
   helperProbe?: HelperProbe;
+  /** issue 6: runs the helper's `view`; when given, each mode's masked view is verified on a sentinel tree. */
+  helperView?: HelperViewProbe;
 }
 
 export interface ModeProbe {
@@ -52,13 +55,30 @@ interface BoundaryFacts {
   networkNamespaces: BoundaryFacilities['networkNamespaces'];
   landlock: BoundaryFacilities['landlock'];
   limits: WorkerLimitsStatus;
+  /** issue 6: per mode, why its masked view does not hold (absent: holds or not checked). */
+  viewRequirement: Partial<Record<WorkerMode, string>>;
 }
 
 function contextIds(ctx: ProbeContext): SupervisorIds {
   return ctx.ids ?? { uid: process.getuid?.() ?? -1, euid: process.geteuid?.() ?? -1 };
 }
 
-async function probeBoundary(ctx: ProbeContext): Promise<BoundaryFacts> {
+const PROFILE_OF: Record<WorkerMode, 'governed' | 'strict'> = { ordinary: 'governed', restricted: 'strict' };
+
+/** issue 6: verified only with a helper view runner and an established worker uid. */
+async function probeViews(ctx: ProbeContext, identity: IdentityProbe, modes: readonly WorkerMode[]): Promise<BoundaryFacts['viewRequirement']> {
+  const { helperView } = ctx;
+  const workerUid = identity.workerUid;
+  if (helperView === undefined || workerUid === undefined) return {};
+  const requirements: BoundaryFacts['viewRequirement'] = {};
+  for (const mode of modes) {
+    const requirement = await probeMaskedView(helperView, PROFILE_OF[mode], workerUid);
+    if (requirement !== undefined) requirements[mode] = requirement;
+  }
+  return requirements;
+}
+
+async function probeBoundary(ctx: ProbeContext, modes: readonly WorkerMode[]): Promise<BoundaryFacts> {
   const ids = contextIds(ctx);
   const { config } = ctx;
   const layout = discoverCgroupLayout(config.probeRoots);
@@ -80,6 +100,7 @@ async function probeBoundary(ctx: ProbeContext): Promise<BoundaryFacts> {
     networkNamespaces,
     landlock: probeLandlock(),
     limits,
+    viewRequirement: await probeViews(ctx, identity, modes),
   };
 }
 
@@ -90,11 +111,11 @@ function cgroupRequirement(layout: CgroupLayout): string | undefined {
 }
 
 /** Requirements in a fixed order; the first missing one is the one reported. */
-function firstMissingRequirement(facts: BoundaryFacts): string | undefined {
+function firstMissingRequirement(facts: BoundaryFacts, mode: WorkerMode): string | undefined {
   if (!facts.seccomp.available) return facts.seccomp.detail;
   if (!facts.networkNamespaces.available) return facts.networkNamespaces.detail;
   if (facts.identity.requirement !== undefined) return facts.identity.requirement;
-  return cgroupRequirement(facts.layout);
+  return cgroupRequirement(facts.layout) ?? facts.viewRequirement[mode];
 }
 
 /**
@@ -113,7 +134,7 @@ function modeAvailability(
 ): ModeAvailability {
   const requirement = mode === 'restricted' && !config.modes.restricted.enabled
     ? RESTRICTED_DISABLED_REQUIREMENT
-    : firstMissingRequirement(facts);
+    : firstMissingRequirement(facts, mode);
   const checkedAt = new Date().toISOString();
   if (requirement === undefined) {
     if (mode === 'ordinary') boundaryProvenInProcess = true;
@@ -123,7 +144,8 @@ function modeAvailability(
 }
 
 export async function probeMode(ctx: ProbeContext, mode: WorkerMode, trigger: ProbeTrigger): Promise<ModeProbe> {
-  const facts = await probeBoundary(ctx);
+  const disabled = mode === 'restricted' && !ctx.config.modes.restricted.enabled;
+  const facts = await probeBoundary(ctx, disabled ? [] : [mode]);
   const probe: ModeProbe = {
     availability: modeAvailability(facts, ctx.config, mode, trigger),
     identity: facts.identity.identity,
@@ -195,7 +217,7 @@ function logBootProbe(logger: Logger, status: WorkerHostStatus): void {
 
 export async function runWorkerHostProbes(ctx: ProbeContext, trigger: ProbeTrigger): Promise<WorkerHostStatus> {
   const { config } = ctx;
-  const facts = await probeBoundary(ctx);
+  const facts = await probeBoundary(ctx, config.modes.restricted.enabled ? ['ordinary', 'restricted'] : ['ordinary']);
   const ordinary = modeAvailability(facts, config, 'ordinary', trigger);
   const status: WorkerHostStatus = {
     ordinary,
@@ -219,3 +241,4 @@ export async function runWorkerHostProbes(ctx: ProbeContext, trigger: ProbeTrigg
 }
 
 export type { HelperProbe, HelperReceipt, SupervisorIds } from './identity.js';
+export type { HelperViewProbe } from './view.js';

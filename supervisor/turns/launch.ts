@@ -50,6 +50,7 @@ import type { HostWriteRoots, HostWriteTurn } from '../fs/host-write.js';
 import { createTurnTemp, purgeTurnTemp, turnTempPurgePayload } from '../fs/turn-temp.js';
 import type { WorkerMode } from '../probes/types.js';
 import { filterSubprocessEnv, parseEnvExtra, ENV_EXTRA_CONTROL } from './env-filter.js';
+import { turnViewKeys } from './view-descriptor.js'; // issue 6: masked worker view
 import type { OutputChannel } from './output.js';
 import type { TurnRecordStore } from './store.js';
 import type { TurnManagerDeps } from './manager.js';
@@ -394,6 +395,13 @@ export async function launchTurn(
     if (value !== undefined) rlimits[helperName] = value;
   }
 
+  // issue 6: the filesystem view the helper builds (workspace root, protected paths).
+  const view = turnViewKeys(deps.config, request.cwd);
+  if (!view.ok) {
+    await releases.run();
+    return refuseTurn(env, record, request, `the worker filesystem view: ${view.detail}`);
+  }
+
   let spawned: { child: ChildProcess; protocol: net.Socket };
   try {
     spawned =
@@ -406,6 +414,11 @@ export async function launchTurn(
             hostname: 'turnhost',
             cwd: request.cwd,
             env: { PATH: DEFAULT_COMMAND_PATH, LANG: 'C.UTF-8' },
+            profile: record.profile, // issue 6
+            workspace: view.workspace,
+            temp: roots.roots.temp.path,
+            socket: proxy.socketPath,
+            protect: view.protect,
           })
         : spawnSharedWorker(deps, request.cwd);
   } catch (error) {
@@ -595,17 +608,21 @@ function trackTurn(inputs: TrackInputs): { running: RunningTurn; startedOrEnded:
   const timeoutSeconds = request.timeoutSeconds ?? deps.config.turns.defaultTimeoutSeconds;
   const timer = setTimeout(() => stop('timeout'), timeoutSeconds * 1000);
 
-  const childClosed = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
+  // A background process can hold the output pipes open after the worker exited: the turn ends
+  // at the worker's exit, then the cgroup kill ends such holders, and only then are the pipes drained.
+  const childExited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  const childClosed = new Promise<void>((resolve) => child.on('close', () => resolve()));
   child.on('error', (error) => {
     workerError = `spawn: ${error.message}`;
   });
 
   const done = (async (): Promise<TurnResult> => {
-    const exitCode = await childClosed;
+    const exitCode = await childExited;
     rootsOpen = false; // issue 6
     clearTimeout(timer);
     // Background processes die with the turn, whatever the command did.
     killWorker();
+    await childClosed;
     const stats = cgroup.stats();
     const refusal = parseHelperRefusal(exitCode, stderrTail.toString('utf8'));
     const result = buildResult({

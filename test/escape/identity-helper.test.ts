@@ -21,6 +21,7 @@ import {
   runWithDescriptor,
   tempDir,
   uniqueUidRange,
+  viewLines,
   writeConfig,
 } from '../integration/identity-helper/fixture.js';
 
@@ -36,7 +37,7 @@ t.teardown(() => {
 });
 
 function launchLines(extra: string[], launchUid = uid): string {
-  return descriptorText(['op launch', `uid ${launchUid}`, `gid ${launchUid}`, 'cwd /', ...extra]);
+  return descriptorText(['op launch', `uid ${launchUid}`, `gid ${launchUid}`, 'cwd /', ...viewLines(dir, launchUid), ...extra]);
 }
 
 function expectRefusal(t: Test, run: { code: number | null; stdout: string; stderr: string }, code: number, pattern: RegExp): void {
@@ -55,7 +56,7 @@ t.test('uid outside the range is refused (above, below, zero)', async (t) => {
 });
 
 t.test('gid different from uid is refused', async (t) => {
-  const text = descriptorText(['op launch', `uid ${uid}`, `gid ${uid + 1}`, 'cwd /']);
+  const text = descriptorText(['op launch', `uid ${uid}`, `gid ${uid + 1}`, 'cwd /', ...viewLines(dir, uid)]);
   expectRefusal(t, runHelperRaw(configPath, text, dir), HELPER_EXIT_CODES.uid_out_of_range, /gid .* must equal uid/);
 });
 
@@ -115,6 +116,15 @@ t.test('malformed descriptors are refused', async (t) => {
     ['9 cgroups', launchLines(Array.from({ length: 9 }, (_, i) => `cgroup ${cgroup.root}/c${i}`)), /more than 8/],
     ['257 env', launchLines(Array.from({ length: 257 }, (_, i) => `env V${i}=x`)), /more than 256/],
     ['rlimit duplicate', launchLines(['rlimit nofile 10', 'rlimit nofile 10']), /duplicate nofile/],
+    ['launch without a view', descriptorText(['op launch', `uid ${uid}`, `gid ${uid}`, 'cwd /']), /missing required key 'profile'/],
+    ['protect escaping the workspace', launchLines(['protect read_only ../etc']), /protect: path must be relative/],
+    ['protect absolute', launchLines(['protect mask_file /etc/shadow']), /protect: path must be relative/],
+    ['protect dot', launchLines(['protect mask_directory .']), /protect: path must be relative/],
+    ['protect without a path', launchLines(['protect mask_file']), /expected 'MODE RELPATH'/],
+    ['65 protect', launchLines(Array.from({ length: 65 }, (_, i) => `protect read_only p${i}`)), /more than 64/],
+    ['workspace /', descriptorText(['op view', 'profile governed', 'workspace /', 'path /']), /workspace: must be a canonical absolute path other than \//],
+    ['protect without workspace', descriptorText(['op view', 'profile governed', 'protect read_only x', 'path /']), /need a workspace/],
+    ['socket for view', descriptorText(['op view', 'profile governed', 'socket /run/x.sock', 'path /']), /not valid for op view/],
   ];
   for (const [name, text, pattern] of malformed) {
     t.test(name, async (t) => expectRefusal(t, runHelperRaw(configPath, text, dir), HELPER_EXIT_CODES.descriptor_malformed, pattern));
@@ -138,6 +148,7 @@ t.test('unknown keys, versions, operations, rlimits and profiles are refused', a
     ['unknown op', descriptorText(['op shell']), /unknown operation/],
     ['unknown rlimit', launchLines(['rlimit core 0']), /unknown name/],
     ['unknown profile', descriptorText(['op view', 'profile open', 'path /']), /unknown profile/],
+    ['unknown protect mode', launchLines(['protect hide .env']), /protect: unknown mode/],
   ];
   for (const [name, text, pattern] of unknown) {
     t.test(name, async (t) => expectRefusal(t, runHelperRaw(configPath, text, dir), HELPER_EXIT_CODES.descriptor_unknown, pattern));
@@ -166,7 +177,9 @@ t.test('a setuid-root binary run as the worker does not elevate', async (t) => {
   // Control: without no_new_privs the bit works on this filesystem, so the case below is real.
   const control = spawnSync('setpriv', [`--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', setuidCopy], { encoding: 'utf8' });
   t.match(control.stdout, new RegExp(`^uid ${uid} 0 0$`, 'm'), 'control: setuid bit elevates without no_new_privs');
-  const setuidConfig = writeConfig(dir, { uidRange, workerExec: setuidCopy }, 'setuid.conf');
+  // The copy lives under /tmp, which the view replaces: view_path keeps it (nosuid, like every
+  // mount of the view, so no_new_privs and nosuid both stand in the way here).
+  const setuidConfig = writeConfig(dir, { uidRange, workerExec: setuidCopy, viewPaths: [dir] }, 'setuid.conf');
   const run = runHelperRaw(setuidConfig, launchLines([]), dir);
   t.equal(run.code, 0, run.stderr);
   const report = parseReport(run.stdout);

@@ -154,3 +154,10 @@ t.test('an unavailable boundary refuses the turn, creates no worker and records 
   t.equal(refusing.turns.get('refused-turn')?.result?.status, 'launch_refused');
   t.same(processesOfUid(refusing.uidRange.first), [], 'no worker started');
 });
+
+t.test('a background process holding the output open does not keep the turn alive', async (t) => {
+  const run = await runTurn(harness, { argv: ['/bin/sh', '-c', 'sleep 1000 & echo started; exit 0'], timeoutSeconds: 120 });
+  t.equal(run.result.status, 'ok', 'the turn ends when its command exits, not at the timeout');
+  t.match(run.stdout, /started/);
+  t.same(processesOfUid(run.record.workerUid!), []);
+});

@@ -6,6 +6,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { TurnhostConfig } from '../../supervisor/config/types.js';
+import { defaultConfig } from '../../supervisor/config/load.js';
 
 export interface ProbeTree {
   base: string;
@@ -100,30 +101,15 @@ export function hybridTree(options: { memsw: boolean } = { memsw: true }): Probe
   return tree;
 }
 
-/** A complete config whose probe roots point at `tree`. */
+/** A complete config (the product's defaults, no limits configured) whose probe roots point at `tree`. */
 export function probeConfig(tree: { proc: string; sysFsCgroup: string }, overrides: Partial<TurnhostConfig> = {}): TurnhostConfig {
+  const defaults = defaultConfig({ installed: false, cwd: '/nonexistent' });
   return {
+    ...defaults,
     dataDir: '/nonexistent',
     listen: { tcp: null, socket: null, allowNonLoopback: false },
-    apiToken: null,
-    logLevel: 'info',
-    events: { unboundRetentionDays: 30 },
-    identityHelper: { path: null, configPath: null },
-    modes: { restricted: { enabled: false } },
     limits: {},
-    limitsDisabled: [],
-    egress: {
-      allowlist: [],
-      denylist: [],
-      allowAddressRanges: [],
-      inferenceHosts: [],
-      turnAdditionsAllowed: [],
-      maxConnections: 64,
-      maxBytes: 1 << 30,
-      idleTimeoutMs: 60_000,
-    },
-    fs: { protectedPaths: [], scratch: { dir: null, capBytes: 1 << 30, pruneIntervalSeconds: 3600 }, hostWriteMaxBytes: 1 << 20 },
-    turns: { maxConcurrent: 4, defaultTimeoutSeconds: 600, maxTimeoutSeconds: 3600, workspaceRoots: [], envExtra: [] },
+    turns: { ...defaults.turns, workspaceRoots: [] },
     probeRoots: { proc: tree.proc, sysFsCgroup: tree.sysFsCgroup },
     ...overrides,
   };

@@ -40,6 +40,7 @@ export interface ConfigOptions {
   cgroupRoots?: string[];
   workerExec?: string;
   workerArgs?: string[];
+  viewPaths?: string[];
 }
 
 export function writeConfig(dir: string, options: ConfigOptions, name = 'helper.conf'): string {
@@ -50,6 +51,7 @@ export function writeConfig(dir: string, options: ConfigOptions, name = 'helper.
     ...(options.cgroupRoots ?? []).map((root) => `cgroup_root ${root}`),
     `worker_exec ${options.workerExec ?? reportSelf}`,
     ...(options.workerArgs ?? []).map((arg) => `worker_arg ${arg}`),
+    ...(options.viewPaths ?? []).map((viewPath) => `view_path ${viewPath}`),
   ];
   const file = path.join(dir, name);
   fs.writeFileSync(file, lines.join('\n') + '\n', { mode: 0o644 });
@@ -154,4 +156,24 @@ export function parseReport(stdout: string): Map<string, string[]> {
 
 export function descriptorText(lines: string[]): string {
   return ['turnhost-descriptor 1', ...lines, 'end'].join('\n') + '\n';
+}
+
+/**
+ * The view keys every launch now carries (docs/filesystem-view.md): a governed view of a
+ * shared workspace under `dir` and a turn temp owned by `uid`, created on first use.
+ */
+export function viewKeys(dir: string, uid: number): { profile: 'governed'; workspace: string; temp: string } {
+  const workspace = path.join(dir, 'view-workspace');
+  const temp = path.join(dir, `view-temp-${uid}`);
+  fs.mkdirSync(workspace, { recursive: true, mode: 0o777 });
+  if (!fs.existsSync(temp)) {
+    fs.mkdirSync(temp, { mode: 0o700 });
+    fs.chownSync(temp, uid, uid);
+  }
+  return { profile: 'governed', workspace, temp };
+}
+
+export function viewLines(dir: string, uid: number): string[] {
+  const keys = viewKeys(dir, uid);
+  return [`profile ${keys.profile}`, `workspace ${keys.workspace}`, `temp ${keys.temp}`];
 }

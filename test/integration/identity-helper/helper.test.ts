@@ -22,6 +22,8 @@ import {
   runHelperRaw,
   tempDir,
   uniqueUidRange,
+  viewKeys,
+  viewLines,
   writeConfig,
 } from './fixture.js';
 
@@ -36,8 +38,8 @@ t.teardown(() => {
   fs.rmSync(dir, { recursive: true, force: true });
 });
 
-function launchAndCollect(descriptor: HelperLaunchDescriptor): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const { child, protocol } = spawnHelperLaunch(helper, descriptor, { stdio: 'pipe' });
+function launchAndCollect(descriptor: Omit<HelperLaunchDescriptor, 'profile' | 'workspace' | 'temp'>): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const { child, protocol } = spawnHelperLaunch(helper, { ...viewKeys(dir, descriptor.uid), ...descriptor }, { stdio: 'pipe' });
   protocol.on('error', () => undefined);
   child.stdin?.end();
   let stdout = '';
@@ -104,7 +106,7 @@ t.test('launch runs the worker with exactly the documented confinement', async (
 t.test('fd 3 stays the protocol socket: the worker reads what the caller writes after the descriptor', async (t) => {
   const catConfig = writeConfig(dir, { uidRange, workerExec: '/bin/sh', workerArgs: ['-c', 'exec cat <&3'] }, 'cat.conf');
   const uid = uidRange.first + 2;
-  const { child, protocol } = spawnHelperLaunch({ path: asanHelper, configPath: catConfig }, { uid, gid: uid, cwd: '/' });
+  const { child, protocol } = spawnHelperLaunch({ path: asanHelper, configPath: catConfig }, { uid, gid: uid, cwd: '/', ...viewKeys(dir, uid) });
   let stdout = '';
   child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
   protocol.end('{"launch":"message"}\n');
@@ -138,11 +140,12 @@ t.test('view reports read and write as the worker identity', async (t) => {
   });
   if (!view.ok) return t.fail(view.detail);
   t.equal(view.workerUid, uidRange.first + 4);
+  t.equal(view.viewBuilt, false, 'no workspace: the host tree as it is');
   t.same(view.entries, [
-    { path: '/etc/shadow', read: false, write: false },
-    { path: '/etc/passwd', read: true, write: false },
-    { path: ownedByWorker, read: true, write: true },
-    { path: '/nonexistent-turnhost-path', read: false, write: false },
+    { path: '/etc/shadow', read: false, write: false, exists: true, empty: null },
+    { path: '/etc/passwd', read: true, write: false, exists: true, empty: false },
+    { path: ownedByWorker, read: true, write: true, exists: true, empty: false },
+    { path: '/nonexistent-turnhost-path', read: false, write: false, exists: false, empty: null },
   ]);
 });
 
@@ -179,7 +182,7 @@ t.test('kill refuses a uid outside the range', async (t) => {
 t.test('the helper never reads past the final end line of fd 3', async (t) => {
   const catConfig = writeConfig(dir, { uidRange, workerExec: '/bin/sh', workerArgs: ['-c', 'exec cat <&3'] }, 'cat-file.conf');
   const uid = uidRange.first + 2;
-  const descriptor = descriptorText([`op launch`, `uid ${uid}`, `gid ${uid}`, 'cwd /']);
+  const descriptor = descriptorText([`op launch`, `uid ${uid}`, `gid ${uid}`, 'cwd /', ...viewLines(dir, uid)]);
   const run = runHelperRaw(catConfig, descriptor + 'bytes after end reach the worker\n', dir);
   t.equal(run.code, 0, run.stderr);
   t.equal(run.stdout, 'bytes after end reach the worker\n');

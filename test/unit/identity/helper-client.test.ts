@@ -17,6 +17,14 @@ t.test('encodes a launch descriptor in the documented grammar', async (t) => {
     hostname: 'turn-1',
     cwd: '/srv/work',
     env: { PATH: '/usr/bin:/bin', NOTE: 'two  spaces' },
+    profile: 'governed',
+    workspace: '/srv/work',
+    temp: '/run/turnhost/temp/t1',
+    socket: '/run/turnhost/t1/proxy.sock',
+    protect: [
+      { mode: 'mask_file', path: '.env' },
+      { mode: 'read_only', path: '.git/hooks' },
+    ],
   });
   t.equal(
     bytes.toString(),
@@ -32,6 +40,12 @@ t.test('encodes a launch descriptor in the documented grammar', async (t) => {
       'cwd /srv/work',
       'env PATH=/usr/bin:/bin',
       'env NOTE=two  spaces',
+      'profile governed',
+      'workspace /srv/work',
+      'temp /run/turnhost/temp/t1',
+      'socket /run/turnhost/t1/proxy.sock',
+      'protect mask_file .env',
+      'protect read_only .git/hooks',
       'end',
       '',
     ].join('\n'),
@@ -47,7 +61,15 @@ t.test('encodes probe, view and kill', async (t) => {
   t.equal(encodeDescriptor({ op: 'kill', uid: 5 }).toString(), 'turnhost-descriptor 1\nop kill\nuid 5\nend\n');
 });
 
-const launch: HelperDescriptor = { op: 'launch', uid: 100001, gid: 100001, cwd: '/' };
+const launch: HelperDescriptor = {
+  op: 'launch',
+  uid: 100001,
+  gid: 100001,
+  cwd: '/',
+  profile: 'governed',
+  workspace: '/srv/work',
+  temp: '/run/turnhost/temp/t1',
+};
 
 t.test('refuses what the helper would refuse, naming the field', async (t) => {
   const cases: Array<[string, HelperDescriptor, string]> = [
@@ -77,6 +99,20 @@ t.test('refuses what the helper would refuse, naming the field', async (t) => {
     ['view without paths', { op: 'view', profile: 'strict', paths: [] }, 'paths'],
     ['view profile', { op: 'view', profile: 'open' as 'strict', paths: ['/'] }, 'profile'],
     ['kill without uid', { op: 'kill' }, 'uid'],
+    ['launch without profile', { ...launch, profile: undefined }, 'profile'],
+    ['launch without workspace', { ...launch, workspace: undefined }, 'workspace'],
+    ['launch without temp', { ...launch, temp: undefined }, 'temp'],
+    ['workspace /', { ...launch, workspace: '/' }, 'workspace'],
+    ['relative temp', { ...launch, temp: 'tmp' }, 'temp'],
+    ['socket for view', { op: 'view', profile: 'strict', paths: ['/'], socket: '/s' }, 'socket'],
+    ['protect mode', { ...launch, protect: [{ mode: 'hide' as 'read_only', path: 'x' }] }, 'protect[0].mode'],
+    ['protect absolute', { ...launch, protect: [{ mode: 'read_only', path: '/etc' }] }, 'protect[0].path'],
+    ['protect dotdot', { ...launch, protect: [{ mode: 'read_only', path: 'a/../../etc' }] }, 'protect[0].path'],
+    ['protect dot', { ...launch, protect: [{ mode: 'mask_file', path: '.' }] }, 'protect[0].path'],
+    ['protect trailing slash', { ...launch, protect: [{ mode: 'mask_file', path: 'a/' }] }, 'protect[0].path'],
+    ['protect newline', { ...launch, protect: [{ mode: 'mask_file', path: 'a\nop kill' }] }, 'protect[0].path'],
+    ['protect count', { ...launch, protect: Array.from({ length: 65 }, (_, i) => ({ mode: 'read_only' as const, path: `p${i}` })) }, 'protect'],
+    ['view protect without workspace', { op: 'view', profile: 'governed', paths: ['/'], protect: [{ mode: 'read_only', path: 'x' }] }, 'workspace'],
   ];
   for (const [name, descriptor, field] of cases) {
     t.test(name, async (t) => {

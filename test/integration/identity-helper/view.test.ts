@@ -1,0 +1,267 @@
+/**
+ * The filesystem view the helper builds (docs/filesystem-view.md), seen by a real worker
+ * identity: the `view` operation on a sentinel tree, and launches running /bin/sh as the
+ * worker. Sentinel files and directories are world-writable, so a write that fails is refused
+ * by the view's mounts, not by file permissions.
+ */
+import t from 'tap';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import {
+  runHelperView,
+  spawnHelperLaunch,
+  type HelperLocation,
+  type HelperProfile,
+  type HelperProtectRule,
+} from '../../../supervisor/identity/helper-client.js';
+import { probeMaskedView } from '../../../supervisor/probes/view.js';
+import { asanHelper, buildNative, repoRoot, tempDir, uniqueUidRange, writeConfig } from './fixture.js';
+
+buildNative();
+const dir = tempDir('helper-view');
+const uidRange = uniqueUidRange();
+const uid = uidRange.first + 11;
+const otherUid = uidRange.first + 12;
+const configPath = writeConfig(dir, { uidRange, viewPaths: [repoRoot] });
+const shellConfig = writeConfig(dir, { uidRange, workerExec: '/bin/sh', workerArgs: ['-c', 'eval "$VIEW_SCRIPT"'] }, 'shell.conf');
+const helper: HelperLocation = { path: asanHelper, configPath };
+const hostTmpSentinel = fs.mkdtempSync('/tmp/turnhost-view-host-tmp-');
+const varTmpProbe = `/var/tmp/turnhost-view-probe-${process.pid}`;
+t.teardown(() => {
+  fs.rmSync(dir, { recursive: true, force: true });
+  fs.rmSync(hostTmpSentinel, { recursive: true, force: true });
+  fs.rmSync(varTmpProbe, { force: true });
+});
+
+const workspace = path.join(dir, 'workspace');
+const temp = path.join(dir, 'temp');
+const outsideSecret = path.join(dir, 'outside-secret.txt');
+
+function writable(file: string, content: string): void {
+  fs.writeFileSync(file, content);
+  fs.chmodSync(file, 0o666);
+}
+
+function makeSentinelTree(): void {
+  fs.rmSync(workspace, { recursive: true, force: true });
+  fs.mkdirSync(path.join(workspace, 'secretdir'), { recursive: true });
+  fs.mkdirSync(path.join(workspace, 'open'));
+  for (const sub of ['', 'secretdir', 'open']) fs.chmodSync(path.join(workspace, sub), 0o777);
+  writable(path.join(workspace, '.env'), 'API_KEY=sentinel-secret\n');
+  writable(path.join(workspace, 'secretdir/key.pem'), 'sentinel-key\n');
+  writable(path.join(workspace, 'locked.txt'), 'locked\n');
+}
+
+makeSentinelTree();
+fs.mkdirSync(temp, { mode: 0o700 });
+fs.chownSync(temp, uid, uid);
+writable(outsideSecret, 'outside-sentinel\n');
+
+const protect: HelperProtectRule[] = [
+  { mode: 'mask_file', path: '.env' },
+  { mode: 'mask_directory', path: 'secretdir' },
+  { mode: 'read_only', path: 'locked.txt' },
+  { mode: 'mask_file', path: 'absent/never-created' },
+];
+
+async function view(profile: HelperProfile, paths: string[], rules = protect) {
+  const answer = await runHelperView(helper, { uid, profile, paths, workspace, temp, protect: rules });
+  if (!answer.ok) throw new Error(`${answer.reason}: ${answer.detail}`);
+  t.ok(answer.viewBuilt);
+  return new Map(answer.entries.map((entry) => [entry.path, entry]));
+}
+
+t.test('governed view: workspace writable, protected paths masked or read-only, host read-only', async (t) => {
+  const ws = (name: string) => path.join(workspace, name);
+  const seen = await view('governed', [
+    workspace, ws('open'), ws('.env'), ws('secretdir'), ws('secretdir/key.pem'), ws('locked.txt'), temp,
+    '/usr', '/etc', '/var/tmp', '/dev/shm', '/tmp', hostTmpSentinel, '/proc/1', '/proc/self/status', '/home',
+  ]);
+  t.match(seen.get(workspace), { read: true, write: true });
+  t.match(seen.get(ws('open')), { write: true });
+  t.match(seen.get(ws('.env')), { exists: true, read: true, write: false, empty: true }, 'masked file reads empty');
+  t.match(seen.get(ws('secretdir')), { exists: true, write: false, empty: true }, 'masked directory is empty');
+  t.match(seen.get(ws('secretdir/key.pem')), { exists: false }, 'nothing beneath a masked directory');
+  t.match(seen.get(ws('locked.txt')), { read: true, write: false, empty: false }, 'read_only keeps content, refuses writes');
+  t.match(seen.get(temp), { read: true, write: true }, 'turn temp writable');
+  for (const hostPath of ['/usr', '/etc', '/var/tmp', '/dev/shm']) t.match(seen.get(hostPath), { exists: true, write: false }, `${hostPath} read-only`);
+  t.match(seen.get('/tmp'), { write: true }, 'fresh /tmp is writable');
+  t.match(seen.get(hostTmpSentinel), { exists: false }, "the host's /tmp is not visible");
+  t.match(seen.get('/proc/1'), { exists: false }, "another user's process is invisible in /proc");
+  t.match(seen.get('/proc/self/status'), { exists: true, read: true }, 'own processes stay visible');
+  t.match(seen.get('/home'), { exists: true }, 'governed keeps the host tree (read-only)');
+});
+
+t.test('strict view: minimal system, no /home or /etc/shadow, workspace read-only, temp writable', async (t) => {
+  const ws = (name: string) => path.join(workspace, name);
+  const seen = await view('strict', [
+    workspace, ws('open'), ws('.env'), ws('secretdir'), ws('locked.txt'), temp, '/usr/bin/env', '/bin/sh', '/etc/passwd',
+    '/etc/shadow', '/home', '/root', '/var', '/dev/null', '/dev/urandom', '/tmp', path.join(repoRoot, 'dist'), '/proc/1',
+  ]);
+  t.match(seen.get(workspace), { read: true, write: false }, 'workspace read-only');
+  t.match(seen.get(ws('open')), { write: false });
+  t.match(seen.get(ws('.env')), { empty: true, write: false }, 'masks hold in strict too');
+  t.match(seen.get(ws('secretdir')), { empty: true });
+  t.match(seen.get(temp), { write: true }, 'turn temp writable');
+  t.match(seen.get('/usr/bin/env'), { exists: true, read: true, write: false });
+  t.match(seen.get('/bin/sh'), { exists: true }, 'merged-usr symlinks recreated');
+  t.match(seen.get('/etc/passwd'), { exists: true, write: false });
+  for (const absent of ['/etc/shadow', '/home', '/root', '/var', '/proc/1']) t.match(seen.get(absent), { exists: false }, `${absent} absent`);
+  t.match(seen.get('/dev/null'), { read: true, write: true });
+  t.match(seen.get('/dev/urandom'), { read: true });
+  t.match(seen.get('/tmp'), { write: true });
+  t.match(seen.get(path.join(repoRoot, 'dist')), { exists: true, write: false }, 'view_path kept read-only');
+});
+
+t.test('a protected path that is or crosses a symlink refuses the view', async (t) => {
+  t.teardown(makeSentinelTree);
+  const attacks: Array<[string, () => void, HelperProtectRule]> = [
+    ['mask_file replaced by a link to an outside file', () => {
+      fs.rmSync(path.join(workspace, '.env'));
+      fs.symlinkSync(outsideSecret, path.join(workspace, '.env'));
+    }, { mode: 'mask_file', path: '.env' }],
+    ['read_only replaced by a link to a writable outside file', () => {
+      fs.rmSync(path.join(workspace, 'locked.txt'));
+      fs.symlinkSync(outsideSecret, path.join(workspace, 'locked.txt'));
+    }, { mode: 'read_only', path: 'locked.txt' }],
+    ['mask_directory replaced by a link to /etc', () => {
+      fs.rmSync(path.join(workspace, 'secretdir'), { recursive: true });
+      fs.symlinkSync('/etc', path.join(workspace, 'secretdir'));
+    }, { mode: 'mask_directory', path: 'secretdir' }],
+    ['a parent of the protected path is a link', () => {
+      fs.symlinkSync(path.dirname(outsideSecret), path.join(workspace, 'parent'));
+    }, { mode: 'read_only', path: 'parent/outside-secret.txt' }],
+  ];
+  for (const [name, plant, rule] of attacks) {
+    makeSentinelTree();
+    plant();
+    const answer = await runHelperView(helper, { uid, profile: 'governed', paths: [workspace], workspace, temp, protect: [rule] });
+    t.equal(answer.ok ? 'ok' : answer.reason, 'view_refused', name);
+    if (!answer.ok) t.match(answer.detail, /symbolic link/);
+  }
+  t.equal(fs.readFileSync(outsideSecret, 'utf8'), 'outside-sentinel\n', 'the outside file is untouched');
+});
+
+t.test('a mask_file with a second hard link is refused', async (t) => {
+  t.teardown(makeSentinelTree);
+  fs.linkSync(path.join(workspace, '.env'), path.join(workspace, 'open/copy'));
+  const answer = await runHelperView(helper, { uid, profile: 'governed', paths: [workspace], workspace, temp, protect });
+  t.equal(answer.ok ? 'ok' : answer.reason, 'view_refused');
+  if (!answer.ok) t.match(answer.detail, /hard links/);
+});
+
+t.test('workspace, temp and view paths are refused when they are links or the wrong kind', async (t) => {
+  const linkedWorkspace = path.join(dir, 'workspace-link');
+  fs.symlinkSync(workspace, linkedWorkspace);
+  const notOwnedTemp = path.join(dir, 'temp-root-owned');
+  fs.mkdirSync(notOwnedTemp, { mode: 0o777 });
+  const cases: Array<[string, Parameters<typeof runHelperView>[1], RegExp]> = [
+    ['workspace link', { uid, profile: 'governed', paths: ['/'], workspace: linkedWorkspace }, /workspace .* symbolic link/],
+    ['workspace file', { uid, profile: 'governed', paths: ['/'], workspace: outsideSecret }, /workspace .* is not a directory/],
+    ['temp not owned by the worker', { uid, profile: 'governed', paths: ['/'], workspace, temp: notOwnedTemp }, /must be owned by the worker uid/],
+    ['mask_directory on a file', { uid, profile: 'governed', paths: ['/'], workspace, protect: [{ mode: 'mask_directory', path: '.env' }] }, /not a directory/],
+    ['mask_file on a directory', { uid, profile: 'governed', paths: ['/'], workspace, protect: [{ mode: 'mask_file', path: 'open' }] }, /is a directory/],
+  ];
+  for (const [name, request, pattern] of cases) {
+    const answer = await runHelperView(helper, request);
+    t.equal(answer.ok ? 'ok' : answer.reason, 'view_refused', name);
+    if (!answer.ok) t.match(answer.detail, pattern, name);
+  }
+  const linkedViewPath = path.join(dir, 'view-path-link');
+  fs.symlinkSync(repoRoot, linkedViewPath);
+  const linkedConfig = writeConfig(dir, { uidRange, viewPaths: [linkedViewPath] }, 'linked-view.conf');
+  const answer = await runHelperView({ path: asanHelper, configPath: linkedConfig }, { uid, profile: 'strict', paths: ['/'], workspace });
+  t.equal(answer.ok ? 'ok' : answer.reason, 'view_refused', 'a view_path through a link');
+});
+
+function launchShell(profile: HelperProfile, script: string, rules = protect): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const { child, protocol } = spawnHelperLaunch(
+    { path: asanHelper, configPath: shellConfig },
+    {
+      uid, gid: uid, cwd: workspace, profile, workspace, temp, protect: rules,
+      env: { PATH: '/usr/bin:/bin', VIEW_SCRIPT: script, WS: workspace, TEMPDIR: temp },
+    },
+    { stdio: 'pipe' },
+  );
+  protocol.on('error', () => undefined);
+  child.stdin?.end();
+  let stdout = '';
+  let stderr = '';
+  child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+  child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  return new Promise((resolve) => child.on('close', (code) => {
+    protocol.destroy();
+    resolve({ code, stdout, stderr });
+  }));
+}
+
+const TRY_WRITE = 'w() { if (echo probe >> "$1") 2>/dev/null; then echo "write $1 yes"; else echo "write $1 no"; fi; }; ';
+
+t.test('a governed worker: real writes, reads and /proc', async (t) => {
+  const sleeper = spawn('setpriv', [`--reuid=${otherUid}`, `--regid=${otherUid}`, '--clear-groups', 'sleep', '300'], { stdio: 'ignore' });
+  t.teardown(() => sleeper.kill('SIGKILL'));
+  const script = TRY_WRITE + [
+    `w /etc/turnhost-probe; w ${varTmpProbe}; w $WS/open/new; w $WS/new; w $WS/.env; w $WS/locked.txt; w $WS/secretdir/new; w $TEMPDIR/new; w /tmp/new`,
+    'echo "env [$(cat $WS/.env)]"',
+    'echo "secretdir [$(ls -A $WS/secretdir)]"',
+    'echo "locked [$(cat $WS/locked.txt)]"',
+    'if rm -f $WS/locked.txt 2>/dev/null; then echo "remove locked yes"; else echo "remove locked no"; fi',
+    `if [ -e /proc/${sleeper.pid} ]; then echo "sleeper visible"; else echo "sleeper hidden"; fi`,
+    'if [ -e /proc/$$ ]; then echo "self visible"; fi',
+  ].join('; ');
+  const run = await launchShell('governed', script);
+  t.equal(run.code, 0, run.stderr);
+  for (const refused of ['/etc/turnhost-probe', varTmpProbe, '$WS/.env', '$WS/locked.txt', '$WS/secretdir/new'])
+    t.match(run.stdout, `write ${refused.replace('$WS', workspace)} no`, `${refused} refused`);
+  for (const allowed of ['$WS/open/new', '$WS/new', '$TEMPDIR/new', '/tmp/new'])
+    t.match(run.stdout, `write ${allowed.replace('$WS', workspace).replace('$TEMPDIR', temp)} yes`, `${allowed} writable`);
+  t.match(run.stdout, 'env []', 'masked file reads empty');
+  t.match(run.stdout, 'secretdir []', 'masked directory is empty');
+  t.match(run.stdout, 'locked [locked]');
+  t.match(run.stdout, 'remove locked no');
+  t.match(run.stdout, 'sleeper hidden');
+  t.match(run.stdout, 'self visible');
+  t.equal(fs.readFileSync(path.join(workspace, '.env'), 'utf8'), 'API_KEY=sentinel-secret\n', 'the real file is unchanged');
+  t.equal(fs.readFileSync(path.join(workspace, 'locked.txt'), 'utf8'), 'locked\n');
+  t.ok(fs.existsSync(path.join(workspace, 'new')), 'the workspace write landed on the host');
+  t.notOk(fs.existsSync(path.join(hostTmpSentinel, '..', 'new')), "the /tmp write stayed in the worker's /tmp");
+});
+
+t.test('a strict worker cannot write its workspace and sees no /home', async (t) => {
+  const script = TRY_WRITE + [
+    'w $WS/new-strict; w $WS/open/new-strict; w $TEMPDIR/strict; w /tmp/strict',
+    'if [ -e /home ]; then echo "home visible"; else echo "home absent"; fi',
+    'if [ -e /etc/shadow ]; then echo "shadow visible"; else echo "shadow absent"; fi',
+    'echo "env [$(cat $WS/.env)]"',
+  ].join('; ');
+  const run = await launchShell('strict', script);
+  t.equal(run.code, 0, run.stderr);
+  t.match(run.stdout, `write ${workspace}/new-strict no`);
+  t.match(run.stdout, `write ${workspace}/open/new-strict no`);
+  t.match(run.stdout, `write ${temp}/strict yes`);
+  t.match(run.stdout, 'write /tmp/strict yes');
+  t.match(run.stdout, 'home absent');
+  t.match(run.stdout, 'shadow absent');
+  t.match(run.stdout, 'env []');
+});
+
+t.test('a launch whose protected path was swapped for a symlink runs nothing', async (t) => {
+  t.teardown(makeSentinelTree);
+  fs.rmSync(path.join(workspace, 'locked.txt'));
+  fs.symlinkSync(outsideSecret, path.join(workspace, 'locked.txt'));
+  const run = await launchShell('governed', 'echo ran; echo overwritten > $WS/locked.txt; cat $WS/locked.txt');
+  t.equal(run.code, 78, 'view_refused');
+  t.equal(run.stdout, '', 'the worker never ran');
+  t.match(run.stderr, /read_only locked\.txt is or passes through a symbolic link/);
+  t.equal(fs.readFileSync(outsideSecret, 'utf8'), 'outside-sentinel\n');
+});
+
+t.test('the probe verifies both profiles on its own sentinel tree', async (t) => {
+  for (const profile of ['governed', 'strict'] as const) {
+    t.equal(await probeMaskedView((request) => runHelperView(helper, request), profile, uid), undefined, `${profile} holds`);
+  }
+  const broken = writeConfig(dir, { uidRange, viewPaths: ['/nonexistent-turnhost-view-path'] }, 'broken-view.conf');
+  const requirement = await probeMaskedView((request) => runHelperView({ path: asanHelper, configPath: broken }, request), 'governed', uid);
+  t.match(requirement, /the governed worker view cannot be built: view: view_path \/nonexistent-turnhost-view-path/);
+});
