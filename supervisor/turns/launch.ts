@@ -17,6 +17,7 @@ import { reapStaleTurnCgroups } from '../../cgroup/reap.js';
 import {
   createTurnCgroup,
   prepareCgroupSubtree,
+  removeCgroupSubtree,
   type CgroupSubtree,
   type TurnCgroup,
 } from '../../cgroup/turn-cgroup.js';
@@ -142,6 +143,8 @@ export async function prepareLaunchEnvironment(
     uidPools: new Map(),
     async close() {
       fs.rmSync(runtimeDir, { recursive: true, force: true });
+      // Every turn has ended by now; an empty subtree is removed and made again at the next start.
+      if (cgroupSubtree.ok) removeCgroupSubtree(cgroupSubtree.subtree);
     },
   };
 }
@@ -175,19 +178,26 @@ export async function recoverInterruptedTurns(env: LaunchEnvironment): Promise<v
     }
   }
   for (const { turn } of unfinished) {
-    const endedAt = new Date().toISOString();
-    const result: TurnResult = {
-      status: 'interrupted',
-      exitCode: null,
-      signal: null,
-      durationMs: Date.parse(endedAt) - Date.parse(turn.createdAt),
-      usage: emptyUsage(),
-      limitHits: [],
-      detail: 'the supervisor stopped while this turn ran; its processes were killed at the next start',
-    };
-    records.update({ ...turn, state: 'finished', endedAt, result });
+    records.update(
+      finishedWithoutRun(turn, 'interrupted', 'the supervisor stopped while this turn ran; its processes were killed at the next start'),
+    );
     deps.logger.warn('turn interrupted by a supervisor restart', { turnId: turn.id });
   }
+}
+
+/** A turn that ends without a worker result (refused, or interrupted by a supervisor restart). */
+function finishedWithoutRun(turn: TurnRecord, status: 'launch_refused' | 'interrupted', detail: string): TurnRecord {
+  const endedAt = new Date().toISOString();
+  const result: TurnResult = {
+    status,
+    exitCode: null,
+    signal: null,
+    durationMs: Date.parse(endedAt) - Date.parse(turn.createdAt),
+    usage: emptyUsage(),
+    limitHits: [],
+    detail,
+  };
+  return { ...turn, state: 'finished', endedAt, result };
 }
 
 function emptyUsage(): TurnUsage {
@@ -271,17 +281,7 @@ function acquireUid(env: LaunchEnvironment, range: { first: number; count: numbe
 
 /** Records a refusal: a finished turn with `launch_refused`, and a `worker_host_refusal` event. */
 function refuseTurn(env: LaunchEnvironment, record: TurnRecord, request: TurnRequest, requirement: string): LaunchOutcome {
-  const endedAt = new Date().toISOString();
-  const result: TurnResult = {
-    status: 'launch_refused',
-    exitCode: null,
-    signal: null,
-    durationMs: Date.parse(endedAt) - Date.parse(record.createdAt),
-    usage: emptyUsage(),
-    limitHits: [],
-    detail: requirement,
-  };
-  env.records.insert({ ...record, state: 'finished', endedAt, result }, []);
+  env.records.insert(finishedWithoutRun(record, 'launch_refused', requirement), []);
   env.deps.events.append(
     turnEvent(record, request.model ?? null, 'worker_host_refusal', { mode: record.mode, requirement, trigger: 'turn' }),
   );

@@ -7,26 +7,11 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { createTurnHarness, runTurn, NATIVE_BUILD } from '../support/turn-harness.js';
+import { processesOfUid } from '../support/processes.js';
 
 const harness = await createTurnHarness({ slot: 2 });
 t.teardown(() => harness.close());
 
-/** Live processes of a uid. A zombie has already died (it holds no memory, runs nothing) and waits only for its reaper. */
-function processesOfUid(uid: number): number[] {
-  const pids: number[] = [];
-  for (const entry of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const status = fs.readFileSync(`/proc/${entry}/status`, 'utf8');
-      const real = /^Uid:\s+(\d+)/m.exec(status)?.[1];
-      const zombie = /^State:\s+Z/m.test(status);
-      if (Number(real) === uid && !zombie) pids.push(Number(entry));
-    } catch {
-      // exited while we looked
-    }
-  }
-  return pids;
-}
 
 function field(report: string, key: string): string | undefined {
   return report.split('\n').find((line) => line.startsWith(`${key} `))?.slice(key.length + 1);

@@ -41,19 +41,24 @@ export interface HarnessOptions {
   slot: number;
   separateUid?: boolean;
   configure?: (config: TurnhostConfig) => void;
+  /**
+   * Use this directory for data and workspace instead of a fresh one: a second harness on the
+   * directory of a killed one plays the supervisor restarting after a crash.
+   */
+  stateDir?: string;
 }
 
 export async function createTurnHarness(options: HarnessOptions): Promise<TurnHarness> {
   stopTapInjectingIntoChildren();
-  const base = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-harness-'));
+  const base = options.stateDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-harness-'));
   fs.chmodSync(base, 0o755);
   const workspace = path.join(base, 'workspace');
-  fs.mkdirSync(workspace, { mode: 0o777 });
+  fs.mkdirSync(workspace, { recursive: true, mode: 0o777 });
   fs.chmodSync(workspace, 0o777);
   // The helper refuses a config under a world-writable directory such as /tmp.
   const helperDir = fs.mkdtempSync('/run/turnhost-harness-');
   const uidRange = { first: 3_100_000 + options.slot * 1000, count: 64 };
-  const subtreeName = `turnhost-test-${options.slot}-${process.pid}`;
+  const subtreeName = options.stateDir ? `turnhost-test-${options.slot}-${path.basename(base)}` : `turnhost-test-${options.slot}-${process.pid}`;
 
   const config = defaultConfig({ installed: false, cwd: base });
   config.dataDir = path.join(base, 'data');
@@ -117,9 +122,9 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
       await turns.close();
       events.close();
       db.db.close();
+      fs.rmSync(helperDir, { recursive: true, force: true });
       removeCgroupSubtree(prepared.subtree);
       fs.rmSync(base, { recursive: true, force: true });
-      fs.rmSync(helperDir, { recursive: true, force: true });
     },
   };
 }

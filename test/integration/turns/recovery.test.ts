@@ -1,0 +1,56 @@
+/**
+ * Crash recovery: a supervisor killed with SIGKILL mid-turn leaves a running worker in its turn
+ * cgroup; the next start kills and removes that leaf, records `worker_recovered`, and marks the
+ * turn interrupted.
+ */
+import t from 'tap';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { createTurnHarness } from '../../support/turn-harness.js';
+import { stopTapInjectingIntoChildren } from '../../support/no-tap-inject.js';
+import { processesOfUid } from '../../support/processes.js';
+
+stopTapInjectingIntoChildren();
+const SLOT = 7;
+const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-recovery-'));
+
+const child = spawn(process.execPath, ['--import', 'tsx', path.join(import.meta.dirname, 'fixtures/crashing-supervisor.ts'), stateDir, String(SLOT)], {
+  stdio: ['ignore', 'pipe', 'inherit'],
+});
+const startedLine = await new Promise<string>((resolve, reject) => {
+  let out = '';
+  child.stdout!.on('data', (chunk: Buffer) => {
+    out += chunk.toString();
+    if (out.includes('\n')) resolve(out.trim());
+  });
+  child.on('exit', (code) => reject(new Error(`the first supervisor exited ${code} before starting its turn`)));
+});
+const [, turnId, uidText] = startedLine.split(' ');
+const workerUid = Number(uidText);
+
+t.test('the turn runs, then its supervisor dies with SIGKILL', async (t) => {
+  t.equal(turnId, 'turn-crash');
+  t.ok(processesOfUid(workerUid).length >= 2, 'the worker and the detached sleep are alive');
+  child.kill('SIGKILL');
+  await new Promise((resolve) => child.once('exit', resolve));
+  t.ok(processesOfUid(workerUid).length >= 2, 'the turn outlives its supervisor');
+});
+
+t.test('the next start reaps the leaf, records worker_recovered and marks the turn interrupted', async (t) => {
+  const restarted = await createTurnHarness({ slot: SLOT, stateDir });
+  t.teardown(() => restarted.close());
+  t.same(processesOfUid(workerUid), [], 'no process of the turn survives the restart');
+  const page = restarted.events.query({ turn: 'turn-crash', kind: 'worker_recovered' });
+  if (!page.ok) throw new Error(page.detail);
+  t.equal(page.events.length, 1);
+  const event = page.events[0]!;
+  t.equal(event.sessionId, 'session-crash');
+  t.ok((event.payload.killedProcesses as number) >= 1, 'the leaf held live processes');
+  t.match(event.payload.cgroup, /turn-crash$/);
+  const record = restarted.turns.get('turn-crash');
+  t.equal(record?.state, 'finished');
+  t.equal(record?.result?.status, 'interrupted');
+  for (const dir of (event.payload.paths as string[])) t.notOk(fs.existsSync(dir), `${dir} is removed`);
+});
