@@ -79,7 +79,12 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
       workerArgs: [WORKER_ENTRY],
       viewPaths: [REPO_ROOT], // the worker entry, its modules and the native test programs
     });
-    config.identityHelper = { path: HELPER_PATH, configPath: helperConfig };
+    // A copy in the root-owned helper dir: the probe refuses a helper below a group- or
+    // world-writable directory, and a checkout may live under /tmp.
+    const helperCopy = path.join(helperDir, 'identity-helper');
+    fs.copyFileSync(HELPER_PATH, helperCopy);
+    fs.chmodSync(helperCopy, 0o755);
+    config.identityHelper = { path: helperCopy, configPath: helperConfig };
   }
   options.configure?.(config);
 
