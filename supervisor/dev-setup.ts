@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { discoverCgroupLayout } from '../cgroup/discover.js';
 import { prepareCgroupSubtree, subtreeTurnRoots } from '../cgroup/turn-cgroup.js';
 import { writeHelperConfig } from './identity/helper-config.js';
+import { turnSubtreeName } from './turns/launch.js';
 
 /** Far above ordinary users and the usual /etc/subuid allocations (100000 + 65536 * n). */
 const DEV_UID_RANGE = { first: 2_900_000, count: 1000 };
@@ -24,7 +25,8 @@ function main(): number {
   fs.chmodSync(dataDir, 0o700);
 
   const layout = discoverCgroupLayout({ proc: '/proc', sysFsCgroup: '/sys/fs/cgroup' });
-  const subtree = prepareCgroupSubtree(layout);
+  const name = turnSubtreeName(layout, dataDir);
+  const subtree = prepareCgroupSubtree(layout, name === undefined ? {} : { name });
   if (!subtree.ok) {
     process.stderr.write(`dev-setup: no cgroup subtree for turns: ${subtree.detail}\n`);
     return 1;

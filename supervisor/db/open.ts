@@ -58,16 +58,25 @@ function createPrivateFile(databasePath: string): void {
   }
 }
 
+/**
+ * Each migration runs in an IMMEDIATE transaction that re-reads `user_version` under the write
+ * lock: two processes opening a new database at once must not both apply the same migration.
+ */
 function applyMigrations(db: Database.Database, migrations: readonly Migration[]): void {
-  const current = db.pragma('user_version', { simple: true }) as number;
-  if (current > migrations.length) {
-    throw new Error(
-      `schema version ${current} is newer than this build knows (${migrations.length}); refusing to use it`,
-    );
-  }
-  for (let version = current + 1; version <= migrations.length; version++) {
+  const schemaVersion = (): number => db.pragma('user_version', { simple: true }) as number;
+  const refuseNewer = (current: number): void => {
+    if (current > migrations.length) {
+      throw new Error(`schema version ${current} is newer than this build knows (${migrations.length}); refusing to use it`);
+    }
+  };
+  refuseNewer(schemaVersion());
+  for (let version = 1; version <= migrations.length; version++) {
+    if (schemaVersion() >= version) continue;
     const migration = migrations[version - 1]!;
     db.transaction(() => {
+      const current = schemaVersion();
+      refuseNewer(current);
+      if (current >= version) return;
       db.exec(migration.sql);
       db.pragma(`user_version = ${version}`);
     }).immediate();

@@ -7,12 +7,14 @@
  * reverse order.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fail, ok, type Result } from '../../core/result.js';
 import { discoverCgroupLayout } from '../../cgroup/discover.js';
+import type { CgroupLayout } from '../../cgroup/types.js';
 import { reapStaleTurnCgroups } from '../../cgroup/reap.js';
 import {
   createTurnCgroup,
@@ -119,6 +121,17 @@ function markInheritedFdsCloseOnExec(): Result {
   return stillOpen.length === 0 ? ok({}) : fail('fcntl_failed', `fds ${stillOpen.join(', ')} stay inheritable`);
 }
 
+/**
+ * Under cgroup v1 the subtree sits in the supervisor's own v1 cgroups, which other processes
+ * (another supervisor with another data directory, say) may share: the name is derived from the
+ * data directory so that one supervisor never reaps another's turns. A v2 supervisor owns its
+ * delegated cgroup alone and uses the backend's default name.
+ */
+export function turnSubtreeName(layout: CgroupLayout, dataDir: string): string | undefined {
+  if (!Object.values(layout.backendFor).includes('cgroup_v1')) return undefined;
+  return `turnhost-${createHash('sha256').update(path.resolve(dataDir)).digest('hex').slice(0, 12)}`;
+}
+
 export async function prepareLaunchEnvironment(
   deps: TurnManagerDeps,
   records: TurnRecordStore,
@@ -131,7 +144,8 @@ export async function prepareLaunchEnvironment(
   fs.mkdirSync(turnTempParent, { mode: 0o711 });
   fs.chmodSync(turnTempParent, 0o711);
   const layout = discoverCgroupLayout(deps.config.probeRoots);
-  const cgroupSubtree = prepareCgroupSubtree(layout, deps.cgroupSubtreeName ? { name: deps.cgroupSubtreeName } : {});
+  const name = deps.cgroupSubtreeName ?? turnSubtreeName(layout, deps.config.dataDir);
+  const cgroupSubtree = prepareCgroupSubtree(layout, name === undefined ? {} : { name });
   if (!cgroupSubtree.ok)
     deps.logger.warn('turn cgroups unavailable', { reason: cgroupSubtree.reason, detail: cgroupSubtree.detail });
   return {
@@ -456,6 +470,10 @@ export async function launchTurn(
 
 /** shared_uid: the same worker entry, as the supervisor's uid, in new net/ipc/uts namespaces. */
 function spawnSharedWorker(deps: TurnManagerDeps, cwd: string): { child: ChildProcess; protocol: net.Socket } {
+  // No helper closes fds here, and fds can appear after the start-up pass (libraries, a test
+  // runner's hooks): mark again right before the spawn.
+  const marked = markInheritedFdsCloseOnExec();
+  if (!marked.ok) throw new Error(marked.detail);
   const asRoot = process.geteuid?.() === 0;
   const unshare = asRoot ? ['--net', '--ipc', '--uts'] : ['--user', '--map-current-user', '--net', '--ipc', '--uts'];
   const child = spawn(

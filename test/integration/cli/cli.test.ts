@@ -234,7 +234,7 @@ const LAUNCH_TODO = 'worker refuses its own /dev/null reserve fd (unexpected_fds
 
 function launched(t: Test, result: { stdout: string; stderr: string }, label: string): boolean {
   if (!/unexpected_fds/.test(result.stdout + result.stderr)) return true;
-  t.fail(`${label}: worker did not start`, { todo: LAUNCH_TODO });
+  t.fail(`${label}: worker did not start: ${(result.stdout + result.stderr).slice(0, 400)}`, { todo: LAUNCH_TODO });
   return false;
 }
 

@@ -51,7 +51,8 @@ export function writeConfig(dir: string, options: ConfigOptions, name = 'helper.
     ...(options.cgroupRoots ?? []).map((root) => `cgroup_root ${root}`),
     `worker_exec ${options.workerExec ?? reportSelf}`,
     ...(options.workerArgs ?? []).map((arg) => `worker_arg ${arg}`),
-    ...(options.viewPaths ?? []).map((viewPath) => `view_path ${viewPath}`),
+    // The worker programs live in the checkout, which may sit under /tmp (a fresh tmpfs in the view).
+    ...(options.viewPaths ?? [repoRoot]).map((viewPath) => `view_path ${viewPath}`),
   ];
   const file = path.join(dir, name);
   fs.writeFileSync(file, lines.join('\n') + '\n', { mode: 0o644 });
