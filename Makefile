@@ -6,6 +6,7 @@ NODE ?= node
 .PHONY: all deps build build-ts build-native test run clean
 
 include packaging/deb.mk
+include test/vm/vm.mk
 
 all: build
 

@@ -14,6 +14,9 @@ APT_PACKAGES=(
   lintian           # packaging tests: the deb must be lintian-clean
   systemd           # systemd-analyze verify/security on the unit (offline)
   man-db            # packaging tests render the man page
+  qemu-system-x86   # the VM tier (make vm-test): real systemd and cgroup v2
+  debootstrap       # the VM tier's guest root filesystem
+  busybox-static    # the VM tier's initramfs
 )
 
 missing=()

@@ -205,7 +205,13 @@ t.test('systemd-analyze verify accepts the unit', async (t) => {
     env: { ...process.env, MANPATH: path.join(tree, 'usr/share/man') },
   });
   t.equal(verify.code, 0, verify.stderr);
-  t.equal(verify.stderr, '', 'no warnings (unknown keys, bad values, missing man page)');
+  // DelegateSubgroup= needs systemd >= 254 (Debian 13 has 257); an older build host's systemd
+  // only does not know the key, which it ignores.
+  const systemdVersion = Number(/^systemd (\d+)/.exec(run('systemctl', ['--version']).stdout)?.[1] ?? 0);
+  const warnings = verify.stderr
+    .split('\n')
+    .filter((line) => line !== '' && !(systemdVersion < 254 && /Unknown key '?DelegateSubgroup'?/.test(line)));
+  t.same(warnings, [], 'no warnings (unknown keys, bad values, missing man page)');
 });
 
 t.test('the unit is hardened without disabling the setuid helper', async (t) => {
@@ -214,6 +220,7 @@ t.test('the unit is hardened without disabling the setuid helper', async (t) => 
     User: 'turnhost',
     Group: 'turnhost',
     Delegate: 'yes',
+    DelegateSubgroup: 'supervisor',
     StateDirectory: 'turnhost',
     StateDirectoryMode: '0750',
     RuntimeDirectory: 'turnhost',

@@ -1,0 +1,110 @@
+// Guest-side helpers: the supervisor's HTTP API (token from its data dir), systemd and process
+// inspection. Every wait is bounded and names what it waited for when it gives up.
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+
+export const BASE_URL = 'http://127.0.0.1:7707';
+export const DATA_DIR = '/var/lib/turnhost';
+export const SERVICE = 'turnhost-vmtest.service';
+export const SERVICE_CGROUP = `/sys/fs/cgroup/system.slice/${SERVICE}`;
+export const WORKSPACE = '/srv/vmwork';
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+export function sh(command) {
+  return execFileSync('/bin/sh', ['-c', command], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+}
+
+/** Thrown by a waitFor probe when waiting longer cannot help (the turn already ended). */
+export class WaitAborted extends Error {}
+
+/** Polls `probe` (which answers a value or undefined) every `intervalMs` until `seconds` pass. */
+export async function waitFor(what, seconds, probe, intervalMs = 500) {
+  const deadline = Date.now() + seconds * 1000;
+  let lastError;
+  for (;;) {
+    try {
+      const value = await probe();
+      if (value !== undefined && value !== false) return value;
+    } catch (error) {
+      if (error instanceof WaitAborted) throw error;
+      lastError = error;
+    }
+    if (Date.now() > deadline) throw new Error(`gave up after ${seconds}s waiting for ${what}${lastError ? `: ${lastError.message}` : ''}`);
+    await sleep(intervalMs);
+  }
+}
+
+function token() {
+  return fs.readFileSync(`${DATA_DIR}/api-token`, 'utf8').trim();
+}
+
+export async function api(method, path, body) {
+  const response = await fetch(`${BASE_URL}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${token()}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await response.text();
+  let json;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = { unparsed: text };
+  }
+  return { status: response.status, body: json };
+}
+
+/** Waits until the supervisor answers /api/health and its token exists. */
+export async function waitForSupervisor(seconds = 180) {
+  return waitFor('the supervisor to answer /api/health', seconds, async () => {
+    if (!fs.existsSync(`${DATA_DIR}/api-token`)) return undefined;
+    const response = await fetch(`${BASE_URL}/api/health`);
+    return response.ok ? true : undefined;
+  });
+}
+
+export function serviceMainPid() {
+  return Number(sh(`systemctl show -p MainPID --value ${SERVICE}`).trim());
+}
+
+export async function createTurn(request) {
+  const created = await api('POST', '/api/turns', { sessionId: 'vm-tier', mode: 'ordinary', cwd: WORKSPACE, ...request });
+  if (created.status !== 201) throw new Error(`POST /api/turns answered ${created.status}: ${JSON.stringify(created.body)}`);
+  return created.body.turn;
+}
+
+export async function getTurn(id) {
+  const answer = await api('GET', `/api/turns/${id}`);
+  if (answer.status !== 200) throw new Error(`GET /api/turns/${id} answered ${answer.status}: ${JSON.stringify(answer.body)}`);
+  return answer.body.turn;
+}
+
+export async function waitForTurnState(id, state, seconds) {
+  return waitFor(`turn ${id} to be ${state}`, seconds, async () => {
+    const turn = await getTurn(id);
+    return turn.state === state ? turn : undefined;
+  });
+}
+
+export async function turnEvents(id) {
+  const answer = await api('GET', `/api/governance/events?turn=${encodeURIComponent(id)}`);
+  if (answer.status !== 200) throw new Error(`events answered ${answer.status}: ${JSON.stringify(answer.body)}`);
+  return answer.body.events;
+}
+
+/** Pids (as strings) of processes whose real uid is `uid`. */
+export function processesOfUid(uid) {
+  return sh(`ps -e -o ruid=,pid=,args= | awk '$1 == ${Number(uid)} { $1 = ""; print }'`)
+    .split('\n')
+    .map((line) => line.trim())
+    .filter((line) => line !== '');
+}
+
+export function cgroupProcs(dir) {
+  try {
+    return fs.readFileSync(`${dir}/cgroup.procs`, 'utf8').split('\n').filter((line) => line !== '');
+  } catch {
+    return null;
+  }
+}
