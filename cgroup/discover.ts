@@ -132,18 +132,33 @@ function readText(file: string): string {
   }
 }
 
+/**
+ * The supervisor's own leaf is `<delegated>/supervisor` when the unit has
+ * `DelegateSubgroup=supervisor`, or when this process already moved itself there
+ * (cgroup/v2.ts): the delegated subtree it manages is then the parent.
+ */
+export const SUPERVISOR_LEAF = 'supervisor';
+
+function delegatedRoot(ownPath: string, processDir: string): { ownCgroup: string; ownDir: string } {
+  if (path.posix.basename(ownPath) !== SUPERVISOR_LEAF || !fs.existsSync(path.join(path.dirname(processDir), 'cgroup.subtree_control'))) {
+    return { ownCgroup: ownPath, ownDir: processDir };
+  }
+  return { ownCgroup: path.posix.dirname(ownPath), ownDir: path.dirname(processDir) };
+}
+
 function discoverV2(memberships: CgroupMembership[], mounts: CgroupMount[], sysFsCgroup: string): CgroupV2Facts | null {
   const own = memberships.find((m) => m.hierarchyId === 0);
   if (own === undefined) return null;
   for (const mount of mounts) {
     if (mount.fsType !== 'cgroup2') continue;
     const mountPoint = mapMountPoint(mount.mountPoint, sysFsCgroup);
-    const ownDir = cgroupDirUnder(mountPoint, mount.root, own.path);
-    if (ownDir === null) continue;
+    const processDir = cgroupDirUnder(mountPoint, mount.root, own.path);
+    if (processDir === null) continue;
+    const { ownCgroup, ownDir } = delegatedRoot(own.path, processDir);
     return {
       mountPoint,
       nsdelegate: mount.superOptions.includes('nsdelegate'),
-      ownCgroup: own.path,
+      ownCgroup,
       ownDir,
       writable: [ownDir, path.join(ownDir, 'cgroup.procs'), path.join(ownDir, 'cgroup.subtree_control')].every(writable),
       controllers: readControllers(ownDir),

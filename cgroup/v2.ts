@@ -4,6 +4,7 @@
  * controllers for its children ("no internal processes").
  */
 import path from 'node:path';
+import { SUPERVISOR_LEAF } from './discover.js';
 import { fail, ok, type Result } from '../core/result.js';
 import type { CgroupController, CgroupV2Facts } from './types.js';
 import {
@@ -80,45 +81,26 @@ export function prepareV2Subtree(
   if (!checked.ok) return checked;
 
   const unavailable: ControllerReasons = { ...layoutUnavailable };
-  const root = delegatedRoot(facts, cgfs);
   const offered = CONTROLLERS.filter((c) => {
-    if (root.controllers.includes(c)) return true;
-    unavailable[c] ??= `controller ${c} is not offered in ${root.dir}/cgroup.controllers`;
+    if (facts.controllers.includes(c)) return true;
+    unavailable[c] ??= `controller ${c} is not offered in ${facts.ownDir}/cgroup.controllers`;
     return false;
   });
 
-  if (!root.alreadyInLeaf) {
-    const supervisor = ensureDirectory(cgfs, root.dir, SUPERVISOR_LEAF);
-    if (!supervisor.ok) return fail('cgroup_setup_failed', supervisor.detail);
-    const moved = moveProcesses(cgfs, root.dir, supervisor.dir);
-    if (!moved.ok) return fail('cgroup_setup_failed', `moving the supervisor into its leaf: ${moved.detail}`);
-  }
+  // With DelegateSubgroup=supervisor (or after a previous prepare) this leaf exists and this
+  // process is already in it: the move is then a no-op.
+  const supervisor = ensureDirectory(cgfs, facts.ownDir, SUPERVISOR_LEAF);
+  if (!supervisor.ok) return fail('cgroup_setup_failed', supervisor.detail);
+  const moved = moveProcesses(cgfs, facts.ownDir, supervisor.dir);
+  if (!moved.ok) return fail('cgroup_setup_failed', `moving the supervisor into its leaf: ${moved.detail}`);
 
-  const atOwn = enableControllers(cgfs, root.dir, offered, unavailable);
-  const turns = ensureDirectory(cgfs, root.dir, turnsName);
+  const atOwn = enableControllers(cgfs, facts.ownDir, offered, unavailable);
+  const turns = ensureDirectory(cgfs, facts.ownDir, turnsName);
   if (!turns.ok) return fail('cgroup_setup_failed', turns.detail);
   const controllers = enableControllers(cgfs, turns.dir, atOwn, unavailable);
   return ok({
-    subtree: { backend: 'cgroup_v2', ownDir: root.dir, turnsDir: turns.dir, controllers, unavailable, fs: cgfs },
+    subtree: { backend: 'cgroup_v2', ownDir: facts.ownDir, turnsDir: turns.dir, controllers, unavailable, fs: cgfs },
   });
-}
-
-const SUPERVISOR_LEAF = 'supervisor';
-
-/**
- * The delegated subtree. A unit with `DelegateSubgroup=supervisor` starts the supervisor in
- * `<unit>/supervisor` already: the unit's cgroup is the root, and nothing needs moving (systemd
- * can then restart the unit even while a crashed run's turn leaves are still populated).
- */
-function delegatedRoot(facts: CgroupV2Facts, cgfs: CgroupFs): { dir: string; controllers: string[]; alreadyInLeaf: boolean } {
-  if (path.basename(facts.ownDir) === SUPERVISOR_LEAF) {
-    const parent = path.dirname(facts.ownDir);
-    const listed = cgfs.read(path.join(parent, 'cgroup.controllers'));
-    if (listed.ok && cgfs.exists(path.join(parent, 'cgroup.subtree_control'))) {
-      return { dir: parent, controllers: listed.text.trim().split(/\s+/).filter(Boolean), alreadyInLeaf: true };
-    }
-  }
-  return { dir: facts.ownDir, controllers: facts.controllers, alreadyInLeaf: false };
 }
 
 function limitWrites(requested: CgroupLimits): Array<[CgroupController, string, string]> {

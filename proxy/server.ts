@@ -1,7 +1,7 @@
 /**
  * The per-turn egress proxy: one unix socket per turn, usable only by the turn's worker uid
- * (socket mode 0600, owned by that uid, and SO_PEERCRED checked on every accepted
- * connection). Serves HTTP/1.1 forward requests (absolute-form `http://` URIs) and CONNECT;
+ * (SO_PEERCRED checked on every accepted connection; the socket is also mode 0600 and owned
+ * by that uid when this process can chown it, else mode 0666). Serves HTTP/1.1 forward requests (absolute-form `http://` URIs) and CONNECT;
  * after CONNECT the tunnel is opaque bytes. Every connection and refusal becomes an event.
  */
 import fs from 'node:fs';
@@ -45,7 +45,15 @@ export interface TurnProxyOptions {
   logger: Logger;
   /** Default 10 s. */
   connectTimeoutMs?: number;
+  /**
+   * 'owner' (default when this process is root): the socket is chowned to the worker uid,
+   * mode 0600. 'peer-cred-only' (default otherwise: a non-root process cannot chown): mode
+   * 0666 and SO_PEERCRED alone admits the worker uid (docs/egress.md).
+   */
+  socketOwnership?: SocketOwnership;
 }
+
+export type SocketOwnership = 'owner' | 'peer-cred-only';
 
 export interface TurnProxyStats {
   clientConnections: number;
@@ -238,14 +246,23 @@ class TurnProxyServer implements TurnProxy {
           resolve();
         });
       });
-      // The peer-uid check is the guarantee; the mode keeps other uids from even connecting.
-      fs.chmodSync(this.socketPath, 0o600);
-      fs.chownSync(this.socketPath, this.options.allowedPeerUid, process.getgid?.() ?? 0);
+      this.restrictSocket();
       return ok({});
     } catch (error) {
       this.listener.close();
       return fail('listen_failed', `cannot listen on ${this.socketPath}: ${(error as Error).message}`);
     }
+  }
+
+  /** The peer-uid check is the guarantee; when we can chown, the mode keeps other uids from even connecting. */
+  private restrictSocket(): void {
+    const ownership = this.options.socketOwnership ?? (process.geteuid?.() === 0 ? 'owner' : 'peer-cred-only');
+    if (ownership === 'peer-cred-only') {
+      fs.chmodSync(this.socketPath, 0o666);
+      return;
+    }
+    fs.chmodSync(this.socketPath, 0o600);
+    fs.chownSync(this.socketPath, this.options.allowedPeerUid, process.getgid?.() ?? 0);
   }
 
   async close(): Promise<void> {

@@ -8,6 +8,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { discoverCgroupLayout } from '../cgroup/discover.js';
 import { prepareCgroupSubtree, subtreeTurnRoots } from '../cgroup/turn-cgroup.js';
+import { defaultConfig } from './config/load.js';
 import { writeHelperConfig } from './identity/helper-config.js';
 import { turnSubtreeName } from './turns/launch.js';
 
@@ -32,6 +33,7 @@ function main(): number {
     return 1;
   }
   const helperConfig = path.join(dataDir, 'identity-helper.conf');
+  const tempRoot = defaultConfig({ installed: false, cwd: repo }).turns.tempRoot;
   writeHelperConfig(helperConfig, {
     uidRange: DEV_UID_RANGE,
     callerGroup: 'root',
@@ -39,12 +41,13 @@ function main(): number {
     workerExec: process.execPath,
     workerArgs: [path.join(repo, 'dist/worker/main.js')],
     viewPaths: [repo], // issue 6: the strict view keeps the checkout's worker and modules
+    tempRoots: [tempRoot],
   });
   const configFile = path.join(dataDir, 'turnhost.json');
   const config = {
     dataDir,
     identityHelper: { path: path.join(repo, 'identity-helper/build/identity-helper'), configPath: helperConfig },
-    turns: { workspaceRoots: [repo, '/tmp', '/srv'] },
+    turns: { workspaceRoots: [repo, '/tmp', '/srv'], tempRoot },
   };
   fs.writeFileSync(configFile, JSON.stringify(config, null, 2) + '\n', { mode: 0o600 });
   process.stdout.write(configFile + '\n');

@@ -79,6 +79,17 @@ static int apply_config_line(struct helper_config *c, const char *key, const cha
     c->cgroup_roots[c->cgroup_root_count++] = copy;
     return 0;
   }
+  if (strcmp(key, "temp_root") == 0) {
+    if (c->temp_root_count >= CONFIG_MAX_TEMP_ROOTS || !is_canonical_absolute_path(copy) ||
+        strcmp(copy, "/") == 0) {
+      return fail_with(f, EXIT_CONFIG_INVALID,
+                       "config line %zu: temp_root: canonical absolute path other than /, at "
+                       "most %d",
+                       line, CONFIG_MAX_TEMP_ROOTS);
+    }
+    c->temp_roots[c->temp_root_count++] = copy;
+    return 0;
+  }
   if (strcmp(key, "worker_exec") == 0) {
     if (c->worker_exec != NULL || !is_canonical_absolute_path(copy)) {
       return fail_with(f, EXIT_CONFIG_INVALID,

@@ -20,6 +20,7 @@
 #define CONFIG_MAX_CGROUP_ROOTS 8
 #define CONFIG_MAX_WORKER_ARGS 32
 #define CONFIG_MAX_VIEW_PATHS 16
+#define CONFIG_MAX_TEMP_ROOTS 8
 
 struct helper_config {
   uint32_t uid_first;
@@ -27,6 +28,9 @@ struct helper_config {
   gid_t caller_gid;
   size_t cgroup_root_count;
   const char *cgroup_roots[CONFIG_MAX_CGROUP_ROOTS];
+  /* Directories beneath which the supervisor creates turn temps the helper may chown. */
+  size_t temp_root_count;
+  const char *temp_roots[CONFIG_MAX_TEMP_ROOTS];
   const char *worker_exec;
   size_t worker_arg_count;
   const char *worker_args[CONFIG_MAX_WORKER_ARGS];

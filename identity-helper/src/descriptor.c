@@ -7,7 +7,8 @@
 #include "syntax.h"
 
 #define OP_BIT(op) (1u << (op))
-#define ALL_OPS (OP_BIT(OP_PROBE) | OP_BIT(OP_LAUNCH) | OP_BIT(OP_VIEW) | OP_BIT(OP_KILL))
+#define ALL_OPS \
+  (OP_BIT(OP_PROBE) | OP_BIT(OP_LAUNCH) | OP_BIT(OP_VIEW) | OP_BIT(OP_KILL) | OP_BIT(OP_RECLAIM))
 #define MAX_ID 4294967294u /* (uid_t)-1 is "no change" to the kernel: never a valid id */
 #define MAX_RLIMIT_VALUE 999999999999999999ull
 
@@ -24,7 +25,7 @@ struct key_rule {
 
 static const char *op_names[] = {
     [OP_NONE] = "none", [OP_PROBE] = "probe", [OP_LAUNCH] = "launch",
-    [OP_VIEW] = "view", [OP_KILL] = "kill",
+    [OP_VIEW] = "view", [OP_KILL] = "kill", [OP_RECLAIM] = "reclaim",
 };
 
 static const char *rlimit_names[RLIMIT_SLOT_COUNT] = {
@@ -60,7 +61,7 @@ static int store_string(struct descriptor_parser *p, const char *key, const char
 }
 
 static int handle_op(struct descriptor_parser *p, const char *value, struct failure *f) {
-  for (size_t op = OP_PROBE; op <= OP_KILL; op++) {
+  for (size_t op = OP_PROBE; op <= OP_RECLAIM; op++) {
     if (strcmp(value, op_names[op]) == 0) {
       p->result.op = (enum descriptor_op)op;
       return 0;
@@ -318,7 +319,7 @@ static const struct key_rule key_rules[] = {
     {"path", true, VIEW_ONLY, handle_path},
     {"profile", false, LAUNCH_OR_VIEW, handle_profile},
     {"workspace", false, LAUNCH_OR_VIEW, handle_workspace},
-    {"temp", false, LAUNCH_OR_VIEW, handle_temp},
+    {"temp", false, LAUNCH_OR_VIEW | OP_BIT(OP_RECLAIM), handle_temp},
     {"socket", false, LAUNCH_ONLY, handle_socket},
     {"protect", true, LAUNCH_OR_VIEW, handle_protect},
 };
@@ -330,6 +331,7 @@ static const char *const required_keys[][7] = {
     [OP_LAUNCH] = {"uid", "gid", "cwd", "profile", "workspace", "temp", NULL},
     [OP_VIEW] = {"profile", "path", NULL},
     [OP_KILL] = {"uid", NULL},
+    [OP_RECLAIM] = {"uid", "temp", NULL},
 };
 
 static int key_index(const char *name) {
@@ -414,7 +416,8 @@ static int finish(struct descriptor_parser *p, struct failure *f) {
   if (code != 0) {
     return code;
   }
-  if ((p->result.protect_count > 0 || p->result.temp != NULL) && p->result.workspace == NULL) {
+  bool temp_needs_view = p->result.temp != NULL && p->result.op != OP_RECLAIM;
+  if ((p->result.protect_count > 0 || temp_needs_view) && p->result.workspace == NULL) {
     return fail_with(f, EXIT_DESCRIPTOR_MALFORMED,
                      "descriptor: protect and temp need a workspace (the view is built from it)");
   }

@@ -18,7 +18,8 @@ enum exit_code {
   EXIT_PROBE_MISMATCH = 75,      /* the child's identity after the drop is not what it must be */
   EXIT_INTERNAL = 76,            /* fork, pipe, read, /proc walk failures */
   EXIT_CWD_UNUSABLE = 77,
-  EXIT_VIEW_REFUSED = 78         /* a view path: symlink, wrong kind or owner, absent */
+  EXIT_VIEW_REFUSED = 78,        /* a view path: symlink, wrong kind or owner, absent */
+  EXIT_TEMP_REFUSED = 79         /* a turn temp: not beneath a temp_root, symlink, wrong owner */
 };
 
 #define FAILURE_REASON_MAX 240

@@ -17,6 +17,7 @@
 
 #include "identity.h"
 #include "policy.h"
+#include "temp.h"
 #include "view.h"
 
 #define PROTOCOL_FD 3
@@ -230,6 +231,8 @@ int launch_worker(const struct helper_config *c, const struct descriptor *d, str
   int code = policy_worker_uid(c, d, &uid, f);
   if (code == 0) code = join_cgroups(c, d, f);
   if (code == 0) code = lower_rlimits(d, f);
+  /* Before the view: it binds the temp only when the worker uid owns it. */
+  if (code == 0) code = temp_claim(c, d->temp, uid, f);
   if (code == 0) code = enter_namespaces(c, d, uid, f);
   if (code == 0) code = identity_drop(c, uid, f);
   if (code == 0) code = keep_only_worker_fds(f);

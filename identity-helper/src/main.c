@@ -12,6 +12,7 @@
 #include "launch.h"
 #include "operations.h"
 #include "policy.h"
+#include "temp.h"
 
 #define PROTOCOL_FD 3
 
@@ -54,6 +55,8 @@ static int dispatch(const struct descriptor *d, struct failure *f) {
       return run_view(&config, d, f);
     case OP_KILL:
       return run_kill(&config, d, f);
+    case OP_RECLAIM:
+      return run_reclaim(&config, d, f);
     case OP_NONE:
       break;
   }

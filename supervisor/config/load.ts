@@ -28,6 +28,8 @@ import type { TurnhostConfig } from './types.js';
 export const INSTALLED_CODE_ROOT = '/usr/lib/turnhost';
 export const INSTALLED_CONFIG_PATH = '/etc/turnhost/turnhost.json';
 export const INSTALLED_DATA_DIR = '/var/lib/turnhost';
+/** Under the unit's RuntimeDirectory=turnhost; named as temp_root in packaging/identity-helper.conf. */
+export const INSTALLED_TURN_TEMP_ROOT = '/run/turnhost/turn-temp';
 export const DEV_DATA_DIR_NAME = '.turnhost-dev';
 export const DEFAULT_LISTEN = '127.0.0.1:7707';
 const MAX_CONFIG_FILE_BYTES = 1024 * 1024;
@@ -104,6 +106,7 @@ export function defaultConfig(options: { installed: boolean; cwd: string }): Tur
       maxTimeoutSeconds: 3600,
       workspaceRoots: options.installed ? [] : [options.cwd, os.tmpdir()],
       envExtra: [],
+      tempRoot: options.installed ? INSTALLED_TURN_TEMP_ROOT : path.join(os.tmpdir(), `turnhost-${process.geteuid?.() ?? 0}-turn-temp`),
     },
     probeRoots: { proc: '/proc', sysFsCgroup: '/sys/fs/cgroup' },
   };
@@ -192,6 +195,7 @@ export const CONFIG_SCHEMA: ObjectSchema = {
         maxTimeoutSeconds: positiveInteger,
         workspaceRoots: arrayOf(absolutePath),
         envExtra: arrayOf(envName),
+        tempRoot: absolutePath,
       },
     },
     probeRoots: { fields: { proc: absolutePath, sysFsCgroup: absolutePath } },

@@ -73,6 +73,11 @@ export interface TurnhostConfig {
     workspaceRoots: string[];
     /** Extra environment variable names forwarded to turn commands beyond the built-in allowlist. */
     envExtra: string[];
+    /**
+     * Parent of the per-turn temp directories: owned by the supervisor, 0711. Named as a
+     * `temp_root` in the identity helper's config (docs/fs-guard.md, "Turn temp").
+     */
+    tempRoot: string;
   };
   /** Roots the probes read; "/" in production, a constructed tree in tests. */
   probeRoots: { proc: string; sysFsCgroup: string };

@@ -49,10 +49,16 @@ export interface CreateTurnTempOptions {
   name: string;
   uid: number;
   gid: number;
+  /**
+   * 'worker' (default): chowned to uid/gid here (needs root). 'self': left owned by this
+   * process; the identity helper hands it to the worker at launch (docs/fs-guard.md).
+   */
+  owner?: 'worker' | 'self';
 }
 
 /**
- * Creates `parentDir/name` (mode 0700, owned by the worker uid) and holds it. The worker
+ * Creates `parentDir/name` (mode 0700, owned by the worker uid, or by this process with
+ * `owner: 'self'`) and holds it. The worker
  * owns the directory's contents but not its entry in the parent, so the held fd and the
  * path keep naming the same directory for the whole turn.
  */
@@ -94,8 +100,10 @@ function makeHeldTemp(parentFd: number, options: CreateTurnTempOptions): Result<
     unlinkat(parentFd, name, AT_REMOVEDIR);
     return fail('io_error', `turn temp ${options.name}: ${detail}`);
   };
-  const owned = fchown(opened.fd, options.uid, options.gid);
-  if (!owned.ok) return abandon(owned.detail);
+  if (options.owner !== 'self') {
+    const owned = fchown(opened.fd, options.uid, options.gid);
+    if (!owned.ok) return abandon(owned.detail);
+  }
   const moded = fchmod(opened.fd, TURN_TEMP_MODE);
   if (!moded.ok) return abandon(moded.detail);
   const st = fstat(opened.fd);

@@ -20,7 +20,7 @@ export const DESCRIPTOR_LIMITS = {
   maxRlimitExclusive: 10n ** 18n,
 } as const;
 
-export type HelperOp = 'probe' | 'launch' | 'view' | 'kill';
+export type HelperOp = 'probe' | 'launch' | 'view' | 'kill' | 'reclaim';
 export type HelperRlimitName = 'nproc' | 'data' | 'fsize' | 'nofile';
 export type HelperProfile = 'governed' | 'strict';
 export type HelperProtectMode = 'read_only' | 'mask_file' | 'mask_directory';
@@ -46,7 +46,10 @@ export interface HelperDescriptor {
   profile?: HelperProfile;
   /** The view's workspace root: writable in governed, read-only in strict. */
   workspace?: string;
-  /** The turn temp directory, owned by the worker uid; writable in both profiles. */
+  /**
+   * The turn temp directory, writable in both profiles. At launch the helper chowns it to the
+   * worker uid when the caller owns it and it lies beneath a temp_root; reclaim gives it back.
+   */
   temp?: string;
   /** The turn's egress proxy socket, kept reachable (read-only) at its own path. */
   socket?: string;
@@ -85,6 +88,7 @@ export const HELPER_EXIT_CODES = {
   internal: 76,
   cwd_unusable: 77,
   view_refused: 78,
+  temp_refused: 79,
 } as const;
 
 export type HelperRefusalReason = keyof typeof HELPER_EXIT_CODES;
@@ -118,6 +122,7 @@ const OP_KEYS: Record<HelperOp, { allowed: ReadonlySet<string>; required: readon
     required: ['profile', 'paths'],
   },
   kill: { allowed: new Set(['uid']), required: ['uid'] },
+  reclaim: { allowed: new Set(['uid', 'temp']), required: ['uid', 'temp'] },
 };
 
 const RLIMIT_NAMES: readonly HelperRlimitName[] = ['nproc', 'data', 'fsize', 'nofile'];
@@ -216,7 +221,7 @@ function envLines(env: HelperDescriptor['env']): string[] {
 
 function checkOpKeys(d: HelperDescriptor): void {
   const rules = OP_KEYS[d.op];
-  if (rules === undefined) refuse('op', 'must be probe, launch, view or kill');
+  if (rules === undefined) refuse('op', 'must be probe, launch, view, kill or reclaim');
   for (const [key, value] of Object.entries(d)) {
     if (key !== 'op' && value !== undefined && !rules.allowed.has(key)) refuse(key, `not valid for op ${d.op}`);
   }
@@ -247,7 +252,8 @@ function descriptorLines(d: HelperDescriptor): string[] {
   if (d.temp !== undefined) lines.push(viewPathLine('temp', d.temp));
   if (d.socket !== undefined) lines.push(viewPathLine('socket', d.socket));
   if (d.protect !== undefined) lines.push(...protectLines(d.protect));
-  if ((d.protect !== undefined || d.temp !== undefined) && d.workspace === undefined) refuse('workspace', 'required with protect or temp');
+  const tempNeedsView = d.temp !== undefined && d.op !== 'reclaim';
+  if ((d.protect !== undefined || tempNeedsView) && d.workspace === undefined) refuse('workspace', 'required with protect or temp');
   if (d.paths !== undefined) {
     const paths = checkPathList('paths', d.paths, DESCRIPTOR_LIMITS.maxPaths);
     if (paths.length === 0) refuse('paths', 'at least one path');
@@ -483,6 +489,24 @@ export async function runHelperKill(
   const signalled = decimalField(receipt, 'killed');
   if (workerUid === null || signalled === null) return fail('helper_output_invalid', 'kill answer lacks worker_uid or killed');
   return ok({ workerUid, signalled });
+}
+
+/**
+ * Gives the turn temp tree back to the caller: every entry the worker uid owns (never a
+ * multi-link file, never through a symlink) and the temp itself. Call only once the worker's
+ * processes are dead. `skipped` counts multi-link files and entries left alone.
+ */
+export async function runHelperReclaim(
+  helper: HelperLocation,
+  request: { uid: number; temp: string },
+): Promise<Result<{ workerUid: number; reclaimed: number; skipped: number }, HelperFailureReason>> {
+  const run = await runOperation(helper, { op: 'reclaim', uid: request.uid, temp: request.temp });
+  if (!run.ok) return run;
+  const receipt = parseReceipt(run.stdout);
+  const workerUid = decimalField(receipt, 'worker_uid');
+  const counts = /^reclaimed (\d+) skipped (\d+)$/m.exec(run.stdout);
+  if (workerUid === null || counts === null) return fail('helper_output_invalid', 'reclaim answer lacks worker_uid or counts');
+  return ok({ workerUid, reclaimed: Number(counts[1]), skipped: Number(counts[2]) });
 }
 
 /**

@@ -12,6 +12,8 @@ export interface HelperConfigSpec {
   workerArgs: string[];
   /** Read-only paths every filesystem view keeps (the worker's program and its modules). */
   viewPaths?: string[];
+  /** Directories beneath which turn temps live; the helper chowns only temps beneath one. */
+  tempRoots?: string[];
 }
 
 export function renderHelperConfig(spec: HelperConfigSpec): string {
@@ -23,6 +25,7 @@ export function renderHelperConfig(spec: HelperConfigSpec): string {
     `worker_exec ${spec.workerExec}`,
     ...spec.workerArgs.map((arg) => `worker_arg ${arg}`),
     ...(spec.viewPaths ?? []).map((viewPath) => `view_path ${viewPath}`),
+    ...(spec.tempRoots ?? []).map((tempRoot) => `temp_root ${tempRoot}`),
   ];
   return lines.join('\n') + '\n';
 }

@@ -38,6 +38,7 @@ import { listOpenFds, markCloseOnExec } from '../../worker/fds.js';
 import {
   parseHelperRefusal,
   runHelperKill,
+  runHelperReclaim,
   spawnHelperLaunch,
   type HelperLocation,
   type HelperRlimitName,
@@ -83,8 +84,13 @@ export interface LaunchEnvironment {
   records: TurnRecordStore;
   /** Per-turn directories for proxy sockets: created exclusively, 0711. */
   runtimeDir: string;
-  /** issue 6: parent of the per-turn temp directories; supervisor-owned, 0711 so a worker uid can reach its own. */
+  /** issue 6: parent of the per-turn temp directories (`turns.tempRoot`); supervisor-owned, 0711 so a worker uid can reach its own. */
   turnTempParent: string;
+  /**
+   * Chooses who changes the turn temp's owner: a root supervisor chowns and purges it itself; a
+   * non-root one leaves it its own and has the identity helper hand it over and back.
+   */
+  supervisorIsRoot: boolean;
   cgroupSubtree: Result<{ subtree: CgroupSubtree }>;
   uidPools: Map<string, UidPool>;
   close(): Promise<void>;
@@ -140,9 +146,8 @@ export async function prepareLaunchEnvironment(
   if (!inherited.ok) deps.logger.warn('inherited fds could not be marked close-on-exec', { detail: inherited.detail });
   const runtimeDir = fs.mkdtempSync(path.join(deps.runtimeParent ?? os.tmpdir(), 'turnhost-run-'));
   fs.chmodSync(runtimeDir, 0o711);
-  const turnTempParent = path.join(runtimeDir, 'temp'); // issue 6
-  fs.mkdirSync(turnTempParent, { mode: 0o711 });
-  fs.chmodSync(turnTempParent, 0o711);
+  const turnTempParent = deps.config.turns.tempRoot;
+  prepareTurnTempRoot(turnTempParent, deps.logger);
   const layout = discoverCgroupLayout(deps.config.probeRoots);
   const name = deps.cgroupSubtreeName ?? turnSubtreeName(layout, deps.config.dataDir);
   const cgroupSubtree = prepareCgroupSubtree(layout, name === undefined ? {} : { name });
@@ -153,6 +158,7 @@ export async function prepareLaunchEnvironment(
     records,
     runtimeDir,
     turnTempParent,
+    supervisorIsRoot: deps.supervisorIsRoot ?? process.geteuid?.() === 0,
     cgroupSubtree,
     uidPools: new Map(),
     async close() {
@@ -161,6 +167,24 @@ export async function prepareLaunchEnvironment(
       if (cgroupSubtree.ok) removeCgroupSubtree(cgroupSubtree.subtree);
     },
   };
+}
+
+/**
+ * The temp root is stable (the helper config names it): created 0711 when missing; an existing
+ * one is tightened to 0711 only when it is a directory of ours. Anything else (a symlink,
+ * another owner) is left for createTurnTemp to refuse turn by turn, naming the requirement.
+ */
+function prepareTurnTempRoot(dir: string, logger: TurnManagerDeps['logger']): void {
+  try {
+    fs.mkdirSync(dir, { mode: 0o711 });
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') {
+      logger.warn('turn temp root unavailable', { dir, detail: (error as Error).message });
+      return;
+    }
+  }
+  const st = fs.lstatSync(dir);
+  if (st.isDirectory() && st.uid === process.geteuid?.()) fs.chmodSync(dir, 0o711);
 }
 
 /**
@@ -355,7 +379,8 @@ export async function launchTurn(
   record.workerUid = workerUid;
 
   // issue 6: opened before the cgroup so their release (temp purge) runs after the cgroup kill.
-  const roots = openTurnRoots(env, record, request, workerUid, releases);
+  const tempOwnership = probe.identity === 'separate_uid' && helper && !env.supervisorIsRoot ? { helper } : null;
+  const roots = openTurnRoots(env, record, request, workerUid, tempOwnership, releases);
   if (!roots.ok) {
     await releases.run();
     return roots.outcome;
@@ -378,6 +403,7 @@ export async function launchTurn(
   const proxy = await startTurnProxy({
     socketPath: path.join(turnDir, 'proxy.sock'),
     allowedPeerUid: workerUid,
+    socketOwnership: env.supervisorIsRoot ? 'owner' : 'peer-cred-only',
     policy: policy.policy,
     caps: {
       maxConnections: deps.config.egress.maxConnections,
@@ -489,29 +515,47 @@ function spawnSharedWorker(deps: TurnManagerDeps, cwd: string): { child: ChildPr
  * issue 6: the workspace root (the turn's cwd) and the turn temp (owned by the worker uid,
  * its path given as TMPDIR), held for the turn. Releases close the workspace and purge the
  * temp with a `turn_temp_purge` receipt; they run after the cgroup is killed and removed.
+ * With `helperOwnership` (a non-root supervisor) the temp is created as ours, the helper's
+ * launch hands it to the worker, and the helper's reclaim hands it back right before the purge.
  */
 function openTurnRoots(
   env: LaunchEnvironment,
   record: TurnRecord,
   request: TurnRequest,
   workerUid: number,
+  helperOwnership: { helper: HelperLocation } | null,
   releases: Releases,
 ): { ok: true; roots: HostWriteRoots & { temp: NonNullable<HostWriteRoots['temp']> } } | { ok: false; outcome: LaunchOutcome } {
   const workspace = openRoot(request.cwd);
   if (!workspace.ok) return { ok: false, outcome: invalid(`cwd: ${workspace.detail}`, 'cwd') };
   releases.add(() => closeRoot(workspace));
-  const temp = createTurnTemp({ parentDir: env.turnTempParent, name: record.id, uid: workerUid, gid: workerUid });
+  const temp = createTurnTemp({
+    parentDir: env.turnTempParent,
+    name: record.id,
+    uid: workerUid,
+    gid: workerUid,
+    owner: helperOwnership ? 'self' : 'worker',
+  });
   if (!temp.ok) {
     const detail = `turn temp: ${temp.reason}: ${temp.detail}`;
     return { ok: false, outcome: { ok: false, reason: 'worker_host_unsupported', detail, requirement: detail } };
   }
-  releases.add(() => {
+  releases.add(async () => {
+    if (helperOwnership) await reclaimTurnTemp(env, record, helperOwnership.helper, workerUid, temp.path);
     const purge = purgeTurnTemp(temp, { removeRoot: true });
     if (purge.outcome !== 'purged')
       env.deps.logger.warn('turn temp purge incomplete', { turnId: record.id, errorCount: purge.errorCount, errors: purge.errors });
     env.deps.events.append(turnEvent(record, request.model ?? null, 'turn_temp_purge', { ...turnTempPurgePayload(purge) }));
   });
   return { ok: true, roots: { workspace, temp } };
+}
+
+/** A failed reclaim leaves worker-owned entries the purge cannot remove: its receipt says partial. */
+async function reclaimTurnTemp(env: LaunchEnvironment, record: TurnRecord, helper: HelperLocation, uid: number, temp: string): Promise<void> {
+  const reclaimed = await runHelperReclaim(helper, { uid, temp });
+  if (reclaimed.ok)
+    env.deps.logger.debug('turn temp reclaimed', { turnId: record.id, reclaimed: reclaimed.reclaimed, skipped: reclaimed.skipped });
+  else env.deps.logger.warn('turn temp reclaim failed', { turnId: record.id, reason: reclaimed.reason, detail: reclaimed.detail });
 }
 
 function joinCgroupDirect(cgroup: TurnCgroup, pid: number | undefined): Result {

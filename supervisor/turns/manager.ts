@@ -35,6 +35,11 @@ export interface TurnManagerDeps {
   runtimeParent?: string;
   /** Name of the turn-cgroup subtree under the supervisor's own cgroup(s); tests use unique names. */
   cgroupSubtreeName?: string;
+  /**
+   * Default: euid is 0. Chooses only the turn temp's ownership path (launch.ts); a test sets
+   * false to run the non-root path (helper chown at launch, helper reclaim before the purge).
+   */
+  supervisorIsRoot?: boolean;
 }
 
 const RECENT_TURNS_KEPT = 64;

@@ -282,3 +282,25 @@ t.test("another uid cannot use this turn's proxy", async (t) => {
   t.equal(origin.connections, before, 'refused peers reached nothing');
   t.equal(h.events('egress_denial').filter((e) => e.payload.reason === 'peer_refused').length, 2);
 });
+
+t.test('a non-root-style start (peer-cred-only socket, mode 0666) still refuses another uid and root', async (t) => {
+  const p = origin.port;
+  const workerUid = 65534;
+  const otherUid = 65533;
+  const authority = `${ORIGIN_NAME}:${p}`;
+  const h = await startHarness({
+    allowedPeerUid: workerUid,
+    socketOwnership: 'peer-cred-only',
+    egress: { allowlist: [authority], allowAddressRanges: LOOPBACK_RANGE },
+  });
+  t.teardown(() => h.close());
+  const stat = fs.statSync(h.socketPath);
+  t.equal(stat.mode & 0o777, 0o666, 'socket mode 0666: no chown was needed');
+  t.equal(stat.uid, process.getuid!(), 'socket still owned by the supervisor');
+  const before = origin.connections;
+  t.match(await requestAs(otherUid, h.socketPath, authority), /403.*X-Turnhost-Denial: peer_refused/i, 'another uid is refused by SO_PEERCRED');
+  const rootAnswer = await exchange({ path: h.socketPath }, forwardRequest(authority));
+  t.equal(rootAnswer.headers['x-turnhost-denial'], 'peer_refused', 'root is not the worker either');
+  t.equal(origin.connections, before, 'refused peers reached nothing');
+  t.match(await requestAs(workerUid, h.socketPath, authority), /^HTTP\/1\.1 200/, 'the worker uid is served');
+});

@@ -46,6 +46,8 @@ export interface HarnessOptions {
    * directory of a killed one plays the supervisor restarting after a crash.
    */
   stateDir?: string;
+  /** False runs the non-root supervisor's turn temp path (helper chown and reclaim); see TurnManagerDeps. */
+  supervisorIsRoot?: boolean;
 }
 
 export async function createTurnHarness(options: HarnessOptions): Promise<TurnHarness> {
@@ -63,6 +65,7 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
   const config = defaultConfig({ installed: false, cwd: base });
   config.dataDir = path.join(base, 'data');
   config.turns.workspaceRoots = [workspace];
+  config.turns.tempRoot = path.join(base, 'turn-temp');
   config.limits = { processes: 256, open_files: 1024, memory: '512M', pids: 128, cpu: 1 };
   config.egress.allowAddressRanges = [];
 
@@ -78,6 +81,7 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
       workerExec: process.execPath,
       workerArgs: [WORKER_ENTRY],
       viewPaths: [REPO_ROOT], // the worker entry, its modules and the native test programs
+      tempRoots: [config.turns.tempRoot],
     });
     // A copy in the root-owned helper dir: the probe refuses a helper below a group- or
     // world-writable directory, and a checkout may live under /tmp.
@@ -115,6 +119,7 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
     worker: { node: process.execPath, entry: WORKER_ENTRY },
     env: {},
     cgroupSubtreeName: subtreeName,
+    ...(options.supervisorIsRoot === undefined ? {} : { supervisorIsRoot: options.supervisorIsRoot }),
   });
   return {
     turns,

@@ -41,6 +41,7 @@ export interface ConfigOptions {
   workerExec?: string;
   workerArgs?: string[];
   viewPaths?: string[];
+  tempRoots?: string[];
 }
 
 export function writeConfig(dir: string, options: ConfigOptions, name = 'helper.conf'): string {
@@ -53,6 +54,7 @@ export function writeConfig(dir: string, options: ConfigOptions, name = 'helper.
     ...(options.workerArgs ?? []).map((arg) => `worker_arg ${arg}`),
     // The worker programs live in the checkout, which may sit under /tmp (a fresh tmpfs in the view).
     ...(options.viewPaths ?? [repoRoot]).map((viewPath) => `view_path ${viewPath}`),
+    ...(options.tempRoots ?? []).map((tempRoot) => `temp_root ${tempRoot}`),
   ];
   const file = path.join(dir, name);
   fs.writeFileSync(file, lines.join('\n') + '\n', { mode: 0o644 });

@@ -112,29 +112,6 @@ t.test('prepare moves our processes into a leaf and enables controllers one writ
   if (subtree.backend === 'cgroup_v2') t.same(subtree.controllers, ['memory', 'pids', 'cpu']);
 });
 
-t.test('started in <unit>/supervisor (DelegateSubgroup), the unit cgroup is the root and nothing moves', async (t) => {
-  const env = setup(t);
-  fs.writeFileSync(path.join(env.ownDir, 'cgroup.controllers'), 'cpuset io memory pids cpu\n');
-  const leaf = path.join(env.ownDir, 'supervisor');
-  fs.mkdirSync(leaf);
-  for (const [name, text] of Object.entries(LEAF_FILES)) fs.writeFileSync(path.join(leaf, name), text);
-  fs.writeFileSync(path.join(env.ownDir, 'cgroup.procs'), '');
-  fs.writeFileSync(path.join(leaf, 'cgroup.procs'), '101\n');
-  const layout: CgroupLayout = { ...env.layout, v2: { ...env.layout.v2!, ownCgroup: '/turnhost.service/supervisor', ownDir: leaf } };
-  const result = prepareCgroupSubtree(layout, { fs: env.cgfs });
-  if (!result.ok) throw new Error(result.detail);
-  t.same(env.writes, [
-    ['turnhost.service/cgroup.subtree_control', '+memory'],
-    ['turnhost.service/cgroup.subtree_control', '+pids'],
-    ['turnhost.service/cgroup.subtree_control', '+cpu'],
-    ['turnhost.service/turns/cgroup.subtree_control', '+memory'],
-    ['turnhost.service/turns/cgroup.subtree_control', '+pids'],
-    ['turnhost.service/turns/cgroup.subtree_control', '+cpu'],
-  ]);
-  t.notOk(fs.existsSync(path.join(leaf, 'supervisor')), 'no nested supervisor leaf');
-  if (result.subtree.backend === 'cgroup_v2') t.equal(result.subtree.turnsDir, path.join(env.ownDir, 'turns'));
-});
-
 t.test('prepare refuses the cgroup2 root and an undelegated cgroup', async (t) => {
   for (const [options, reason] of [
     [{ ownCgroup: '/' }, 'cgroup_not_delegated'],

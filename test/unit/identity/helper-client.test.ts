@@ -59,6 +59,11 @@ t.test('encodes probe, view and kill', async (t) => {
     'turnhost-descriptor 1\nop view\nprofile strict\npath /etc\npath /tmp\nend\n',
   );
   t.equal(encodeDescriptor({ op: 'kill', uid: 5 }).toString(), 'turnhost-descriptor 1\nop kill\nuid 5\nend\n');
+  t.equal(
+    encodeDescriptor({ op: 'reclaim', uid: 5, temp: '/run/turnhost/turn-temp/t1' }).toString(),
+    'turnhost-descriptor 1\nop reclaim\nuid 5\ntemp /run/turnhost/turn-temp/t1\nend\n',
+    'reclaim carries a temp without a workspace',
+  );
 });
 
 const launch: HelperDescriptor = {
@@ -99,6 +104,10 @@ t.test('refuses what the helper would refuse, naming the field', async (t) => {
     ['view without paths', { op: 'view', profile: 'strict', paths: [] }, 'paths'],
     ['view profile', { op: 'view', profile: 'open' as 'strict', paths: ['/'] }, 'profile'],
     ['kill without uid', { op: 'kill' }, 'uid'],
+    ['reclaim without uid', { op: 'reclaim', temp: '/t/x' }, 'uid'],
+    ['reclaim without temp', { op: 'reclaim', uid: 5 }, 'temp'],
+    ['reclaim with workspace', { op: 'reclaim', uid: 5, temp: '/t/x', workspace: '/w' }, 'workspace'],
+    ['reclaim relative temp', { op: 'reclaim', uid: 5, temp: 't/x' }, 'temp'],
     ['launch without profile', { ...launch, profile: undefined }, 'profile'],
     ['launch without workspace', { ...launch, workspace: undefined }, 'workspace'],
     ['launch without temp', { ...launch, temp: undefined }, 'temp'],

@@ -25,6 +25,25 @@ t.test('v2 delegated subtree with nsdelegate: every controller goes to cgroup v2
   t.same(layout.v1, []);
 });
 
+t.test('started in <unit>/supervisor (DelegateSubgroup=supervisor): the unit cgroup is the delegated root', async (t) => {
+  const tree = buildProbeTree({
+    cgroup: ['0::/system.slice/turnhost.service/supervisor'],
+    mountinfo: [mountLine(30, '/', '/sys/fs/cgroup', 'cgroup2', 'rw,nsdelegate')],
+  });
+  t.teardown(() => tree.cleanup());
+  const unitDir = tree.cgroupDir('system.slice/turnhost.service', {
+    'cgroup.controllers': 'cpu memory pids\n',
+    'cgroup.procs': '',
+    'cgroup.subtree_control': '',
+  });
+  tree.cgroupDir('system.slice/turnhost.service/supervisor', { 'cgroup.controllers': '', 'cgroup.procs': '1234\n', 'cgroup.subtree_control': '' });
+  const layout = discoverCgroupLayout(tree);
+  t.equal(layout.v2?.ownCgroup, '/system.slice/turnhost.service');
+  t.equal(layout.v2?.ownDir, unitDir);
+  t.same(layout.v2?.controllers, ['cpu', 'memory', 'pids'], "the unit's controllers, not the empty leaf's");
+  t.same(layout.backendFor, { memory: 'cgroup_v2', pids: 'cgroup_v2', cpu: 'cgroup_v2' });
+});
+
 t.test('v2 subtree not delegated: checked for real by a child running as nobody', async (t) => {
   // Root passes every W_OK check (CAP_DAC_OVERRIDE), so the undelegated case runs the real
   // discovery in a child with uid 65534, for which the root-owned 0755/0644 tree is read-only.
