@@ -3,15 +3,11 @@
  * host, port, method, path without query, byte counts, duration, outcome, scope. Header values,
  * query strings and bodies have no field to go into.
  */
-import type { EventInput, WorkerProfile } from '../supervisor/events/types.js';
+import { serverTurnEvent, type TurnAttribution } from '../supervisor/events/turn-event.js';
+import type { EventInput } from '../supervisor/events/types.js';
 import type { Scope } from './policy.js';
 
-export interface TurnIdentity {
-  sessionId: string | null;
-  turnId: string | null;
-  profile: WorkerProfile | null;
-  model: string | null;
-}
+export type TurnIdentity = TurnAttribution;
 
 export type DenialReason =
   | 'not_allowlisted'
@@ -85,20 +81,8 @@ export function visiblePath(requestTarget: string): string {
   return printable(path, MAX_RECORDED_PATH) || '/';
 }
 
-function envelope(turn: TurnIdentity, kind: string, payload: Record<string, unknown>): EventInput {
-  return {
-    sessionId: turn.sessionId,
-    turnId: turn.turnId,
-    kind,
-    actor: 'server',
-    model: turn.model,
-    profile: turn.profile,
-    payload,
-  };
-}
-
 export function connectionEvent(turn: TurnIdentity, record: ConnectionRecord): EventInput {
-  return envelope(turn, 'egress_connection', {
+  return serverTurnEvent(turn, 'egress_connection', {
     host: record.host,
     port: record.port,
     method: record.method,
@@ -113,5 +97,5 @@ export function connectionEvent(turn: TurnIdentity, record: ConnectionRecord): E
 }
 
 export function denialEvent(turn: TurnIdentity, denial: { host: string; port: number | null; reason: DenialReason }): EventInput {
-  return envelope(turn, 'egress_denial', { host: denial.host, port: denial.port, reason: denial.reason });
+  return serverTurnEvent(turn, 'egress_denial', { host: denial.host, port: denial.port, reason: denial.reason });
 }

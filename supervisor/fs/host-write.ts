@@ -6,6 +6,7 @@
 import { fail, type Result } from '../../core/result.js';
 import type { EventSink, WorkerProfile } from '../events/types.js';
 import { writeFile, type FsRefusal, type RootHandle, type WriteReceipt } from './guard.js';
+import { serverTurnEvent } from '../events/turn-event.js';
 
 export type HostWriteTarget = 'workspace' | 'temp';
 
@@ -49,7 +50,7 @@ export function hostWrite(options: HostWriteOptions): Result<WriteReceipt, FsRef
     : fail('not_found', 'this turn has no temp directory');
   if (written.ok) {
     const { bytes, sha256, replaced } = written;
-    record(options.sink, options.turn, 'host_write', { path: options.rel, bytes, sha256, replaced });
+    options.sink.append(serverTurnEvent(options.turn, 'host_write', { path: options.rel, bytes, sha256, replaced }));
   } else {
     recordHostWriteRefusal(options.sink, options.turn, options.rel, written.reason);
   }
@@ -58,17 +59,6 @@ export function hostWrite(options: HostWriteOptions): Result<WriteReceipt, FsRef
 
 /** Also used by the HTTP route for refusals decided before the guard runs (a body above the cap). */
 export function recordHostWriteRefusal(sink: EventSink, turn: HostWriteTurn, rel: string, reason: FsRefusal): void {
-  record(sink, turn, 'host_write_refused', { path: rel.slice(0, MAX_EVENT_PATH_CHARS), reason });
+  sink.append(serverTurnEvent(turn, 'host_write_refused', { path: rel.slice(0, MAX_EVENT_PATH_CHARS), reason }));
 }
 
-function record(sink: EventSink, turn: HostWriteTurn, kind: string, payload: Record<string, unknown>): void {
-  sink.append({
-    sessionId: turn.sessionId,
-    turnId: turn.turnId,
-    kind,
-    actor: 'server',
-    model: turn.model,
-    profile: turn.profile,
-    payload,
-  });
-}

@@ -47,7 +47,7 @@ import { lowerOnly, parseLimitSettings } from '../limits/parse.js';
 import type { ResolvedLimits } from '../limits/types.js';
 import { probeMode } from '../probes/index.js';
 import { resolveDefaultLimits } from '../probes/limits.js';
-import type { EventInput } from '../events/types.js';
+import { serverTurnEvent, type TurnAttribution } from '../events/turn-event.js';
 // issue 6 (fs): the turn's held roots for host writes, and the turn temp lifecycle.
 import { closeRoot, openRoot } from '../fs/guard.js';
 import type { HostWriteRoots, HostWriteTurn } from '../fs/host-write.js';
@@ -254,8 +254,9 @@ function profileFor(mode: WorkerMode): 'governed' | 'strict' {
   return mode === 'ordinary' ? 'governed' : 'strict';
 }
 
-function turnEvent(record: TurnRecord, model: string | null, kind: string, payload: Record<string, unknown>): EventInput {
-  return { sessionId: record.sessionId, turnId: record.id, kind, actor: 'server', model, profile: record.profile, payload };
+
+function attributionOf(record: TurnRecord, request: TurnRequest): TurnAttribution {
+  return { sessionId: record.sessionId, turnId: record.id, profile: record.profile, model: request.model ?? null };
 }
 
 /** Releases what a launch has taken so far, newest first. */
@@ -321,7 +322,7 @@ function acquireUid(env: LaunchEnvironment, range: { first: number; count: numbe
 function refuseTurn(env: LaunchEnvironment, record: TurnRecord, request: TurnRequest, requirement: string): LaunchOutcome {
   env.records.insert(finishedWithoutRun(record, 'launch_refused', requirement), []);
   env.deps.events.append(
-    turnEvent(record, request.model ?? null, 'worker_host_refusal', { mode: record.mode, requirement, trigger: 'turn' }),
+    serverTurnEvent(attributionOf(record, request), 'worker_host_refusal', { mode: record.mode, requirement, trigger: 'turn' }),
   );
   env.deps.logger.warn('turn refused: worker host unsupported', { turnId: record.id, requirement });
   return { ok: false, reason: 'worker_host_unsupported', detail: requirement, requirement };
@@ -545,7 +546,7 @@ function openTurnRoots(
     const purge = purgeTurnTemp(temp, { removeRoot: true });
     if (purge.outcome !== 'purged')
       env.deps.logger.warn('turn temp purge incomplete', { turnId: record.id, errorCount: purge.errorCount, errors: purge.errors });
-    env.deps.events.append(turnEvent(record, request.model ?? null, 'turn_temp_purge', { ...turnTempPurgePayload(purge) }));
+    env.deps.events.append(serverTurnEvent(attributionOf(record, request), 'turn_temp_purge', { ...turnTempPurgePayload(purge) }));
   });
   return { ok: true, roots: { workspace, temp } };
 }
@@ -624,7 +625,7 @@ function trackTurn(inputs: TrackInputs): { running: RunningTurn; startedOrEnded:
         record.state = 'running';
         env.records.update(record);
         deps.events.append(
-          turnEvent(record, request.model ?? null, 'worker_launch', {
+          serverTurnEvent(attributionOf(record, request), 'worker_launch', {
             mode: record.mode,
             profile: record.profile,
             identity: record.identity,
@@ -702,7 +703,7 @@ function trackTurn(inputs: TrackInputs): { running: RunningTurn; startedOrEnded:
     record.result = result;
     env.records.update(record);
     deps.events.append(
-      turnEvent(record, request.model ?? null, 'worker_exit', {
+      serverTurnEvent(attributionOf(record, request), 'worker_exit', {
         status: result.status,
         exitCode: result.exitCode,
         signal: result.signal,
