@@ -2,7 +2,7 @@
  * Turn cgroup overhead: launching a trivial command 200 times bare vs inside a fresh turn
  * cgroup (create, join every leaf, kill, stats, remove), as a ratio measured in the same run,
  * then a cleanup check: no leaf, process or fd left behind.
- * Run as root: npx tsx bench/turn-cgroup.ts
+ * Run as root: npx tsx bench/turn-cgroup.ts [TURNS]   (the VM tier runs the compiled copy with fewer turns)
  */
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -15,7 +15,8 @@ import {
   removeCgroupSubtree,
 } from '../cgroup/turn-cgroup.js';
 
-const TURNS = 200;
+const TURNS = Number(process.argv[2] ?? 200);
+if (!Number.isInteger(TURNS) || TURNS < 1) throw new Error('TURNS must be a positive integer');
 
 function launch(joinPaths: string[]): void {
   const join = joinPaths.map((p) => `echo $$ > '${p}/cgroup.procs'`).join('; ');

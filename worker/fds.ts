@@ -8,10 +8,13 @@
  *   0, 1, 2   any kind (the command's stdio)
  *   3         must be a socket (the protocol fd)
  *   4+        only objects that carry no path and no host resource: anon inodes of the kinds
- *             Node/libuv create (eventpoll, eventfd, signalfd, timerfd), and pipes whose
- *             both ends this process holds (libuv's self-pipes).
+ *             Node/libuv create (eventpoll, eventfd, signalfd, timerfd, and io_uring: a Node
+ *             linked against libuv >= 1.45, such as Debian 13's nodejs, opens one ring per
+ *             event loop at start), and pipes whose both ends this process holds (libuv's
+ *             self-pipes). A ring cannot be inherited from the host: the helper closes every
+ *             fd above 3 before exec and the supervisor marks its own fds close-on-exec.
  *
- * Anything else (a file, a directory, a socket, a device, a lone pipe end, an io_uring) is
+ * Anything else (a file, a directory, a socket, a device, a lone pipe end) is
  * refused. docs/worker-protocol.md records the residual: a host pipe leaked with both ends
  * would pass this check.
  */
@@ -25,6 +28,7 @@ const NODE_ANON_INODES = new Set([
   'anon_inode:[eventfd]',
   'anon_inode:[signalfd]',
   'anon_inode:[timerfd]',
+  'anon_inode:[io_uring]',
 ]);
 
 export interface OpenFd {

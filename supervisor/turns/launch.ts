@@ -72,6 +72,11 @@ import type {
 
 const DEFAULT_COMMAND_PATH = '/usr/local/bin:/usr/bin:/bin';
 const STDERR_TAIL_BYTES = 4096;
+/**
+ * The worker's own environment (the command's is in its launch message). libuv must not submit
+ * work to io_uring: the seccomp filter the worker installs answers io_uring_* with EPERM.
+ */
+const WORKER_ENV = { PATH: DEFAULT_COMMAND_PATH, LANG: 'C.UTF-8', UV_USE_IO_URING: '0' };
 const RLIMIT_FOR: Record<'processes' | 'data' | 'file_size' | 'open_files', HelperRlimitName> = {
   processes: 'nproc',
   data: 'data',
@@ -454,7 +459,7 @@ export async function launchTurn(
             rlimits,
             hostname: 'turnhost',
             cwd: request.cwd,
-            env: { PATH: DEFAULT_COMMAND_PATH, LANG: 'C.UTF-8' },
+            env: WORKER_ENV,
             profile: record.profile, // issue 6
             workspace: view.workspace,
             temp: roots.roots.temp.path,
@@ -506,7 +511,7 @@ function spawnSharedWorker(deps: TurnManagerDeps, cwd: string): { child: ChildPr
   const child = spawn(
     'unshare',
     [...unshare, '--', '/bin/sh', '-c', 'ip link set lo up && exec "$0" "$@"', deps.worker.node, deps.worker.entry],
-    { stdio: ['pipe', 'pipe', 'pipe', 'pipe'], cwd, env: { PATH: DEFAULT_COMMAND_PATH, LANG: 'C.UTF-8' } },
+    { stdio: ['pipe', 'pipe', 'pipe', 'pipe'], cwd, env: WORKER_ENV },
   );
   const protocol = child.stdio[3] as net.Socket;
   return { child, protocol };

@@ -182,6 +182,9 @@ tune_guest() {
 main() {
   [ "$(id -u)" -eq 0 ] || die "must run as root (debootstrap, chroot, qemu's 9p passthrough)"
   mkdir -p "$CACHE_DIR"
+  # Runners may start at the same time (run.sh, run-deb.sh): one builds, the others wait for it.
+  exec 8>"$CACHE_DIR/image.lock"
+  flock 8
   local stamp image work
   stamp=$(image_stamp)
   image=$CACHE_DIR/image-$stamp

@@ -5,9 +5,19 @@
 VM_DIR=${VM_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}
 REPO_DIR=$(cd "$VM_DIR/../.." && pwd)
 CACHE_DIR=${TURNHOST_VM_CACHE:-$VM_DIR/.cache}
+# Each runner has its own run directory and lock under CACHE_DIR (run.sh: "run", run-deb.sh:
+# "run-deb"), so different runners can boot at the same time from the one cached image.
+VM_RUN_NAME=${VM_RUN_NAME:-run}
 EXIT_SKIPPED=77
 
 vm_log() { printf '[vm %4ds] %s\n' "$SECONDS" "$*" >&2; }
+
+# Holds CACHE_DIR/<VM_RUN_NAME>.lock (fd 9) until the runner exits: one run per run directory.
+vm_lock_run_dir() {
+  mkdir -p "$CACHE_DIR"
+  exec 9>"$CACHE_DIR/$VM_RUN_NAME.lock"
+  flock -n 9 || { echo "vm: another VM run holds $CACHE_DIR/$VM_RUN_NAME.lock" >&2; exit 1; }
+}
 
 # Sets IMAGE to a ready image directory; on a download failure prints SKIPPED and exits
 # (0, or 1 when TURNHOST_VM_REQUIRED=1 says a skip must fail).
@@ -24,10 +34,11 @@ vm_require_image() {
   IMAGE=$(echo "$output" | tail -n 1)
 }
 
-# Mounts a fresh overlay (cached rootfs below, RUN_DIR/upper above) at RUN_DIR/root. The previous
-# run's directory is removed first, so its serial log and journal stay until the next run.
+# Mounts a fresh overlay (cached rootfs below, RUN_DIR/upper above) at RUN_DIR/root, where
+# RUN_DIR is CACHE_DIR/<VM_RUN_NAME>. The previous run's directory is removed first, so its
+# serial log and journal stay until the next run.
 vm_prepare_run_dir() {
-  RUN_DIR=$CACHE_DIR/run
+  RUN_DIR=$CACHE_DIR/$VM_RUN_NAME
   vm_release_run_dir
   rm -rf "$RUN_DIR"
   mkdir -p "$RUN_DIR"/{upper,work,root,results}
@@ -88,4 +99,33 @@ vm_boot() {
   QEMU_PID=
   [ "$rc" -eq 0 ] || vm_log "qemu exited with $rc (see $RUN_DIR/qemu.log)"
   return 0
+}
+
+# Prints every TAP file and returns the number of failures (a file without its plan, or a
+# missing suite status, counts as a failure).
+vm_report_results() {
+  local results=$RUN_DIR/results passed=0 failed=0 file planned ran
+  if ! ls "$results"/*.tap >/dev/null 2>&1; then
+    echo "not ok 1 - the guest produced no TAP results (serial log: $RUN_DIR/serial.log)"
+    echo "# { total: 1, pass: 0, fail: 1 }"
+    return 1
+  fi
+  for file in "$results"/*.tap; do
+    echo "# vm test file: $(basename "$file" .tap)"
+    cat "$file"
+    passed=$((passed + $(grep -c '^ok ' "$file")))
+    failed=$((failed + $(grep -c '^not ok ' "$file")))
+    planned=$(sed -n 's/^1\.\.\([0-9]*\).*/\1/p' "$file" | tail -n 1)
+    ran=$(grep -cE '^(not )?ok ' "$file")
+    if [ -z "$planned" ] || [ "$planned" != "$ran" ]; then
+      echo "not ok - $(basename "$file" .tap): plan ${planned:-missing}, ran $ran (stderr: $results/$(basename "$file" .tap).stderr)"
+      failed=$((failed + 1))
+    fi
+  done
+  if [ "$(cat "$results/suite-status" 2>/dev/null)" != done ]; then
+    echo "not ok - the guest suite did not finish (serial log: $RUN_DIR/serial.log)"
+    failed=$((failed + 1))
+  fi
+  echo "# { total: $((passed + failed)), pass: $passed, fail: $failed }"
+  return "$((failed > 0 ? 1 : 0))"
 }

@@ -57,41 +57,10 @@ tmpfs /var/lib/turnhost tmpfs mode=0700,uid=$(chroot "$root" id -u turnhost),gid
 EOF
 }
 
-# Prints every TAP file and returns the number of failures (a file without its plan, or a
-# missing suite status, counts as a failure).
-report_results() {
-  local results=$RUN_DIR/results passed=0 failed=0 file planned ran
-  if ! ls "$results"/*.tap >/dev/null 2>&1; then
-    echo "not ok 1 - the guest produced no TAP results (serial log: $RUN_DIR/serial.log)"
-    echo "# { total: 1, pass: 0, fail: 1 }"
-    return 1
-  fi
-  for file in "$results"/*.tap; do
-    echo "# vm test file: $(basename "$file" .tap)"
-    cat "$file"
-    passed=$((passed + $(grep -c '^ok ' "$file")))
-    failed=$((failed + $(grep -c '^not ok ' "$file")))
-    planned=$(sed -n 's/^1\.\.\([0-9]*\).*/\1/p' "$file" | tail -n 1)
-    ran=$(grep -cE '^(not )?ok ' "$file")
-    if [ -z "$planned" ] || [ "$planned" != "$ran" ]; then
-      echo "not ok - $(basename "$file" .tap): plan ${planned:-missing}, ran $ran (stderr: $results/$(basename "$file" .tap).stderr)"
-      failed=$((failed + 1))
-    fi
-  done
-  if [ "$(cat "$results/suite-status" 2>/dev/null)" != done ]; then
-    echo "not ok - the guest suite did not finish (serial log: $RUN_DIR/serial.log)"
-    failed=$((failed + 1))
-  fi
-  echo "# { total: $((passed + failed)), pass: $passed, fail: $failed }"
-  return "$((failed > 0 ? 1 : 0))"
-}
-
 main() {
   [ "$(id -u)" -eq 0 ] || { echo "vm-test: must run as root" >&2; exit 1; }
   require_built_checkout
-  mkdir -p "$CACHE_DIR"
-  exec 9>"$CACHE_DIR/run.lock"
-  flock -n 9 || { echo "vm-test: another VM run holds $CACHE_DIR/run.lock" >&2; exit 1; }
+  vm_lock_run_dir
 
   vm_require_image
   vm_log "image $IMAGE"
@@ -104,7 +73,7 @@ main() {
   local booted=$?
   vm_log "guest ran $((SECONDS - boot_started))s"
   vm_release_run_dir
-  report_results
+  vm_report_results
   local failures=$?
   if [ "$booted" -eq 124 ]; then
     echo "vm-test: FAILED: the guest did not power off within ${BOOT_TIMEOUT_SECONDS}s (serial log: $RUN_DIR/serial.log)"

@@ -1,15 +1,19 @@
 # The VM tier (test/vm/, docs/vm-tier.md). Included from the top Makefile:
-#   vm-test   build the checkout, build or reuse the guest image, boot it, run test/vm/guest/*.test.mjs
-#   vm-image  only build (or reuse) the cached guest image
-#   vm-clean  remove the cached image and the last run (serial log, journal)
-.PHONY: vm-test vm-image vm-clean
+#   vm-test      build the checkout, build or reuse the guest image, boot it, run test/vm/guest/*.test.mjs
+#   vm-deb-test  build the deb, install it in the guest with dpkg, run test/vm/guest/deb.test.mjs
+#   vm-image     only build (or reuse) the cached guest image
+#   vm-clean     remove the cached image and the last runs (serial log, journal)
+.PHONY: vm-test vm-deb-test vm-image vm-clean
 
 vm-test: build-ts build-native
 	bash test/vm/run.sh
+
+vm-deb-test: deb
+	bash test/vm/run-deb.sh
 
 vm-image:
 	bash test/vm/build-image.sh
 
 vm-clean:
-	if mountpoint -q test/vm/.cache/run/root; then umount test/vm/.cache/run/root; fi
+	for root in test/vm/.cache/run*/root; do if mountpoint -q "$$root"; then umount "$$root"; fi; done
 	rm -rf test/vm/.cache

@@ -16,6 +16,6 @@ t.test('inherited fd rule', async (t) => {
   t.same(findUnexpectedFds([...base, { fd: 8, target: '/home' }]).map((f) => f.fd), [8], 'a directory fd');
   t.same(findUnexpectedFds([...base, { fd: 8, target: 'pipe:[99]' }]).map((f) => f.fd), [8], 'a lone pipe end');
   t.same(findUnexpectedFds([...base, { fd: 8, target: 'socket:[5]' }]).map((f) => f.fd), [8], 'a socket');
-  t.same(findUnexpectedFds([...base, { fd: 8, target: 'anon_inode:[io_uring]' }]).map((f) => f.fd), [8]);
+  t.same(findUnexpectedFds([...base, { fd: 8, target: 'anon_inode:[io_uring]' }]), [], "libuv's own rings (Debian 13's nodejs)");
   t.same(findUnexpectedFds([{ fd: 3, target: '/etc/passwd' }]).map((f) => f.fd), [3], 'fd 3 must be a socket');
 });

@@ -2,6 +2,7 @@
 // inspection. Every wait is bounded and names what it waited for when it gives up.
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
+import http from 'node:http';
 
 export const BASE_URL = 'http://127.0.0.1:7707';
 export const DATA_DIR = '/var/lib/turnhost';
@@ -39,20 +40,43 @@ function token() {
   return fs.readFileSync(`${DATA_DIR}/api-token`, 'utf8').trim();
 }
 
-export async function api(method, path, body) {
-  const response = await fetch(`${BASE_URL}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${token()}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-    body: body === undefined ? undefined : JSON.stringify(body),
+/**
+ * One request on a fresh connection: a pooled keep-alive connection that the server closes
+ * while the guest (24x slower under TCG) is about to reuse it fails the request before it is
+ * sent ("fetch failed"), which says nothing about the supervisor.
+ */
+export function api(method, path, body) {
+  const payload = body === undefined ? undefined : JSON.stringify(body);
+  return new Promise((resolve, reject) => {
+    const request = http.request(
+      `${BASE_URL}${path}`,
+      {
+        method,
+        agent: false,
+        headers: {
+          authorization: `Bearer ${token()}`,
+          ...(payload === undefined ? {} : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) }),
+        },
+      },
+      (response) => {
+        const chunks = [];
+        response.on('data', (chunk) => chunks.push(chunk));
+        response.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          let json;
+          try {
+            json = JSON.parse(text);
+          } catch {
+            json = { unparsed: text };
+          }
+          resolve({ status: response.statusCode, body: json });
+        });
+        response.on('error', reject);
+      },
+    );
+    request.on('error', reject);
+    request.end(payload);
   });
-  const text = await response.text();
-  let json;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = { unparsed: text };
-  }
-  return { status: response.status, body: json };
 }
 
 /** Waits until the supervisor answers /api/health and its token exists. */

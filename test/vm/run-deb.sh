@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# `make vm-deb-test`: the installed-package test (issue 7). Boots the cached guest image with
+# the built deb and the packages it depends on in the run's overlay; test/vm/guest/deb.test.mjs
+# installs them with dpkg, checks the running unit, `turnhost check`, a turn, then remove and
+# purge. Exit 0 when every guest test passed or a download failed (SKIPPED), 1 otherwise.
+# docs/vm-tier.md ("The installed-package run") explains the parts.
+set -uo pipefail
+VM_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+VM_RUN_NAME=run-deb
+# shellcheck source=lib.sh
+. "$VM_DIR/lib.sh"
+
+GUEST_DIR=$VM_DIR/guest
+BOOT_TIMEOUT_SECONDS=${TURNHOST_VM_TIMEOUT:-900}
+# Where the guest finds what it installs (deb.test.mjs reads the same paths).
+GUEST_DEB_DIR=/root/vm-debs
+
+# The deb under test: TURNHOST_DEB, else the newest dist/turnhost_*.deb.
+find_deb() {
+  local deb=${TURNHOST_DEB:-}
+  [ -n "$deb" ] || deb=$(ls -t "$REPO_DIR"/dist/turnhost_*_amd64.deb 2>/dev/null | head -n 1)
+  if [ -z "$deb" ] || [ ! -f "$deb" ]; then
+    echo "vm-deb-test: no deb: run 'make deb' first (make vm-deb-test does) or set TURNHOST_DEB" >&2
+    exit 1
+  fi
+  DEB=$(readlink -f "$deb")
+}
+
+skip() {
+  echo "SKIPPED: $*"
+  [ "${TURNHOST_VM_REQUIRED:-0}" = 1 ] && exit 1
+  exit 0
+}
+
+# The guest has no network, and the image lacks some of the deb's dependencies (nodejs and its
+# libraries). The image's own apt (trixie sources) resolves them against the deb and downloads them into the run's overlay; the cached image is never written
+# and its version stamp stays, so a concurrent run is unaffected.
+download_dependencies() {
+  local root=$1 log=$RUN_DIR/apt-download.log
+  install -D -m 0644 "$DEB" "$root$GUEST_DEB_DIR/$(basename "$DEB")"
+  vm_log "downloading the deb's dependencies with the guest's apt (trixie)"
+  # update first: the image's lists age, and the mirror drops superseded versions.
+  if ! chroot "$root" sh -c "apt-get update -q && apt-get install -y -q --download-only --no-install-recommends $GUEST_DEB_DIR/$(basename "$DEB")" >"$log" 2>&1; then
+    tail -5 "$log" >&2
+    grep -qiE "failed to fetch|temporary failure resolving|could not resolve|unable to connect|network is unreachable" "$log" &&
+      skip "apt-get could not download the deb's dependencies (log: $log)"
+    echo "vm-deb-test: resolving the deb's dependencies failed (log: $log)" >&2
+    exit 1
+  fi
+  mkdir -p "$root$GUEST_DEB_DIR/deps"
+  mv "$root"/var/cache/apt/archives/*.deb "$root$GUEST_DEB_DIR/deps/"
+  vm_log "dependencies: $(cd "$root$GUEST_DEB_DIR/deps" && ls | sed 's/_.*//' | tr '\n' ' ')"
+}
+
+install_guest_setup() {
+  local root=$1
+  # The test runner only: the package itself runs on the distribution's /usr/bin/node.
+  install -m 0755 "$(readlink -f "$(command -v node)")" "$root/usr/local/bin/node"
+  install -o 0 -g 0 -m 0644 "$GUEST_DIR/turnhost-vmtest-suite.service" "$root/etc/systemd/system/turnhost-vmtest-suite.service"
+  mkdir -p "$root/etc/systemd/system/multi-user.target.wants" "$root/etc/systemd/system/turnhost-vmtest-suite.service.d"
+  ln -sf /etc/systemd/system/turnhost-vmtest-suite.service "$root/etc/systemd/system/multi-user.target.wants/"
+  printf '[Service]\nExecStart=\nExecStart=/bin/sh /turnhost/test/vm/guest/run-suite.sh deb.test.mjs\n' \
+    >"$root/etc/systemd/system/turnhost-vmtest-suite.service.d/deb.conf"
+  mkdir -p "$root/turnhost" "$root/vmresults" "$root/var/lib/turnhost"
+  # The package's data dir on a tmpfs: SQLite's WAL needs shared writable mmap, which 9p does
+  # not give. postinst and StateDirectory= set its owner and mode as on a real disk.
+  cat >>"$root/etc/fstab" <<EOF
+turnhost /turnhost 9p trans=virtio,version=9p2000.L,msize=524288,ro,cache=loose 0 0
+vmresults /vmresults 9p trans=virtio,version=9p2000.L,msize=524288,rw 0 0
+tmpfs /var/lib/turnhost tmpfs mode=0755,size=256m 0 0
+EOF
+}
+
+main() {
+  [ "$(id -u)" -eq 0 ] || { echo "vm-deb-test: must run as root" >&2; exit 1; }
+  find_deb
+  vm_lock_run_dir
+  vm_require_image
+  vm_log "image $IMAGE, deb $DEB"
+  vm_prepare_run_dir
+  trap vm_release_run_dir EXIT
+  download_dependencies "$RUN_DIR/root"
+  install_guest_setup "$RUN_DIR/root"
+  vm_log "booting (TCG, no KVM; timeout ${BOOT_TIMEOUT_SECONDS}s; serial log $RUN_DIR/serial.log)"
+  local boot_started=$SECONDS
+  vm_boot "$BOOT_TIMEOUT_SECONDS"
+  local booted=$?
+  vm_log "guest ran $((SECONDS - boot_started))s"
+  vm_release_run_dir
+  vm_report_results
+  local failures=$?
+  if [ "$booted" -eq 124 ]; then
+    echo "vm-deb-test: FAILED: the guest did not power off within ${BOOT_TIMEOUT_SECONDS}s (serial log: $RUN_DIR/serial.log)"
+    exit 1
+  fi
+  [ "$failures" -eq 0 ] && { echo "vm-deb-test: all guest tests passed"; exit 0; }
+  echo "vm-deb-test: FAILED (serial log: $RUN_DIR/serial.log, guest journal: $RUN_DIR/results/journal.txt)"
+  exit 1
+}
+
+main "$@"
