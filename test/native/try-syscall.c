@@ -109,6 +109,7 @@ PROBE(userfaultfd, closing(syscall(SYS_userfaultfd, O_CLOEXEC)))
 PROBE(io_uring_setup, closing(syscall(425, 1, NULL)))
 PROBE(io_uring_enter, syscall(426, -1, 0, 0, 0, NULL, 0))
 PROBE(io_uring_register, syscall(427, -1, 0, NULL, 0))
+PROBE(pidfd_getfd, syscall(438, -1, 0, 0))
 PROBE(kexec_load, syscall(SYS_kexec_load, 0, 100000 /* > KEXEC_SEGMENT_MAX */, NULL, 0))
 PROBE(kexec_file_load, syscall(SYS_kexec_file_load, -1, -1, 0, NULL, 0xffff0000UL))
 PROBE(init_module, syscall(SYS_init_module, NULL, 0, ""))
@@ -164,7 +165,7 @@ PROBE(i386_getpid, try_i386_getpid())
 static const struct probe probes[] = {
   ENTRY(getpid), ENTRY(ptrace), ENTRY(process_vm_readv), ENTRY(process_vm_writev), ENTRY(keyctl),
   ENTRY(add_key), ENTRY(request_key), ENTRY(bpf), ENTRY(perf_event_open), ENTRY(userfaultfd),
-  ENTRY(io_uring_setup), ENTRY(io_uring_enter), ENTRY(io_uring_register), ENTRY(kexec_load),
+  ENTRY(io_uring_setup), ENTRY(io_uring_enter), ENTRY(io_uring_register), ENTRY(pidfd_getfd), ENTRY(kexec_load),
   ENTRY(kexec_file_load), ENTRY(init_module), ENTRY(finit_module), ENTRY(delete_module),
   ENTRY(mount), ENTRY(umount2), ENTRY(open_tree), ENTRY(move_mount), ENTRY(fsopen),
   ENTRY(fsconfig), ENTRY(fsmount), ENTRY(fspick), ENTRY(mount_setattr), ENTRY(open_tree_attr),

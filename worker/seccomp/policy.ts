@@ -75,6 +75,7 @@ export const DEFAULT_POLICY: readonly PolicyEntry[] = [
   deny('ptrace', 'reads and writes other processes of the same uid (the worker itself, sibling commands)'),
   deny('process_vm_readv', 'reads another process\'s memory without ptrace'),
   deny('process_vm_writev', 'writes another process\'s memory without ptrace'),
+  deny('pidfd_getfd', 'copies another process\'s fds (the worker\'s io_uring, its protocol socket) without ptrace'),
   deny('keyctl', 'the kernel keyring is not namespaced: keys of the uid outlive and escape the turn'),
   deny('add_key', 'kernel keyring, as keyctl'),
   deny('request_key', 'kernel keyring, as keyctl; can also call out to the host\'s /sbin/request-key'),
@@ -82,7 +83,10 @@ export const DEFAULT_POLICY: readonly PolicyEntry[] = [
   deny('perf_event_open', 'large kernel attack surface and a side channel on other processes'),
   deny('userfaultfd', 'lets an exploit stall the kernel at a chosen page fault to win races'),
   deny('io_uring_setup', 'io_uring bypasses per-syscall seccomp checks and is a large attack surface'),
-  deny('io_uring_enter', 'io_uring, as io_uring_setup (a ring inherited from elsewhere stays unusable)'),
+  // io_uring_enter stays allowed: a Node linked against libuv >= 1.45 (Debian 13's nodejs)
+  // creates its rings before the filter and drives its event loop through them. Without
+  // io_uring_setup the command cannot create a ring, rings are close-on-exec, and
+  // pidfd_getfd (below) is denied, so the command never holds one to enter.
   deny('io_uring_register', 'io_uring, as io_uring_setup'),
   deny('kexec_load', 'replaces the running kernel'),
   deny('kexec_file_load', 'replaces the running kernel'),

@@ -41,6 +41,7 @@ export const SYSCALLS_X86_64 = {
   userfaultfd: 323,
   io_uring_setup: 425,
   io_uring_enter: 426,
+  pidfd_getfd: 438,
   io_uring_register: 427,
   open_tree: 428,
   move_mount: 429,
