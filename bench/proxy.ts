@@ -1,9 +1,14 @@
 /**
  * Egress proxy benchmark: request latency (new connection per request, p50/p99 at concurrency
- * 1, 16, 128) and 64 MiB upload throughput, through the proxy (client -> unix socket proxy ->
- * loopback origin; CONNECT for throughput) and direct to the origin, in one run, as ratios.
- * Client, origins and proxy are three processes, as in production (the proxy lives in the
- * supervisor, the client in a worker). Goals: throughput >= 0.8x direct, added p50 <= 1 ms.
+ * 1, 16, 128) and 64 MiB upload throughput, direct to the origin and along two proxied paths,
+ * in one run, as ratios:
+ *   proxy         client -> unix socket -> proxy -> loopback origin
+ *   bridge+proxy  client -> TCP 127.0.0.1 -> worker bridge -> unix socket -> proxy -> origin
+ * The second is what a command in a turn uses. Client, origins, proxy and bridge are separate
+ * processes, as in production (the proxy lives in the supervisor, the bridge in the worker),
+ * and the proxy records its events in a real event store (SQLite, synchronous = FULL) in a
+ * temporary directory. Throughput goes through CONNECT. Goals: throughput >= 0.8x direct,
+ * added p50 (proxied p50 - direct p50 at the same concurrency) <= 1 ms.
  * Run: npx tsx bench/proxy.ts   (BENCH_REQUESTS shrinks the latency runs while tuning)
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -15,13 +20,17 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { createLogger } from '../core/log.js';
-import type { AppendResult, EventSink } from '../supervisor/events/types.js';
+import { openEventStore } from '../supervisor/events/store.js';
+import type { EventInput, EventSink, EventStore } from '../supervisor/events/types.js';
 import { buildTurnPolicy, DEFAULT_INFERENCE_HOSTS } from '../proxy/policy.js';
 import { startTurnProxy } from '../proxy/server.js';
+import { startEgressBridge } from '../worker/bridge.js';
 
 const ORIGIN = 'origin.bench.test';
+const TURN_ID = 'bench';
 const ROLE_ORIGINS = '--serve-origins';
 const ROLE_PROXY = '--serve-proxy';
+const ROLE_BRIDGE = '--serve-bridge';
 const CONCURRENCY_LEVELS = [1, 16, 128];
 const REQUESTS_PER_LEVEL = Number(process.env.BENCH_REQUESTS ?? 4000);
 const WARMUP_REQUESTS = 300;
@@ -33,6 +42,7 @@ const GOAL_ADDED_P50_MS = 1;
 
 type Target = { path: string } | { port: number };
 type Message = Record<string, number>;
+type Role = { child: ChildProcess; first: Message };
 
 function connect(target: Target, allowHalfOpen = false): net.Socket {
   return 'path' in target
@@ -106,9 +116,9 @@ function openDirect(port: number): Promise<net.Socket> {
   });
 }
 
-function openTunnel(socketPath: string, authority: string): Promise<net.Socket> {
+function openTunnel(target: Target, authority: string): Promise<net.Socket> {
   return new Promise((resolve, reject) => {
-    const socket = connect({ path: socketPath }, true);
+    const socket = connect(target, true);
     let head = '';
     const onData = (c: Buffer): void => {
       head += c.toString('latin1');
@@ -123,11 +133,20 @@ function openTunnel(socketPath: string, authority: string): Promise<net.Socket> 
   });
 }
 
-/** Answers the parent's stop message with `report()` and exits. */
-function stopOnRequest(report: () => Promise<Message>): void {
-  process.once('message', async () => {
-    const message = await report();
-    process.send!(message, () => process.exit(0));
+function cpuMicros(): number {
+  const cpu = process.cpuUsage();
+  return cpu.user + cpu.system;
+}
+
+/** Answers every `cpu` message with this process's CPU time; `stop` answers with `report()` and exits. */
+function serveControl(report: () => Promise<Message>): void {
+  process.on('message', async (message: { op: 'cpu' | 'stop' }) => {
+    if (message.op === 'cpu') {
+      process.send!({ cpuMicros: cpuMicros() });
+      return;
+    }
+    const final = await report();
+    process.send!(final, () => process.exit(0));
   });
 }
 
@@ -144,7 +163,38 @@ async function serveOrigins(): Promise<void> {
     httpPort: (httpOrigin.address() as net.AddressInfo).port,
     sinkPort: (countingOrigin.address() as net.AddressInfo).port,
   });
-  stopOnRequest(async () => ({}));
+  serveControl(async () => ({}));
+}
+
+/** Every stored egress event of the bench turn, counted page by page. */
+function storedEvents(store: EventStore): number {
+  let count = 0;
+  let after: number | null = 0;
+  while (after !== null) {
+    const page = store.query({ turn: TURN_ID, limit: 1000, after });
+    if (!page.ok) throw new Error(page.detail);
+    count += page.events.length;
+    after = page.nextAfter;
+  }
+  return count;
+}
+
+/** The store as the supervisor hands it over, counting what the proxy gave it. */
+function countingSink(store: EventStore): { sink: EventSink & Pick<EventStore, 'appendBatch'>; given: () => number } {
+  let given = 0;
+  return {
+    sink: {
+      append: (event: EventInput) => {
+        given++;
+        return store.append(event);
+      },
+      appendBatch: (events: EventInput[]) => {
+        given += events.length;
+        return store.appendBatch(events);
+      },
+    },
+    given: () => given,
+  };
 }
 
 async function serveProxy(socketPath: string, httpPort: number, sinkPort: number): Promise<void> {
@@ -161,34 +211,47 @@ async function serveProxy(socketPath: string, httpPort: number, sinkPort: number
     { mode: 'ordinary' },
   );
   if (!built.ok) throw new Error(built.detail);
-  let events = 0;
-  const sink: EventSink = {
-    append: (): AppendResult => {
-      events++;
-      return { ok: true, stored: 'database', ids: [] };
-    },
-  };
+  const logger = createLogger({ level: 'warn' });
+  const dir = path.dirname(socketPath);
+  const store = openEventStore({
+    databasePath: path.join(dir, 'events.db'),
+    fallbackLogPath: path.join(dir, 'events.fallback.log'),
+    unboundRetentionDays: 30,
+    logger,
+  });
+  const counting = countingSink(store);
   const proxy = await startTurnProxy({
     socketPath,
     allowedPeerUid: process.getuid!(),
     policy: built.policy,
     resolver: async () => ['127.0.0.1'],
     caps,
-    sink,
-    turn: { sessionId: 'bench', turnId: 'bench', profile: 'governed', model: null },
-    logger: createLogger({ level: 'warn' }),
+    sink: counting.sink,
+    turn: { sessionId: 'bench', turnId: TURN_ID, profile: 'governed', model: null },
+    logger,
   });
   if (!proxy.ok) throw new Error(proxy.detail);
   process.send!({});
-  stopOnRequest(async () => {
+  serveControl(async () => {
     await proxy.close();
-    const cpu = process.cpuUsage();
-    return { events, cpuMicros: cpu.user + cpu.system };
+    const report = { events: counting.given(), stored: storedEvents(store), fallback: store.status().fallbackPendingEvents };
+    store.close();
+    return report;
+  });
+}
+
+async function serveBridge(socketPath: string): Promise<void> {
+  const bridge = await startEgressBridge({ socketPath });
+  if (!bridge.ok) throw new Error(bridge.detail);
+  process.send!({ port: bridge.port });
+  serveControl(async () => {
+    bridge.close();
+    return {};
   });
 }
 
 /** Starts this file in another role; resolves with the child's first message. */
-async function spawnRole(args: string[]): Promise<{ child: ChildProcess; first: Message }> {
+async function spawnRole(args: string[]): Promise<Role> {
   const child = spawn(process.execPath, [...process.execArgv, fileURLToPath(import.meta.url), ...args], {
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
@@ -196,16 +259,27 @@ async function spawnRole(args: string[]): Promise<{ child: ChildProcess; first: 
     child.once('message', (message) => resolve(message as Message));
     child.once('exit', (code) => reject(new Error(`${args[0]} exited with ${code}`)));
   });
+  child.removeAllListeners('exit');
   return { child, first };
 }
 
-function stopRole(child: ChildProcess): Promise<Message> {
+function ask(role: Role, op: 'cpu' | 'stop'): Promise<Message> {
   return new Promise((resolve) => {
-    child.removeAllListeners('exit');
-    child.once('message', (message) => resolve(message as Message));
-    child.send({ stop: true });
+    role.child.once('message', (message) => resolve(message as Message));
+    role.child.send({ op });
   });
 }
+
+/** Runs `work` and returns its result with the CPU microseconds each role spent meanwhile. */
+async function withCpu<T>(roles: Role[], work: () => Promise<T>): Promise<{ result: T; cpu: number[] }> {
+  const before = await Promise.all(roles.map((r) => ask(r, 'cpu')));
+  const result = await work();
+  const after = await Promise.all(roles.map((r) => ask(r, 'cpu')));
+  return { result, cpu: after.map((a, i) => a.cpuMicros! - before[i]!.cpuMicros!) };
+}
+
+const ms = (value: number, width = 7): string => value.toFixed(3).padStart(width);
+const perConnection = (micros: number): string => (micros / REQUESTS_PER_LEVEL).toFixed(0).padStart(6);
 
 async function main(): Promise<void> {
   const origins = await spawnRole([ROLE_ORIGINS]);
@@ -213,51 +287,69 @@ async function main(): Promise<void> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-bench-proxy-'));
   const socketPath = path.join(dir, 'proxy.sock');
   const proxy = await spawnRole([ROLE_PROXY, socketPath, String(httpPort), String(sinkPort)]);
+  const bridge = await spawnRole([ROLE_BRIDGE, socketPath]);
+  const paths: { name: string; target: Target }[] = [
+    { name: 'proxy', target: { path: socketPath } },
+    { name: 'bridge+proxy', target: { port: bridge.first.port! } },
+  ];
 
   const directRequest = `GET / HTTP/1.1\r\nHost: 127.0.0.1:${httpPort}\r\nConnection: close\r\n\r\n`;
   const proxyRequest = `GET http://${ORIGIN}:${httpPort}/ HTTP/1.1\r\nHost: ${ORIGIN}:${httpPort}\r\nConnection: close\r\n\r\n`;
   await latencies({ port: httpPort }, directRequest, 16, WARMUP_REQUESTS);
-  await latencies({ path: socketPath }, proxyRequest, 16, WARMUP_REQUESTS);
+  for (const { target } of paths) await latencies(target, proxyRequest, 16, WARMUP_REQUESTS);
 
-  console.log(`egress proxy benchmark (${REQUESTS_PER_LEVEL} requests per level, new connection per request)`);
-  console.log('concurrency  direct p50/p99 ms   proxy p50/p99 ms   added p50 ms   p50 ratio   p99 ratio   req/s direct/proxy');
-  let addedP50AtOne = 0;
+  const load = os.loadavg().map((l) => l.toFixed(2)).join(' ');
+  console.log(`egress proxy benchmark, ${new Date().toISOString()}, load average ${load}, ${os.cpus().length} CPUs`);
+  console.log(`${REQUESTS_PER_LEVEL} requests per level, new connection per request; CPU µs per request of the proxy and bridge processes`);
+  console.log('concurrency  path           p50 ms     p99 ms   added p50 ms  p50 ratio  req/s   proxy µs  bridge µs');
+  const addedP50: Record<string, number[]> = {};
   for (const concurrency of CONCURRENCY_LEVELS) {
     const direct = await latencies({ port: httpPort }, directRequest, concurrency, REQUESTS_PER_LEVEL);
-    const proxied = await latencies({ path: socketPath }, proxyRequest, concurrency, REQUESTS_PER_LEVEL);
-    const [d50, d99] = [percentile(direct.sorted, 0.5), percentile(direct.sorted, 0.99)];
-    const [p50, p99] = [percentile(proxied.sorted, 0.5), percentile(proxied.sorted, 0.99)];
-    if (concurrency === 1) addedP50AtOne = p50 - d50;
-    console.log(
-      `${String(concurrency).padStart(11)}  ${d50.toFixed(3).padStart(7)} / ${d99.toFixed(3).padStart(7)}  ` +
-        `${p50.toFixed(3).padStart(7)} / ${p99.toFixed(3).padStart(7)}  ${(p50 - d50).toFixed(3).padStart(12)}  ` +
-        `${(p50 / d50).toFixed(2).padStart(9)}x  ${(p99 / d99).toFixed(2).padStart(9)}x   ` +
-        `${direct.perSecond.toFixed(0)}/${proxied.perSecond.toFixed(0)}`,
-    );
+    const d50 = percentile(direct.sorted, 0.5);
+    console.log(`${String(concurrency).padStart(11)}  ${'direct'.padEnd(13)} ${ms(d50, 7)}  ${ms(percentile(direct.sorted, 0.99), 9)}  ${''.padStart(12)}  ${''.padStart(9)}  ${direct.perSecond.toFixed(0).padStart(5)}`);
+    for (const { name, target } of paths) {
+      const { result, cpu } = await withCpu([proxy, bridge], () => latencies(target, proxyRequest, concurrency, REQUESTS_PER_LEVEL));
+      const p50 = percentile(result.sorted, 0.5);
+      (addedP50[name] ??= []).push(p50 - d50);
+      console.log(
+        `${''.padStart(11)}  ${name.padEnd(13)} ${ms(p50, 7)}  ${ms(percentile(result.sorted, 0.99), 9)}  ${ms(p50 - d50, 12)}  ` +
+          `${(p50 / d50).toFixed(2).padStart(8)}x  ${result.perSecond.toFixed(0).padStart(5)}   ${perConnection(cpu[0]!)}   ${name === 'proxy' ? ''.padStart(6) : perConnection(cpu[1]!)}`,
+      );
+    }
   }
 
   const payload = Buffer.alloc(UPLOAD_CHUNK, 0x5a);
-  const directRates: number[] = [];
-  const proxyRates: number[] = [];
+  const rates: Record<string, number[]> = { direct: [], proxy: [], 'bridge+proxy': [] };
   for (let run = 0; run < UPLOAD_RUNS; run++) {
     let started = performance.now();
-    directRates.push(await upload(await openDirect(sinkPort), started, payload));
-    started = performance.now();
-    proxyRates.push(await upload(await openTunnel(socketPath, `${ORIGIN}:${sinkPort}`), started, payload));
+    rates.direct!.push(await upload(await openDirect(sinkPort), started, payload));
+    for (const { name, target } of paths) {
+      started = performance.now();
+      rates[name]!.push(await upload(await openTunnel(target, `${ORIGIN}:${sinkPort}`), started, payload));
+    }
   }
-  const [directMBs, proxyMBs] = [median(directRates), median(proxyRates)];
-  const ratio = proxyMBs / directMBs;
-  console.log(`64 MiB upload (median of ${UPLOAD_RUNS}): direct ${directMBs.toFixed(0)} MB/s, proxy (CONNECT) ${proxyMBs.toFixed(0)} MB/s, ratio ${ratio.toFixed(2)}x`);
-  console.log(`goal throughput >= ${GOAL_THROUGHPUT_RATIO}x direct: ${ratio >= GOAL_THROUGHPUT_RATIO ? 'met' : 'NOT met'}`);
-  console.log(`goal added p50 <= ${GOAL_ADDED_P50_MS} ms at concurrency 1: ${addedP50AtOne <= GOAL_ADDED_P50_MS ? 'met' : 'NOT met'} (${addedP50AtOne.toFixed(3)} ms)`);
+  const directMBs = median(rates.direct!);
+  console.log(`64 MiB upload through CONNECT, median of ${UPLOAD_RUNS}: direct ${directMBs.toFixed(0)} MB/s`);
+  const ratios: Record<string, number> = {};
+  for (const { name } of paths) {
+    ratios[name] = median(rates[name]!) / directMBs;
+    console.log(`  ${name.padEnd(13)} ${median(rates[name]!).toFixed(0).padStart(5)} MB/s  ratio ${ratios[name]!.toFixed(2)}x`);
+  }
+  for (const { name } of paths) {
+    const throughputMet = ratios[name]! >= GOAL_THROUGHPUT_RATIO;
+    const latencyMet = addedP50[name]!.map((added, i) => `c=${CONCURRENCY_LEVELS[i]} ${added <= GOAL_ADDED_P50_MS ? 'met' : 'NOT met'}`);
+    console.log(`goals, ${name}: throughput >= ${GOAL_THROUGHPUT_RATIO}x ${throughputMet ? 'met' : 'NOT met'}; added p50 <= ${GOAL_ADDED_P50_MS} ms: ${latencyMet.join(', ')}`);
+  }
 
-  const usage = await stopRole(proxy.child);
-  console.log(`proxy process: ${usage.events} connections, ${((usage.cpuMicros ?? 0) / (usage.events ?? 1)).toFixed(0)} µs CPU each (whole run, uploads included)`);
-  await stopRole(origins.child);
+  await ask(bridge, 'stop');
+  const events = await ask(proxy, 'stop');
+  console.log(`events: ${events.events} given to the store, ${events.stored} stored, ${events.fallback} in the fallback log`);
+  await ask(origins, 'stop');
   fs.rmSync(dir, { recursive: true, force: true });
 }
 
 const role = process.argv[2];
 if (role === ROLE_ORIGINS) await serveOrigins();
 else if (role === ROLE_PROXY) await serveProxy(process.argv[3]!, Number(process.argv[4]), Number(process.argv[5]));
+else if (role === ROLE_BRIDGE) await serveBridge(process.argv[3]!);
 else await main();
