@@ -11,8 +11,8 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from '../core/log.js';
 import { fail, ok, type Result } from '../core/result.js';
-import type { EventInput, EventSink } from '../supervisor/events/types.js';
 import { resolveAndCheck, dialChecked, systemResolver, type Resolver } from './dialer.js';
+import { EventQueue, type EgressEventSink } from './event-queue.js';
 import {
   connectionEvent,
   denialEvent,
@@ -40,7 +40,7 @@ export interface TurnProxyOptions {
   policy: EgressPolicy;
   resolver?: Resolver;
   caps: ProxyCaps;
-  sink: EventSink;
+  sink: EgressEventSink;
   turn: TurnIdentity;
   logger: Logger;
   /** Default 10 s. */
@@ -215,11 +215,15 @@ class TurnProxyServer implements TurnProxy {
   private readonly listener: net.Server;
   private readonly resolver: Resolver;
   private readonly connectTimeoutMs: number;
+  private readonly events: EventQueue;
 
   constructor(private readonly options: TurnProxyOptions) {
     this.socketPath = options.socketPath;
     this.resolver = options.resolver ?? systemResolver;
     this.connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+    this.events = new EventQueue(options.sink, (event, refused) => {
+      this.options.logger.error('egress event refused by the store', { kind: event.kind, detail: refused.detail });
+    });
     this.http = http.createServer({ maxHeaderSize: MAX_HEADER_BYTES, requestTimeout: 0, keepAlive: true });
     this.http.on('request', (req, res) => void this.handleForward(req, res));
     this.http.on('connect', (req, socket, head) => void this.handleConnect(req, socket as net.Socket, head));
@@ -268,20 +272,18 @@ class TurnProxyServer implements TurnProxy {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    const recorded = [...this.relays].map((relay) => new Promise((resolve) => relay.upstream.once('close', resolve)));
     for (const relay of this.relays) relay.abort('turn_ended');
     for (const socket of this.accepted) socket.destroy();
     this.http.close();
     await new Promise<void>((resolve) => this.listener.close(() => resolve()));
+    await Promise.all(recorded);
+    this.events.close();
     fs.rmSync(this.socketPath, { force: true });
   }
 
-  private append(event: EventInput): void {
-    const result = this.options.sink.append(event);
-    if (!result.ok) this.options.logger.error('egress event refused by the store', { kind: event.kind, detail: result.detail });
-  }
-
   private deny(refusal: Refusal): void {
-    this.append(denialEvent(this.options.turn, refusal));
+    this.events.push(denialEvent(this.options.turn, refusal));
     this.options.logger.info('egress denied', { host: refusal.host, port: refusal.port, reason: refusal.reason, detail: refusal.detail });
   }
 
@@ -390,7 +392,7 @@ class TurnProxyServer implements TurnProxy {
 
   private recordConnection(target: Target, outcome: ConnectionOutcome, counts: { bytesUp: number; bytesDown: number; durationMs: number }): void {
     const record = { host: target.authority.host.host, port: target.authority.port, method: target.method, path: target.path, ...counts, outcome, scope: target.scope };
-    this.append(connectionEvent(this.options.turn, record));
+    this.events.push(connectionEvent(this.options.turn, record));
     this.options.logger.debug('egress connection', { host: record.host, port: record.port, method: record.method, path: record.path, outcome, bytesUp: counts.bytesUp, bytesDown: counts.bytesDown });
   }
 

@@ -62,7 +62,7 @@ t.test('every spelling of a loopback address is refused without an operator rang
     tunnel.socket.destroy();
   }
   t.equal(origin.connections, 0, 'the origin saw no connection');
-  t.ok(h.events('egress_denial').every((e) => e.payload.reason === 'denied_address_class'));
+  t.ok((await h.events('egress_denial')).every((e) => e.payload.reason === 'denied_address_class'));
 });
 
 t.test('control: with 127.0.0.0/8 allowed, the same IPv4 spellings reach the origin (they are canonicalised)', async (t) => {
@@ -140,7 +140,7 @@ t.test('NUL, CR/LF and zone-id hosts are refused before matching and before reso
   }
   t.same(asked, [], 'nothing was resolved');
   t.equal(origin.connections, before, 'nothing was dialled');
-  t.notOk(h.events('egress_denial').some((e) => e.payload.reason === 'not_allowlisted'), 'refused by validation, not by matching');
+  t.notOk((await h.events('egress_denial')).some((e) => e.payload.reason === 'not_allowlisted'), 'refused by validation, not by matching');
 });
 
 t.test('*.example.test reaches neither example.test nor evilexample.test', async (t) => {
@@ -199,7 +199,7 @@ t.test('after CONNECT the tunnel is opaque: a CONNECT or request inside it is re
   client.end(`CONNECT ${ORIGIN_NAME}:${hashOrigin.port} HTTP/1.1\r\n\r\n${inner}`);
   t.equal((await pipelined).toString(), `HTTP/1.1 200 Connection Established\r\n\r\n${Buffer.byteLength(inner)} ${expected}`);
   t.same([...new Set(asked)], [ORIGIN_NAME], 'denied.example.test was never resolved');
-  t.equal(h.events('egress_denial').length, 0);
+  t.equal((await h.events('egress_denial')).length, 0);
 });
 
 t.test('secret markers in headers, query strings and bodies appear in no event and no log line', async (t) => {
@@ -223,7 +223,7 @@ t.test('secret markers in headers, query strings and bodies appear in no event a
   socket.end('SECRET-MARKER-TUNNEL');
   await answer;
   await new Promise((r) => setTimeout(r, 50));
-  const events = h.events();
+  const events = await h.events();
   t.ok(events.length >= 6, `events were recorded (${events.length})`);
   t.ok(h.logLines.length > 0, 'log lines were written');
   t.notMatch(JSON.stringify(events), /SECRET-MARKER/, 'no secret in any event');
@@ -280,7 +280,7 @@ t.test("another uid cannot use this turn's proxy", async (t) => {
   const rootAnswer = await exchange({ path: h.socketPath }, forwardRequest(authority));
   t.equal(rootAnswer.headers['x-turnhost-denial'], 'peer_refused', 'root is not the worker either');
   t.equal(origin.connections, before, 'refused peers reached nothing');
-  t.equal(h.events('egress_denial').filter((e) => e.payload.reason === 'peer_refused').length, 2);
+  t.equal((await h.events('egress_denial')).filter((e) => e.payload.reason === 'peer_refused').length, 2);
 });
 
 t.test('a non-root-style start (peer-cred-only socket, mode 0666) still refuses another uid and root', async (t) => {

@@ -27,7 +27,7 @@ t.test('HTTP forward reaches the origin and records egress_connection without th
   const response = await exchange({ path: h.socketPath }, forwardRequest(authority, '/some/path?q=1'));
   t.equal(response.status, 200);
   t.equal(response.body, `origin:GET /some/path?q=1 host=${authority} body=0`, 'origin-form path, query and Host reach the origin');
-  const [event] = h.events('egress_connection');
+  const [event] = await h.events('egress_connection');
   t.ok(event);
   t.match(event!.payload, { host: ORIGIN_NAME, port: origin.port, method: 'GET', path: '/some/path', outcome: 'ok', scope: 'tool', inference: false });
   t.ok((event!.payload.bytesUp as number) > 0 && (event!.payload.bytesDown as number) > 0, 'bytes both ways');
@@ -51,7 +51,7 @@ t.test('CONNECT reaches the origin; the event has no method and no path', async 
   t.match(answer, /origin:GET \/tunnelled host=x/);
   socket.destroy();
   await new Promise((r) => setTimeout(r, 50));
-  const [event] = h.events('egress_connection');
+  const [event] = await h.events('egress_connection');
   t.match(event?.payload, { host: ORIGIN_NAME, port: origin.port, method: null, path: null, outcome: 'ok', scope: 'tool' });
 });
 
@@ -95,11 +95,11 @@ t.test('a denied host gets 403, a reason header and an egress_denial event; the 
   t.equal(tunnel.response.headers['x-turnhost-denial'], 'not_allowlisted');
   const wrongPort = await exchange({ path: h.socketPath }, forwardRequest(`${ORIGIN_NAME}:${origin.port + 1}`));
   t.equal(wrongPort.headers['x-turnhost-denial'], 'not_allowlisted', 'an entry with a port allows only that port');
-  const denials = h.events('egress_denial');
+  const denials = await h.events('egress_denial');
   t.equal(denials.length, 3);
   t.match(denials[0]!.payload, { host: 'other.example.test', port: origin.port, reason: 'not_allowlisted' });
   t.equal(origin.connections, 0);
-  t.equal(h.events('egress_connection').length, 0);
+  t.equal((await h.events('egress_connection')).length, 0);
 });
 
 t.test('inference hosts are tagged inference', async (t) => {
@@ -114,7 +114,7 @@ t.test('inference hosts are tagged inference', async (t) => {
     await origin.close();
   });
   t.equal((await exchange({ path: h.socketPath }, forwardRequest(inference))).status, 200);
-  t.match(h.events('egress_connection')[0]?.payload, { scope: 'inference', inference: true });
+  t.match((await h.events('egress_connection'))[0]?.payload, { scope: 'inference', inference: true });
 });
 
 t.test('restricted mode reaches only the inference hosts', async (t) => {
@@ -149,7 +149,7 @@ t.test('a 64 MiB upload through CONNECT arrives byte-exact', async (t) => {
   socket.end(payload);
   t.equal((await answer).toString(), `${payload.length} ${expected}`);
   await new Promise((r) => setTimeout(r, 50));
-  const event = h.events('egress_connection')[0];
+  const event = (await h.events('egress_connection'))[0];
   t.ok((event?.payload.bytesUp as number) >= payload.length, 'bytesUp counts the upload');
 });
 
@@ -166,7 +166,7 @@ t.test('200 concurrent connections complete', async (t) => {
   );
   t.equal(responses.filter((r) => r.status === 200).length, 200);
   t.ok(responses.every((r, i) => r.body.includes(`/n/${i} `)), 'each answer belongs to its request');
-  t.equal(h.events('egress_connection').length, 200);
+  t.equal((await h.events('egress_connection')).length, 200);
 });
 
 t.test('caps: concurrent connections, total bytes, idle timeout', async (t) => {
@@ -197,7 +197,7 @@ t.test('caps: concurrent connections, total bytes, idle timeout', async (t) => {
     socket.resume();
     await closed;
     await new Promise((r) => setTimeout(r, 50));
-    t.equal(h.events('egress_connection')[0]?.payload.outcome, 'cap_exceeded');
+    t.equal((await h.events('egress_connection'))[0]?.payload.outcome, 'cap_exceeded');
     const next = await openTunnel({ path: h.socketPath }, authority);
     t.equal(next.response.headers['x-turnhost-denial'], 'cap_exceeded');
   });
@@ -210,7 +210,7 @@ t.test('caps: concurrent connections, total bytes, idle timeout', async (t) => {
     socket.resume();
     await ended;
     await new Promise((r) => setTimeout(r, 50));
-    t.equal(h.events('egress_connection')[0]?.payload.outcome, 'idle_timeout');
+    t.equal((await h.events('egress_connection'))[0]?.payload.outcome, 'idle_timeout');
   });
 });
 
@@ -229,9 +229,10 @@ t.test('close() destroys every connection and removes the socket', async (t) => 
     s.once('end', r);
   })));
   await h.proxy.close();
+  const stored = h.store.query({ turn: 'turn-proxy', kind: 'egress_connection' });
+  t.equal(stored.ok && stored.events[0]?.payload.outcome, 'turn_ended', 'in the store when close() resolves');
   await closed;
   t.notOk(fs.existsSync(h.socketPath));
-  t.equal(h.events('egress_connection')[0]?.payload.outcome, 'turn_ended');
 });
 
 t.test('refusals of unsupported forms', async (t) => {
@@ -270,6 +271,6 @@ t.test('an unresolvable name answers 403 resolve_failed; a refused dial answers 
   t.equal(refused.status, 502);
   const tunnel = await openTunnel({ path: h.socketPath }, `${ORIGIN_NAME}:${deadPort}`);
   t.equal(tunnel.response.status, 502);
-  t.same(h.events('egress_connection').map((e) => e.payload.outcome), ['connect_failed', 'connect_failed']);
-  t.match(h.events('egress_denial')[0]?.payload, { host: 'missing.example.test', reason: 'resolve_failed' });
+  t.same((await h.events('egress_connection')).map((e) => e.payload.outcome), ['connect_failed', 'connect_failed']);
+  t.match((await h.events('egress_denial'))[0]?.payload, { host: 'missing.example.test', reason: 'resolve_failed' });
 });
