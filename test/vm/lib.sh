@@ -8,9 +8,33 @@ CACHE_DIR=${TURNHOST_VM_CACHE:-$VM_DIR/.cache}
 # Each runner has its own run directory and lock under CACHE_DIR (run.sh: "run", run-deb.sh:
 # "run-deb"), so different runners can boot at the same time from the one cached image.
 VM_RUN_NAME=${VM_RUN_NAME:-run}
+GUEST_DIR=$VM_DIR/guest
+BOOT_TIMEOUT_SECONDS=${TURNHOST_VM_TIMEOUT:-900}
 EXIT_SKIPPED=77
 
 vm_log() { printf '[vm %4ds] %s\n' "$SECONDS" "$*" >&2; }
+
+# $1: the runner's name in its messages (vm-test, vm-deb-test).
+vm_require_root() {
+  [ "$(id -u)" -eq 0 ] || { echo "$1: must run as root" >&2; exit 1; }
+}
+
+# A download failure is the mirror's, not the code's: exit 0 unless TURNHOST_VM_REQUIRED=1 says
+# a skip must fail.
+vm_skip() {
+  echo "SKIPPED: $*"
+  [ "${TURNHOST_VM_REQUIRED:-0}" = 1 ] && exit 1
+  exit 0
+}
+
+# Takes the run directory's lock, the image (or skips) and a fresh overlay, released when the
+# runner exits.
+vm_start_run() {
+  vm_lock_run_dir
+  vm_require_image
+  vm_prepare_run_dir
+  trap vm_release_run_dir EXIT
+}
 
 # Holds CACHE_DIR/<VM_RUN_NAME>.lock (fd 9) until the runner exits: one run per run directory.
 vm_lock_run_dir() {
@@ -19,17 +43,12 @@ vm_lock_run_dir() {
   flock -n 9 || { echo "vm: another VM run holds $CACHE_DIR/$VM_RUN_NAME.lock" >&2; exit 1; }
 }
 
-# Sets IMAGE to a ready image directory; on a download failure prints SKIPPED and exits
-# (0, or 1 when TURNHOST_VM_REQUIRED=1 says a skip must fail).
+# Sets IMAGE to a ready image directory; on a download failure skips the run (vm_skip).
 vm_require_image() {
   local output rc
   output=$(bash "$VM_DIR/build-image.sh")
   rc=$?
-  if [ "$rc" -eq "$EXIT_SKIPPED" ]; then
-    echo "$output" | grep '^SKIPPED:'
-    [ "${TURNHOST_VM_REQUIRED:-0}" = 1 ] && exit 1
-    exit 0
-  fi
+  [ "$rc" -eq "$EXIT_SKIPPED" ] && vm_skip "$(echo "$output" | sed -n 's/^SKIPPED: //p')"
   [ "$rc" -eq 0 ] || { vm_log "building the guest image failed (exit $rc)"; exit 1; }
   IMAGE=$(echo "$output" | tail -n 1)
 }
@@ -52,6 +71,29 @@ vm_release_run_dir() {
   fi
   QEMU_PID=
   if [ -n "${RUN_DIR:-}" ] && mountpoint -q "$RUN_DIR/root"; then umount "$RUN_DIR/root"; fi
+}
+
+# Enables guest unit $2 (a file in GUEST_DIR) for multi-user.target in the overlay at $1.
+vm_enable_guest_unit() {
+  local root=$1 unit=$2
+  install -o 0 -g 0 -m 0644 "$GUEST_DIR/$unit" "$root/etc/systemd/system/$unit"
+  mkdir -p "$root/etc/systemd/system/multi-user.target.wants"
+  ln -sf "/etc/systemd/system/$unit" "$root/etc/systemd/system/multi-user.target.wants/$unit"
+}
+
+# What every overlay (at $1) needs to run the guest suite: the host's node for the test files,
+# the suite unit, mounts for the two shares vm_boot exports, and the data dir on a tmpfs with
+# options $2. The tmpfs because SQLite's WAL needs shared writable mmap, which 9p does not give.
+vm_install_suite_setup() {
+  local root=$1 data_dir_options=$2
+  install -m 0755 "$(readlink -f "$(command -v node)")" "$root/usr/local/bin/node"
+  vm_enable_guest_unit "$root" turnhost-vmtest-suite.service
+  mkdir -p "$root/turnhost" "$root/vmresults" "$root/var/lib/turnhost"
+  cat >>"$root/etc/fstab" <<EOF
+turnhost /turnhost 9p trans=virtio,version=9p2000.L,msize=524288,ro,cache=loose 0 0
+vmresults /vmresults 9p trans=virtio,version=9p2000.L,msize=524288,rw 0 0
+tmpfs /var/lib/turnhost tmpfs $data_dir_options 0 0
+EOF
 }
 
 # Boots the overlay with the checkout read-only at guest tag "turnhost" and RUN_DIR/results
@@ -128,4 +170,25 @@ vm_report_results() {
   fi
   echo "# { total: $((passed + failed)), pass: $passed, fail: $failed }"
   return "$((failed > 0 ? 1 : 0))"
+}
+
+# Boots the prepared overlay, prints the results and exits: 0 when every guest test passed, 1
+# otherwise. $1: the runner's name in its messages.
+vm_boot_and_report() {
+  local runner=$1 boot_started booted failures
+  vm_log "booting (TCG, no KVM; timeout ${BOOT_TIMEOUT_SECONDS}s; serial log $RUN_DIR/serial.log)"
+  boot_started=$SECONDS
+  vm_boot "$BOOT_TIMEOUT_SECONDS"
+  booted=$?
+  vm_log "guest ran $((SECONDS - boot_started))s"
+  vm_release_run_dir
+  vm_report_results
+  failures=$?
+  if [ "$booted" -eq 124 ]; then
+    echo "$runner: FAILED: the guest did not power off within ${BOOT_TIMEOUT_SECONDS}s (serial log: $RUN_DIR/serial.log)"
+    exit 1
+  fi
+  [ "$failures" -eq 0 ] && { echo "$runner: all guest tests passed"; exit 0; }
+  echo "$runner: FAILED (serial log: $RUN_DIR/serial.log, guest journal: $RUN_DIR/results/journal.txt)"
+  exit 1
 }

@@ -10,8 +10,6 @@ VM_RUN_NAME=run-deb
 # shellcheck source=lib.sh
 . "$VM_DIR/lib.sh"
 
-GUEST_DIR=$VM_DIR/guest
-BOOT_TIMEOUT_SECONDS=${TURNHOST_VM_TIMEOUT:-900}
 # Where the guest finds what it installs (deb.test.mjs reads the same paths).
 GUEST_DEB_DIR=/root/vm-debs
 
@@ -26,12 +24,6 @@ find_deb() {
   DEB=$(readlink -f "$deb")
 }
 
-skip() {
-  echo "SKIPPED: $*"
-  [ "${TURNHOST_VM_REQUIRED:-0}" = 1 ] && exit 1
-  exit 0
-}
-
 # The guest has no network, and the image lacks some of the deb's dependencies (nodejs and its
 # libraries). The image's own apt (trixie sources) resolves them against the deb and downloads them into the run's overlay; the cached image is never written
 # and its version stamp stays, so a concurrent run is unaffected.
@@ -43,7 +35,7 @@ download_dependencies() {
   if ! chroot "$root" sh -c "apt-get update -q && apt-get install -y -q --download-only --no-install-recommends $GUEST_DEB_DIR/$(basename "$DEB")" >"$log" 2>&1; then
     tail -5 "$log" >&2
     grep -qiE "failed to fetch|temporary failure resolving|could not resolve|unable to connect|network is unreachable" "$log" &&
-      skip "apt-get could not download the deb's dependencies (log: $log)"
+      vm_skip "apt-get could not download the deb's dependencies (log: $log)"
     echo "vm-deb-test: resolving the deb's dependencies failed (log: $log)" >&2
     exit 1
   fi
@@ -52,50 +44,24 @@ download_dependencies() {
   vm_log "dependencies: $(cd "$root$GUEST_DEB_DIR/deps" && ls | sed 's/_.*//' | tr '\n' ' ')"
 }
 
+# The host's node runs only the test file: the package runs on the distribution's /usr/bin/node.
+# postinst and StateDirectory= set the data dir's owner and mode, as on a real disk.
 install_guest_setup() {
   local root=$1
-  # The test runner only: the package itself runs on the distribution's /usr/bin/node.
-  install -m 0755 "$(readlink -f "$(command -v node)")" "$root/usr/local/bin/node"
-  install -o 0 -g 0 -m 0644 "$GUEST_DIR/turnhost-vmtest-suite.service" "$root/etc/systemd/system/turnhost-vmtest-suite.service"
-  mkdir -p "$root/etc/systemd/system/multi-user.target.wants" "$root/etc/systemd/system/turnhost-vmtest-suite.service.d"
-  ln -sf /etc/systemd/system/turnhost-vmtest-suite.service "$root/etc/systemd/system/multi-user.target.wants/"
+  vm_install_suite_setup "$root" mode=0755,size=256m
+  mkdir -p "$root/etc/systemd/system/turnhost-vmtest-suite.service.d"
   printf '[Service]\nExecStart=\nExecStart=/bin/sh /turnhost/test/vm/guest/run-suite.sh deb.test.mjs\n' \
     >"$root/etc/systemd/system/turnhost-vmtest-suite.service.d/deb.conf"
-  mkdir -p "$root/turnhost" "$root/vmresults" "$root/var/lib/turnhost"
-  # The package's data dir on a tmpfs: SQLite's WAL needs shared writable mmap, which 9p does
-  # not give. postinst and StateDirectory= set its owner and mode as on a real disk.
-  cat >>"$root/etc/fstab" <<EOF
-turnhost /turnhost 9p trans=virtio,version=9p2000.L,msize=524288,ro,cache=loose 0 0
-vmresults /vmresults 9p trans=virtio,version=9p2000.L,msize=524288,rw 0 0
-tmpfs /var/lib/turnhost tmpfs mode=0755,size=256m 0 0
-EOF
 }
 
 main() {
-  [ "$(id -u)" -eq 0 ] || { echo "vm-deb-test: must run as root" >&2; exit 1; }
+  vm_require_root vm-deb-test
   find_deb
-  vm_lock_run_dir
-  vm_require_image
+  vm_start_run
   vm_log "image $IMAGE, deb $DEB"
-  vm_prepare_run_dir
-  trap vm_release_run_dir EXIT
   download_dependencies "$RUN_DIR/root"
   install_guest_setup "$RUN_DIR/root"
-  vm_log "booting (TCG, no KVM; timeout ${BOOT_TIMEOUT_SECONDS}s; serial log $RUN_DIR/serial.log)"
-  local boot_started=$SECONDS
-  vm_boot "$BOOT_TIMEOUT_SECONDS"
-  local booted=$?
-  vm_log "guest ran $((SECONDS - boot_started))s"
-  vm_release_run_dir
-  vm_report_results
-  local failures=$?
-  if [ "$booted" -eq 124 ]; then
-    echo "vm-deb-test: FAILED: the guest did not power off within ${BOOT_TIMEOUT_SECONDS}s (serial log: $RUN_DIR/serial.log)"
-    exit 1
-  fi
-  [ "$failures" -eq 0 ] && { echo "vm-deb-test: all guest tests passed"; exit 0; }
-  echo "vm-deb-test: FAILED (serial log: $RUN_DIR/serial.log, guest journal: $RUN_DIR/results/journal.txt)"
-  exit 1
+  vm_boot_and_report vm-deb-test
 }
 
 main "$@"
