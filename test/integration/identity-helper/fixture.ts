@@ -8,6 +8,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { spawnHelperLaunch, type HelperLaunchDescriptor, type HelperLocation } from '../../../supervisor/identity/helper-client.js';
+import { writeHelperConfig, type HelperConfigSpec } from '../../../supervisor/identity/helper-config.js';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 export const helperDir = path.join(repoRoot, 'identity-helper');
@@ -34,31 +36,20 @@ export function tempDir(prefix: string): string {
   return dir;
 }
 
-export interface ConfigOptions {
-  uidRange: { first: number; count: number };
-  callerGroup?: string;
-  cgroupRoots?: string[];
-  workerExec?: string;
-  workerArgs?: string[];
-  viewPaths?: string[];
-  tempRoots?: string[];
-}
+export type ConfigOptions = Pick<HelperConfigSpec, 'uidRange'> & Partial<HelperConfigSpec>;
 
+/** Writes `dir/name` with the product's writer; unset keys default to a root caller running report-self. */
 export function writeConfig(dir: string, options: ConfigOptions, name = 'helper.conf'): string {
-  const lines = [
-    '# identity-helper test config',
-    `uid_range ${options.uidRange.first} ${options.uidRange.count}`,
-    `caller_group ${options.callerGroup ?? '0'}`,
-    ...(options.cgroupRoots ?? []).map((root) => `cgroup_root ${root}`),
-    `worker_exec ${options.workerExec ?? reportSelf}`,
-    ...(options.workerArgs ?? []).map((arg) => `worker_arg ${arg}`),
-    // The worker programs live in the checkout, which may sit under /tmp (a fresh tmpfs in the view).
-    ...(options.viewPaths ?? [repoRoot]).map((viewPath) => `view_path ${viewPath}`),
-    ...(options.tempRoots ?? []).map((tempRoot) => `temp_root ${tempRoot}`),
-  ];
   const file = path.join(dir, name);
-  fs.writeFileSync(file, lines.join('\n') + '\n', { mode: 0o644 });
-  fs.chmodSync(file, 0o644);
+  writeHelperConfig(file, {
+    callerGroup: '0',
+    cgroupRoots: [],
+    workerExec: reportSelf,
+    workerArgs: [],
+    // The worker programs live in the checkout, which may sit under /tmp (a fresh tmpfs in the view).
+    viewPaths: [repoRoot],
+    ...options,
+  });
   return file;
 }
 
@@ -84,6 +75,21 @@ export function runWithDescriptor(command: string[], descriptor: Buffer | string
 
 export function runHelperRaw(configPath: string, descriptor: Buffer | string, dir: string, helper = asanHelper): RawRun {
   return runWithDescriptor([helper, '--config', configPath], descriptor, dir);
+}
+
+/** A launch whose caller sends nothing on the protocol socket: its stdin closed, its output collected until it exits. */
+export function runHelperLaunch(helper: HelperLocation, descriptor: HelperLaunchDescriptor): Promise<RawRun> {
+  const { child, protocol } = spawnHelperLaunch(helper, descriptor, { stdio: 'pipe' });
+  protocol.on('error', () => undefined);
+  child.stdin?.end();
+  let stdout = '';
+  let stderr = '';
+  child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+  child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  return new Promise((resolve) => child.on('close', (code) => {
+    protocol.destroy();
+    resolve({ code, stdout, stderr });
+  }));
 }
 
 /** This process's v1 pids cgroup directory (never a sibling owned by other software). */

@@ -19,12 +19,14 @@ import {
   makeTestCgroup,
   reportSelf,
   parseReport,
+  runHelperLaunch,
   runHelperRaw,
   tempDir,
   uniqueUidRange,
   viewKeys,
   viewLines,
   writeConfig,
+  type RawRun,
 } from './fixture.js';
 
 buildNative();
@@ -38,18 +40,8 @@ t.teardown(() => {
   fs.rmSync(dir, { recursive: true, force: true });
 });
 
-function launchAndCollect(descriptor: Omit<HelperLaunchDescriptor, 'profile' | 'workspace' | 'temp'>): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const { child, protocol } = spawnHelperLaunch(helper, { ...viewKeys(dir, descriptor.uid), ...descriptor }, { stdio: 'pipe' });
-  protocol.on('error', () => undefined);
-  child.stdin?.end();
-  let stdout = '';
-  let stderr = '';
-  child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-  child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-  return new Promise((resolve) => child.on('close', (code) => {
-    protocol.destroy();
-    resolve({ code, stdout, stderr });
-  }));
+function launchAndCollect(descriptor: Omit<HelperLaunchDescriptor, 'profile' | 'workspace' | 'temp'>): Promise<RawRun> {
+  return runHelperLaunch(helper, { ...viewKeys(dir, descriptor.uid), ...descriptor });
 }
 
 t.test('probe proves the switch to the first uid of the range', async (t) => {

@@ -10,13 +10,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 import {
   runHelperView,
-  spawnHelperLaunch,
   type HelperLocation,
   type HelperProfile,
   type HelperProtectRule,
 } from '../../../supervisor/identity/helper-client.js';
 import { probeMaskedView } from '../../../supervisor/probes/view.js';
-import { asanHelper, buildNative, repoRoot, tempDir, uniqueUidRange, writeConfig } from './fixture.js';
+import { asanHelper, buildNative, repoRoot, runHelperLaunch, tempDir, uniqueUidRange, writeConfig, type RawRun } from './fixture.js';
 
 buildNative();
 const dir = tempDir('helper-view');
@@ -175,25 +174,14 @@ t.test('workspace, temp and view paths are refused when they are links or the wr
   t.equal(answer.ok ? 'ok' : answer.reason, 'view_refused', 'a view_path through a link');
 });
 
-function launchShell(profile: HelperProfile, script: string, rules = protect): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const { child, protocol } = spawnHelperLaunch(
+function launchShell(profile: HelperProfile, script: string, rules = protect): Promise<RawRun> {
+  return runHelperLaunch(
     { path: asanHelper, configPath: shellConfig },
     {
       uid, gid: uid, cwd: workspace, profile, workspace, temp, protect: rules,
       env: { PATH: '/usr/bin:/bin', VIEW_SCRIPT: script, WS: workspace, TEMPDIR: temp },
     },
-    { stdio: 'pipe' },
   );
-  protocol.on('error', () => undefined);
-  child.stdin?.end();
-  let stdout = '';
-  let stderr = '';
-  child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-  child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-  return new Promise((resolve) => child.on('close', (code) => {
-    protocol.destroy();
-    resolve({ code, stdout, stderr });
-  }));
 }
 
 const TRY_WRITE = 'w() { if (echo probe >> "$1") 2>/dev/null; then echo "write $1 yes"; else echo "write $1 no"; fi; }; ';
