@@ -109,22 +109,18 @@ function failed(call: string): SysFail {
   return { ok: false, reason, errno, detail: `${call} failed: ${reason}` };
 }
 
-function fdResult(call: string, rc: unknown): SysResult<{ fd: number }> {
-  const fd = Number(rc);
-  return fd < 0 ? failed(call) : { ok: true, fd };
+/** libc's convention: a negative return is a failure with its reason in errno; `success` shapes any other. */
+function checked<T extends object>(call: string, rc: unknown, success: (value: number) => T): SysResult<T> {
+  const value = Number(rc);
+  return value < 0 ? failed(call) : { ok: true, ...success(value) };
 }
 
-function voidResult(call: string, rc: unknown): SysResult {
-  return Number(rc) < 0 ? failed(call) : { ok: true };
-}
-
-function countResult(call: string, rc: unknown): SysResult<{ bytes: number }> {
-  const bytes = Number(rc);
-  return bytes < 0 ? failed(call) : { ok: true, bytes };
-}
+const fdValue = (fd: number) => ({ fd });
+const byteCount = (bytes: number) => ({ bytes });
+const noValue = () => ({});
 
 export function openat(dirFd: number, name: Buffer, flags: number, mode = 0): SysResult<{ fd: number }> {
-  return fdResult('openat', bindings().openat(dirFd, name, flags, mode));
+  return checked('openat', bindings().openat(dirFd, name, flags, mode), fdValue);
 }
 
 /** openat2 with `struct open_how { u64 flags; u64 mode; u64 resolve; }`. */
@@ -137,19 +133,19 @@ export function openat2(
   buf.writeBigUInt64LE(BigInt(how.flags), 0);
   buf.writeBigUInt64LE(BigInt(how.mode ?? 0), 8);
   buf.writeBigUInt64LE(BigInt(how.resolve), 16);
-  return fdResult('openat2', bindings().openat2(SYS_OPENAT2, dirFd, name, buf, OPEN_HOW_SIZE));
+  return checked('openat2', bindings().openat2(SYS_OPENAT2, dirFd, name, buf, OPEN_HOW_SIZE), fdValue);
 }
 
 export function mkdirat(dirFd: number, name: Buffer, mode: number): SysResult {
-  return voidResult('mkdirat', bindings().mkdirat(dirFd, name, mode));
+  return checked('mkdirat', bindings().mkdirat(dirFd, name, mode), noValue);
 }
 
 export function renameat2(oldDirFd: number, oldName: Buffer, newDirFd: number, newName: Buffer, flags: number): SysResult {
-  return voidResult('renameat2', bindings().renameat2(oldDirFd, oldName, newDirFd, newName, flags));
+  return checked('renameat2', bindings().renameat2(oldDirFd, oldName, newDirFd, newName, flags), noValue);
 }
 
 export function unlinkat(dirFd: number, name: Buffer, flags: number): SysResult {
-  return voidResult('unlinkat', bindings().unlinkat(dirFd, name, flags));
+  return checked('unlinkat', bindings().unlinkat(dirFd, name, flags), noValue);
 }
 
 function parseStat(buf: Buffer): FileStat {
@@ -167,43 +163,41 @@ function parseStat(buf: Buffer): FileStat {
 
 export function fstat(fd: number): SysResult<{ stat: FileStat }> {
   const buf = Buffer.alloc(STAT_SIZE);
-  if (Number(bindings().fstat(fd, buf)) < 0) return failed('fstat');
-  return { ok: true, stat: parseStat(buf) };
+  return checked('fstat', bindings().fstat(fd, buf), () => ({ stat: parseStat(buf) }));
 }
 
 /** Always AT_SYMLINK_NOFOLLOW: a link is reported as a link, never resolved. */
 export function lstatat(dirFd: number, name: Buffer): SysResult<{ stat: FileStat }> {
   const buf = Buffer.alloc(STAT_SIZE);
-  if (Number(bindings().fstatat(dirFd, name, buf, AT_SYMLINK_NOFOLLOW)) < 0) return failed('fstatat');
-  return { ok: true, stat: parseStat(buf) };
+  return checked('fstatat', bindings().fstatat(dirFd, name, buf, AT_SYMLINK_NOFOLLOW), () => ({ stat: parseStat(buf) }));
 }
 
 export function fsync(fd: number): SysResult {
-  return voidResult('fsync', bindings().fsync(fd));
+  return checked('fsync', bindings().fsync(fd), noValue);
 }
 
 export function fchmod(fd: number, mode: number): SysResult {
-  return voidResult('fchmod', bindings().fchmod(fd, mode));
+  return checked('fchmod', bindings().fchmod(fd, mode), noValue);
 }
 
 export function fchown(fd: number, uid: number, gid: number): SysResult {
-  return voidResult('fchown', bindings().fchown(fd, uid, gid));
+  return checked('fchown', bindings().fchown(fd, uid, gid), noValue);
 }
 
 export function close(fd: number): SysResult {
-  return voidResult('close', bindings().close(fd));
+  return checked('close', bindings().close(fd), noValue);
 }
 
 export function pwrite(fd: number, data: Buffer, offset: number): SysResult<{ bytes: number }> {
-  return countResult('pwrite', bindings().pwrite(fd, data, data.length, offset));
+  return checked('pwrite', bindings().pwrite(fd, data, data.length, offset), byteCount);
 }
 
 export function pread(fd: number, into: Buffer, offset: number): SysResult<{ bytes: number }> {
-  return countResult('pread', bindings().pread(fd, into, into.length, offset));
+  return checked('pread', bindings().pread(fd, into, into.length, offset), byteCount);
 }
 
 export function getdents64(dirFd: number, into: Buffer): SysResult<{ bytes: number }> {
-  return countResult('getdents64', bindings().getdents64(dirFd, into, into.length));
+  return checked('getdents64', bindings().getdents64(dirFd, into, into.length), byteCount);
 }
 
 export function fileType(mode: number): 'file' | 'directory' | 'symlink' | 'fifo' | 'socket' | 'device' | 'unknown' {
