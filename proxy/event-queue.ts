@@ -7,7 +7,7 @@
  */
 import type { AppendResult, EventInput, EventSink } from '../supervisor/events/types.js';
 
-export const FLUSH_AFTER_MS = 10;
+export const FLUSH_AFTER_MS = 50;
 const MAX_PENDING = 256;
 
 /** The store's batch append, when the sink has one (the supervisor's event store does). */

@@ -10,6 +10,9 @@ const UCRED_SIZE = 12;
 const UCRED_UID_OFFSET = 4;
 
 let getsockopt: ((fd: number, level: number, name: number, value: Buffer, length: Buffer) => number) | undefined;
+/** Reused by every call: the call is synchronous, and every accepted connection makes one. */
+const ucred = Buffer.alloc(UCRED_SIZE);
+const ucredLength = Buffer.alloc(4);
 
 function socketFd(socket: net.Socket): number | null {
   const fd = (socket as unknown as { _handle?: { fd?: unknown } })._handle?.fd;
@@ -20,12 +23,11 @@ export function peerUid(socket: net.Socket): Result<{ uid: number; pid: number }
   const fd = socketFd(socket);
   if (fd === null) return fail('peer_unknown', 'the accepted socket has no file descriptor');
   getsockopt ??= libc().func('int getsockopt(int, int, int, void *, void *)');
-  const value = Buffer.alloc(UCRED_SIZE);
-  const length = Buffer.alloc(4);
-  length.writeUInt32LE(UCRED_SIZE);
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, value, length) !== 0) {
+  ucred.fill(0);
+  ucredLength.writeUInt32LE(UCRED_SIZE);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, ucred, ucredLength) !== 0) {
     return fail('peer_unknown', `getsockopt(SO_PEERCRED) failed: ${errnoName(lastErrno())}`);
   }
-  if (length.readUInt32LE() !== UCRED_SIZE) return fail('peer_unknown', 'SO_PEERCRED answered an unexpected size');
-  return ok({ pid: value.readInt32LE(0), uid: value.readUInt32LE(UCRED_UID_OFFSET) });
+  if (ucredLength.readUInt32LE() !== UCRED_SIZE) return fail('peer_unknown', 'SO_PEERCRED answered an unexpected size');
+  return ok({ pid: ucred.readInt32LE(0), uid: ucred.readUInt32LE(UCRED_UID_OFFSET) });
 }
