@@ -36,7 +36,7 @@ const REQUESTS_PER_LEVEL = Number(process.env.BENCH_REQUESTS ?? 4000);
 const WARMUP_REQUESTS = 300;
 const UPLOAD_BYTES = 64 * 1024 * 1024;
 const UPLOAD_CHUNK = 1024 * 1024;
-const UPLOAD_RUNS = 7;
+const UPLOAD_RUNS = 9;
 const GOAL_THROUGHPUT_RATIO = 0.8;
 const GOAL_ADDED_P50_MS = 1;
 
@@ -270,16 +270,28 @@ function ask(role: Role, op: 'cpu' | 'stop'): Promise<Message> {
   });
 }
 
-/** Runs `work` and returns its result with the CPU microseconds each role spent meanwhile. */
-async function withCpu<T>(roles: Role[], work: () => Promise<T>): Promise<{ result: T; cpu: number[] }> {
-  const before = await Promise.all(roles.map((r) => ask(r, 'cpu')));
-  const result = await work();
-  const after = await Promise.all(roles.map((r) => ask(r, 'cpu')));
-  return { result, cpu: after.map((a, i) => a.cpuMicros! - before[i]!.cpuMicros!) };
+/** CPU microseconds of every process of the bench: this client, the origins, the proxy, the bridge. */
+interface CpuSpent {
+  total: number;
+  proxy: number;
+  bridge: number;
 }
 
+/** Runs `work` and returns its result with the CPU each process spent meanwhile. */
+async function withCpu<T>(roles: { origins: Role; proxy: Role; bridge: Role }, work: () => Promise<T>): Promise<{ result: T; cpu: CpuSpent }> {
+  const children = [roles.origins, roles.proxy, roles.bridge];
+  const before = await Promise.all(children.map((r) => ask(r, 'cpu')));
+  const clientBefore = cpuMicros();
+  const result = await work();
+  const client = cpuMicros() - clientBefore;
+  const after = await Promise.all(children.map((r) => ask(r, 'cpu')));
+  const [origins, proxy, bridge] = after.map((a, i) => a.cpuMicros! - before[i]!.cpuMicros!) as [number, number, number];
+  return { result, cpu: { total: client + origins + proxy + bridge, proxy, bridge } };
+}
+
+const CORES = os.cpus().length;
 const ms = (value: number, width = 7): string => value.toFixed(3).padStart(width);
-const perConnection = (micros: number): string => (micros / REQUESTS_PER_LEVEL).toFixed(0).padStart(6);
+const micros = (value: number, width = 6): string => value.toFixed(0).padStart(width);
 
 async function main(): Promise<void> {
   const origins = await spawnRole([ROLE_ORIGINS]);
@@ -288,54 +300,70 @@ async function main(): Promise<void> {
   const socketPath = path.join(dir, 'proxy.sock');
   const proxy = await spawnRole([ROLE_PROXY, socketPath, String(httpPort), String(sinkPort)]);
   const bridge = await spawnRole([ROLE_BRIDGE, socketPath]);
-  const paths: { name: string; target: Target }[] = [
-    { name: 'proxy', target: { path: socketPath } },
-    { name: 'bridge+proxy', target: { port: bridge.first.port! } },
+  const roles = { origins, proxy, bridge };
+  const paths: { name: string; target: Target; request: string }[] = [
+    { name: 'direct', target: { port: httpPort }, request: `GET / HTTP/1.1\r\nHost: 127.0.0.1:${httpPort}\r\nConnection: close\r\n\r\n` },
+    { name: 'proxy', target: { path: socketPath }, request: '' },
+    { name: 'bridge+proxy', target: { port: bridge.first.port! }, request: '' },
   ];
-
-  const directRequest = `GET / HTTP/1.1\r\nHost: 127.0.0.1:${httpPort}\r\nConnection: close\r\n\r\n`;
   const proxyRequest = `GET http://${ORIGIN}:${httpPort}/ HTTP/1.1\r\nHost: ${ORIGIN}:${httpPort}\r\nConnection: close\r\n\r\n`;
-  await latencies({ port: httpPort }, directRequest, 16, WARMUP_REQUESTS);
-  for (const { target } of paths) await latencies(target, proxyRequest, 16, WARMUP_REQUESTS);
+  for (const entry of paths.slice(1)) entry.request = proxyRequest;
+  for (const { target, request } of paths) await latencies(target, request, 16, WARMUP_REQUESTS);
 
   const load = os.loadavg().map((l) => l.toFixed(2)).join(' ');
-  console.log(`egress proxy benchmark, ${new Date().toISOString()}, load average ${load}, ${os.cpus().length} CPUs`);
-  console.log(`${REQUESTS_PER_LEVEL} requests per level, new connection per request; CPU µs per request of the proxy and bridge processes`);
-  console.log('concurrency  path           p50 ms     p99 ms   added p50 ms  p50 ratio  req/s   proxy µs  bridge µs');
+  console.log(`egress proxy benchmark, ${new Date().toISOString()}, load average ${load}, ${CORES} CPUs`);
+  console.log(`${REQUESTS_PER_LEVEL} requests per level, new connection per request. CPU µs per request: all processes (client,`);
+  console.log(`origin, proxy, bridge), the proxy, the bridge; ceiling = req/s if all ${CORES} CPUs did nothing else.`);
+  console.log('concurrency  path           p50 ms     p99 ms  added p50 ms  p50 ratio  req/s  CPU: all  proxy bridge  ceiling');
   const addedP50: Record<string, number[]> = {};
   for (const concurrency of CONCURRENCY_LEVELS) {
-    const direct = await latencies({ port: httpPort }, directRequest, concurrency, REQUESTS_PER_LEVEL);
-    const d50 = percentile(direct.sorted, 0.5);
-    console.log(`${String(concurrency).padStart(11)}  ${'direct'.padEnd(13)} ${ms(d50, 7)}  ${ms(percentile(direct.sorted, 0.99), 9)}  ${''.padStart(12)}  ${''.padStart(9)}  ${direct.perSecond.toFixed(0).padStart(5)}`);
-    for (const { name, target } of paths) {
-      const { result, cpu } = await withCpu([proxy, bridge], () => latencies(target, proxyRequest, concurrency, REQUESTS_PER_LEVEL));
+    let d50 = 0;
+    for (const { name, target, request } of paths) {
+      const { result, cpu } = await withCpu(roles, () => latencies(target, request, concurrency, REQUESTS_PER_LEVEL));
       const p50 = percentile(result.sorted, 0.5);
-      (addedP50[name] ??= []).push(p50 - d50);
+      if (name === 'direct') d50 = p50;
+      else (addedP50[name] ??= []).push(p50 - d50);
+      const perRequest = (value: number): string => micros(value / REQUESTS_PER_LEVEL);
+      const added = name === 'direct' ? ['', ''] : [ms(p50 - d50, 12), `${(p50 / d50).toFixed(2)}x`];
       console.log(
-        `${''.padStart(11)}  ${name.padEnd(13)} ${ms(p50, 7)}  ${ms(percentile(result.sorted, 0.99), 9)}  ${ms(p50 - d50, 12)}  ` +
-          `${(p50 / d50).toFixed(2).padStart(8)}x  ${result.perSecond.toFixed(0).padStart(5)}   ${perConnection(cpu[0]!)}   ${name === 'proxy' ? ''.padStart(6) : perConnection(cpu[1]!)}`,
+        `${(name === 'direct' ? String(concurrency) : '').padStart(11)}  ${name.padEnd(13)} ${ms(p50)}  ${ms(percentile(result.sorted, 0.99), 9)}  ` +
+          `${added[0]!.padStart(12)}  ${added[1]!.padStart(9)}  ${result.perSecond.toFixed(0).padStart(5)}    ${perRequest(cpu.total)} ${perRequest(cpu.proxy)} ` +
+          `${perRequest(cpu.bridge)}  ${micros((CORES * 1e6 * REQUESTS_PER_LEVEL) / cpu.total, 7)}`,
       );
     }
   }
 
   const payload = Buffer.alloc(UPLOAD_CHUNK, 0x5a);
-  const rates: Record<string, number[]> = { direct: [], proxy: [], 'bridge+proxy': [] };
+  const rates: Record<string, number[]> = {};
+  const uploadCpu: Record<string, CpuSpent> = {};
+  const open = (name: string, target: Target): Promise<net.Socket> =>
+    name === 'direct' ? openDirect(sinkPort) : openTunnel(target, `${ORIGIN}:${sinkPort}`);
   for (let run = 0; run < UPLOAD_RUNS; run++) {
-    let started = performance.now();
-    rates.direct!.push(await upload(await openDirect(sinkPort), started, payload));
     for (const { name, target } of paths) {
-      started = performance.now();
-      rates[name]!.push(await upload(await openTunnel(target, `${ORIGIN}:${sinkPort}`), started, payload));
+      const { result, cpu } = await withCpu(roles, async () => {
+        const started = performance.now();
+        return upload(await open(name, target), started, payload);
+      });
+      (rates[name] ??= []).push(result);
+      const sum = (uploadCpu[name] ??= { total: 0, proxy: 0, bridge: 0 });
+      for (const key of ['total', 'proxy', 'bridge'] as const) sum[key] += cpu[key];
     }
   }
+  const mebibytes = (UPLOAD_RUNS * UPLOAD_BYTES) / (1024 * 1024);
   const directMBs = median(rates.direct!);
-  console.log(`64 MiB upload through CONNECT, median of ${UPLOAD_RUNS}: direct ${directMBs.toFixed(0)} MB/s`);
+  console.log(`64 MiB upload (CONNECT when proxied), median of ${UPLOAD_RUNS}; CPU µs per MiB as above; ceiling in MB/s`);
   const ratios: Record<string, number> = {};
   for (const { name } of paths) {
-    ratios[name] = median(rates[name]!) / directMBs;
-    console.log(`  ${name.padEnd(13)} ${median(rates[name]!).toFixed(0).padStart(5)} MB/s  ratio ${ratios[name]!.toFixed(2)}x`);
+    const MBs = median(rates[name]!);
+    ratios[name] = MBs / directMBs;
+    const perMiB = (value: number): string => micros(value / mebibytes);
+    const cpu = uploadCpu[name]!;
+    console.log(
+      `  ${name.padEnd(13)} ${MBs.toFixed(0).padStart(5)} MB/s  ratio ${ratios[name]!.toFixed(2)}x  CPU: all ${perMiB(cpu.total)}  ` +
+        `proxy ${perMiB(cpu.proxy)}  bridge ${perMiB(cpu.bridge)}  ceiling ${micros((CORES * 1.048576e6 * mebibytes) / cpu.total)}`,
+    );
   }
-  for (const { name } of paths) {
+  for (const { name } of paths.slice(1)) {
     const throughputMet = ratios[name]! >= GOAL_THROUGHPUT_RATIO;
     const latencyMet = addedP50[name]!.map((added, i) => `c=${CONCURRENCY_LEVELS[i]} ${added <= GOAL_ADDED_P50_MS ? 'met' : 'NOT met'}`);
     console.log(`goals, ${name}: throughput >= ${GOAL_THROUGHPUT_RATIO}x ${throughputMet ? 'met' : 'NOT met'}; added p50 <= ${GOAL_ADDED_P50_MS} ms: ${latencyMet.join(', ')}`);
