@@ -64,6 +64,11 @@ export interface TurnProxyStats {
 export interface TurnProxy {
   socketPath: string;
   stats(): TurnProxyStats;
+  /**
+   * A prepared worker's proxy listens before its turn exists (the socket is bound into the
+   * worker's view at launch); the claim names the turn here, before the command can connect.
+   */
+  attribute(turn: TurnIdentity, logger: Logger): void;
   /** Destroys every connection, stops listening and removes the socket. */
   close(): Promise<void>;
 }
@@ -217,7 +222,7 @@ class TurnProxyServer implements TurnProxy {
   private readonly connectTimeoutMs: number;
   private readonly events: EventQueue;
 
-  constructor(private readonly options: TurnProxyOptions) {
+  constructor(private options: TurnProxyOptions) {
     this.socketPath = options.socketPath;
     this.resolver = options.resolver ?? systemResolver;
     this.connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
@@ -235,6 +240,10 @@ class TurnProxyServer implements TurnProxy {
       this.refuseRaw(socket as net.Socket, { status: 400, refusal: { reason: 'invalid_request', detail, host: '', port: null } });
     });
     this.listener = net.createServer({ allowHalfOpen: true, pauseOnConnect: true }, (socket) => this.accept(socket));
+  }
+
+  attribute(turn: TurnIdentity, logger: Logger): void {
+    this.options = { ...this.options, turn, logger };
   }
 
   stats(): TurnProxyStats {
@@ -514,5 +523,11 @@ export async function startTurnProxy(options: TurnProxyOptions): Promise<Result<
   const server = new TurnProxyServer(options);
   const listening = await server.listen();
   if (!listening.ok) return listening;
-  return { ok: true, socketPath: server.socketPath, stats: () => server.stats(), close: () => server.close() };
+  return {
+    ok: true,
+    socketPath: server.socketPath,
+    stats: () => server.stats(),
+    attribute: (turn, logger) => server.attribute(turn, logger),
+    close: () => server.close(),
+  };
 }

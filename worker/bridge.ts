@@ -8,10 +8,19 @@ import { fail, ok, type Result } from '../core/result.js';
 
 export interface EgressBridge {
   port: number;
+  /**
+   * Where connections go from now on. The worker listens before it knows its turn (the command
+   * that could connect starts only later); until then every connection is closed at once.
+   */
+  target(socketPath: string): void;
   close(): void;
 }
 
-function relay(client: net.Socket, socketPath: string, open: Set<net.Socket>): void {
+function relay(client: net.Socket, socketPath: string | null, open: Set<net.Socket>): void {
+  if (socketPath === null) {
+    client.destroy();
+    return;
+  }
   const proxy = net.connect({ path: socketPath, allowHalfOpen: true });
   for (const socket of [client, proxy]) {
     open.add(socket);
@@ -26,9 +35,10 @@ function relay(client: net.Socket, socketPath: string, open: Set<net.Socket>): v
   proxy.pipe(client);
 }
 
-export async function startEgressBridge(options: { socketPath: string; port?: number }): Promise<Result<EgressBridge, 'listen_failed'>> {
+export async function startEgressBridge(options: { socketPath?: string; port?: number }): Promise<Result<EgressBridge, 'listen_failed'>> {
   const open = new Set<net.Socket>();
-  const server = net.createServer({ allowHalfOpen: true }, (client) => relay(client, options.socketPath, open));
+  let socketPath = options.socketPath ?? null;
+  const server = net.createServer({ allowHalfOpen: true }, (client) => relay(client, socketPath, open));
   try {
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
@@ -43,6 +53,9 @@ export async function startEgressBridge(options: { socketPath: string; port?: nu
   const address = server.address() as net.AddressInfo;
   return ok({
     port: address.port,
+    target: (path: string) => {
+      socketPath = path;
+    },
     close: () => {
       server.close();
       for (const socket of open) socket.destroy();

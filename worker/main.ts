@@ -2,9 +2,11 @@
  * The worker entry (dist/worker/main.js): the first code that runs as the worker uid.
  * fd 0-2 are the command's stdio, fd 3 the protocol socket (docs/worker-protocol.md).
  *
- * Sequence: check inherited fds -> read the launch message -> install the seccomp filter ->
- * start the egress bridge (if the launch asks for egress) -> start the command in a new
- * session -> report `started` -> forward resize/signal -> report `exit` and exit 0.
+ * Sequence: check inherited fds -> install the seccomp filter -> listen with the egress bridge
+ * -> report `ready` -> read the launch message (a prepared worker waits here until a turn
+ * claims it) -> point the bridge at the turn's proxy socket (or close it: no egress) -> start
+ * the command in a new session -> report `started` -> forward resize/signal -> report `exit`
+ * and exit 0.
  * Any failure before the command starts answers `error` with a stable code and exits 1.
  */
 import { checkInheritedFds, markCloseOnExec, PROTOCOL_FD } from './fds.js';
@@ -60,13 +62,11 @@ function followControl(channel: Channel, command: RunningCommand): void {
   for (const signal of RELAYED_WORKER_SIGNALS) process.on(signal, () => command.signalGroup(signal));
 }
 
-async function startBridge(launch: LaunchMessage): Promise<{ env: Record<string, string>; bridge?: EgressBridge } | { code: WorkerErrorCode; detail: string }> {
-  if (!launch.egress) return { env: launch.env };
-  const started = await startEgressBridge({ socketPath: launch.egress.socketPath });
-  if (!started.ok) return { code: 'egress_failed', detail: started.detail };
-  const bridge: EgressBridge = { port: started.port, close: started.close };
-  // The proxy variables win over same-named variables of the launch environment.
-  return { env: { ...launch.env, ...proxyEnv(bridge.port) }, bridge };
+/** The proxy variables win over same-named variables of the launch environment. */
+function commandEnv(launch: LaunchMessage, bridge: EgressBridge): Record<string, string> {
+  if (!launch.egress) return launch.env;
+  bridge.target(launch.egress.socketPath);
+  return { ...launch.env, ...proxyEnv(bridge.port) };
 }
 
 function flushStdout(): Promise<void> {
@@ -79,21 +79,25 @@ async function main(): Promise<number> {
   if (!inheritedFds.ok) return refuse(channel, 'unexpected_fds', inheritedFds.detail);
   if (!cloexec.ok) return refuse(channel, 'unexpected_fds', cloexec.detail);
 
-  const launched = expectLaunch(await channel.next());
-  if (!launched.ok) return refuse(channel, launched.reason, launched.detail);
-  const launch = launched.launch;
-
+  // The policy does not depend on the turn: the filter is in place before the worker waits.
   const compiled = compilePolicy();
   if (!compiled.ok) return refuse(channel, 'seccomp_failed', compiled.detail);
   const installed = installSeccompFilter(compiled.program);
   if (!installed.ok) return refuse(channel, 'seccomp_failed', `${installed.reason}: ${installed.detail}`);
+  // Listening costs nothing while the worker waits, and a turn without egress closes it again.
+  const listening = await startEgressBridge({});
+  if (!listening.ok) return refuse(channel, 'egress_failed', listening.detail);
+  const bridge = listening;
+  await channel.send({ type: 'ready' });
 
-  const egress = await startBridge(launch);
-  if ('code' in egress) return refuse(channel, egress.code, egress.detail);
+  const launched = expectLaunch(await channel.next());
+  if (!launched.ok) return refuse(channel, launched.reason, launched.detail);
+  const launch = launched.launch;
+  if (!launch.egress) bridge.close();
 
-  const started = await startCommand({ argv: launch.argv, cwd: launch.cwd, env: egress.env, tty: launch.tty });
+  const started = await startCommand({ argv: launch.argv, cwd: launch.cwd, env: commandEnv(launch, bridge), tty: launch.tty });
   if (!started.ok) {
-    egress.bridge?.close();
+    bridge.close();
     return refuse(channel, 'spawn_failed', started.detail);
   }
   const command = started.command;
@@ -101,7 +105,7 @@ async function main(): Promise<number> {
   followControl(channel, command);
 
   const exit = await command.exited;
-  egress.bridge?.close();
+  bridge.close();
   const usage = childrenRusage();
   // getrusage on a valid buffer cannot fail; if it does, the worker has no honest exit record.
   if (!usage.ok) throw new CodedError(usage.reason, usage.detail);

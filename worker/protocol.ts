@@ -51,6 +51,10 @@ export interface Rusage {
   systemCpuUsec: number;
   maxRssKiB: number;
 }
+/** The worker is booted, its fds checked and its seccomp filter installed; it waits for `launch`. */
+export interface ReadyMessage {
+  type: 'ready';
+}
 export interface StartedMessage {
   type: 'started';
   pid: number;
@@ -76,7 +80,7 @@ export interface ErrorMessage {
   code: WorkerErrorCode;
   detail: string;
 }
-export type WorkerMessage = StartedMessage | ExitMessage | ErrorMessage;
+export type WorkerMessage = ReadyMessage | StartedMessage | ExitMessage | ErrorMessage;
 
 export type ParseFailure = 'invalid_json' | 'invalid_message' | 'unknown_type';
 
@@ -217,6 +221,12 @@ function rusage(value: unknown): Check<Rusage> {
   return ok({ value: out as Rusage });
 }
 
+function ready(m: Fields): Check<ReadyMessage> {
+  const known = onlyFields(m, 'ready', ['type']);
+  if (!known.ok) return known;
+  return ok({ value: { type: 'ready' } });
+}
+
 function started(m: Fields): Check<StartedMessage> {
   const known = onlyFields(m, 'started', ['type', 'pid']);
   if (!known.ok) return known;
@@ -274,7 +284,7 @@ export function parseSupervisorMessage(line: string): Result<{ message: Supervis
 
 /** Supervisor side: one line from the worker. */
 export function parseWorkerMessage(line: string): Result<{ message: WorkerMessage }, ParseFailure> {
-  return parseWith<WorkerMessage>(line, { started, exit, error });
+  return parseWith<WorkerMessage>(line, { ready, started, exit, error });
 }
 
 /** One framed line; refuses a message that would exceed the line bound. */

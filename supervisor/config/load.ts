@@ -107,6 +107,8 @@ export function defaultConfig(options: { installed: boolean; cwd: string }): Tur
       workspaceRoots: options.installed ? [] : [options.cwd, os.tmpdir()],
       envExtra: [],
       tempRoot: options.installed ? INSTALLED_TURN_TEMP_ROOT : path.join(os.tmpdir(), `turnhost-${process.geteuid?.() ?? 0}-turn-temp`),
+      preparedWorkers: 1,
+      preparedWorkerIdleSeconds: 120,
     },
     probeRoots: { proc: '/proc', sysFsCgroup: '/sys/fs/cgroup' },
   };
@@ -196,6 +198,8 @@ export const CONFIG_SCHEMA: ObjectSchema = {
         workspaceRoots: arrayOf(absolutePath),
         envExtra: arrayOf(envName),
         tempRoot: absolutePath,
+        preparedWorkers: nonNegativeInteger,
+        preparedWorkerIdleSeconds: positiveInteger,
       },
     },
     probeRoots: { fields: { proc: absolutePath, sysFsCgroup: absolutePath } },

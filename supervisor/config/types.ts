@@ -78,6 +78,13 @@ export interface TurnhostConfig {
      * `temp_root` in the identity helper's config (docs/fs-guard.md, "Turn temp").
      */
     tempRoot: string;
+    /**
+     * Workers booted ahead of the turns that will claim them (0 turns it off): after each turn
+     * starts, one worker for the same mode, cwd, limits and egress additions is prepared.
+     */
+    preparedWorkers: number;
+    /** A prepared worker nobody claimed within this time is stopped. */
+    preparedWorkerIdleSeconds: number;
   };
   /** Roots the probes read; "/" in production, a constructed tree in tests. */
   probeRoots: { proc: string; sysFsCgroup: string };

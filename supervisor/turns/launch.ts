@@ -7,7 +7,7 @@
  * reverse order.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -24,7 +24,7 @@ import {
   type TurnCgroup,
 } from '../../cgroup/turn-cgroup.js';
 import { startTurnProxy, type TurnProxy } from '../../proxy/server.js';
-import { buildTurnPolicy } from '../../proxy/policy.js';
+import { buildTurnPolicy, type EgressPolicy } from '../../proxy/policy.js';
 import {
   encodeMessage,
   LineDecoder,
@@ -41,6 +41,7 @@ import {
   runHelperReclaim,
   spawnHelperLaunch,
   type HelperLocation,
+  type HelperProtectRule,
   type HelperRlimitName,
 } from '../identity/helper-client.js';
 import { lowerOnly, parseLimitSettings } from '../limits/parse.js';
@@ -52,9 +53,11 @@ import { serverTurnEvent, type TurnAttribution } from '../events/turn-event.js';
 import { closeRoot, openRoot } from '../fs/guard.js';
 import type { HostWriteRoots, HostWriteTurn } from '../fs/host-write.js';
 import { createTurnTemp, purgeTurnTemp, turnTempPurgePayload } from '../fs/turn-temp.js';
-import type { WorkerMode } from '../probes/types.js';
+import type { IdentityMode, WorkerMode } from '../probes/types.js';
+import { attestWorker } from '../probes/worker-attestation.js';
+import { createPreparedWorkerPool, PREPARED_WORKER_PREFIX, type PreparedWorkerPool } from './prepared-workers.js';
 import { filterSubprocessEnv, parseEnvExtra, ENV_EXTRA_CONTROL } from './env-filter.js';
-import { turnViewKeys } from './view-descriptor.js'; // issue 6: masked worker view
+import { turnViewKeys, viewFingerprint } from './view-descriptor.js'; // issue 6: masked worker view
 import type { OutputChannel } from './output.js';
 import type { TurnRecordStore } from './store.js';
 import type { TurnManagerDeps } from './manager.js';
@@ -98,6 +101,7 @@ export interface LaunchEnvironment {
   supervisorIsRoot: boolean;
   cgroupSubtree: Result<{ subtree: CgroupSubtree }>;
   uidPools: Map<string, UidPool>;
+  preparedWorkers: PreparedWorkerPool<StartedWorker, WorkerSpec>;
   close(): Promise<void>;
 }
 
@@ -158,7 +162,7 @@ export async function prepareLaunchEnvironment(
   const cgroupSubtree = prepareCgroupSubtree(layout, name === undefined ? {} : { name });
   if (!cgroupSubtree.ok)
     deps.logger.warn('turn cgroups unavailable', { reason: cgroupSubtree.reason, detail: cgroupSubtree.detail });
-  return {
+  const env: LaunchEnvironment = {
     deps,
     records,
     runtimeDir,
@@ -166,12 +170,22 @@ export async function prepareLaunchEnvironment(
     supervisorIsRoot: deps.supervisorIsRoot ?? process.geteuid?.() === 0,
     cgroupSubtree,
     uidPools: new Map(),
+    preparedWorkers: createPreparedWorkerPool<StartedWorker, WorkerSpec>({
+      capacity: deps.config.turns.preparedWorkers,
+      idleMs: deps.config.turns.preparedWorkerIdleSeconds * 1000,
+      keyOf: workerKey,
+      prepare: (spec) => prepareWorker(env, spec),
+      stop: stopUntrackedWorker,
+      logger: deps.logger.child({ component: 'prepared-workers' }),
+    }),
     async close() {
+      await env.preparedWorkers.close();
       fs.rmSync(runtimeDir, { recursive: true, force: true });
       // Every turn has ended by now; an empty subtree is removed and made again at the next start.
       if (cgroupSubtree.ok) removeCgroupSubtree(cgroupSubtree.subtree);
     },
   };
+  return env;
 }
 
 /**
@@ -199,13 +213,15 @@ function prepareTurnTempRoot(dir: string, logger: TurnManagerDeps['logger']): vo
 export async function recoverInterruptedTurns(env: LaunchEnvironment): Promise<void> {
   const { deps, records } = env;
   const unfinished = records.unfinished();
-  const sessionOf = new Map(unfinished.map(({ turn }) => [turn.id, turn]));
+  // A turn that claimed a prepared worker runs in a leaf named after the worker, not the turn.
+  const turnOfLeaf = new Map(unfinished.flatMap(({ turn, cgroupPaths }) => cgroupPaths.map((leaf) => [leaf, turn] as const)));
   if (env.cgroupSubtree.ok) {
     for (const reaped of reapStaleTurnCgroups(env.cgroupSubtree.subtree)) {
-      const turn = sessionOf.get(reaped.turnId);
+      const turn = reaped.paths.map((leaf) => turnOfLeaf.get(leaf)).find((found) => found !== undefined);
       deps.events.append({
         sessionId: turn?.sessionId ?? null,
-        turnId: reaped.turnId,
+        // A prepared worker no turn had claimed belongs to no turn.
+        turnId: turn?.id ?? (isPreparedWorkerName(reaped.turnId) ? null : reaped.turnId),
         kind: 'worker_recovered',
         actor: 'server',
         model: null,
@@ -337,6 +353,289 @@ function invalid(detail: string, field: string): LaunchOutcome {
   return { ok: false, reason: 'invalid_request', detail, field };
 }
 
+/** What a worker is started for: a prepared worker serves only a turn with the same key. */
+export interface WorkerSpec {
+  mode: WorkerMode;
+  cwd: string;
+  limits: ResolvedLimits;
+  egressAdditions: readonly string[];
+  policy: EgressPolicy;
+}
+
+export function workerKey(spec: Pick<WorkerSpec, 'mode' | 'cwd' | 'limits' | 'egressAdditions'>): string {
+  const limits = Object.entries(spec.limits).sort(([a], [b]) => a.localeCompare(b));
+  return JSON.stringify([spec.mode, spec.cwd, limits, [...spec.egressAdditions].sort()]);
+}
+
+/**
+ * A worker from the helper's launch to its exit. Everything the helper binds at launch (uid,
+ * cgroup leaf, rlimits, view with the proxy socket and the turn temp) belongs to it; the turn
+ * that claims it adds its workspace root and its attribution.
+ */
+export interface StartedWorker {
+  /** Name of its cgroup leaf, turn temp and runtime directory: the turn id, or `prepared_...`. */
+  name: string;
+  key: string;
+  spec: WorkerSpec;
+  identity: IdentityMode;
+  uid: number;
+  cgroup: TurnCgroup;
+  proxy: TurnProxy;
+  temp: NonNullable<HostWriteRoots['temp']>;
+  spawned: { child: ChildProcess; protocol: net.Socket };
+  helper: HelperLocation | null;
+  /** Identifies the helper binary and its config at launch: a prepared worker is not claimed across a change. */
+  helperStamp: string;
+  /** The view's host entries at launch (view-descriptor.ts): a prepared worker is not claimed across a change. */
+  view: { workspace: string; protect: HelperProtectRule[]; fingerprint: string };
+  releases: Releases;
+  /** The claiming turn; null while the worker waits (its releases then record no turn events). */
+  turn: TurnAttribution | null;
+  /** Helper and worker stderr before a turn took the worker (a helper refusal is read from it). */
+  stderrTail: Buffer;
+}
+
+type StartFailure = { ok: false; refusal: string } | { ok: false; outcome: LaunchOutcome };
+
+function helperStamp(helper: HelperLocation | null): string {
+  if (!helper) return '';
+  const stamp = (file: string | null | undefined): string => {
+    if (file === undefined || file === null) return '-';
+    try {
+      const st = fs.statSync(file);
+      return `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.mode}:${st.uid}`;
+    } catch {
+      return 'missing';
+    }
+  };
+  return `${stamp(helper.path)}|${stamp(helper.configPath)}`;
+}
+
+/**
+ * Starts a worker up to the point where it waits for its launch message: this mode's probe →
+ * worker uid → turn temp → turn cgroup → egress proxy → view → helper (or the shared_uid
+ * worker). `attribution` names the turn for a direct launch; a prepared worker gets it at claim.
+ */
+async function startWorker(
+  env: LaunchEnvironment,
+  spec: WorkerSpec,
+  name: string,
+  attribution: TurnAttribution | null,
+): Promise<{ ok: true; worker: StartedWorker } | StartFailure> {
+  const { deps } = env;
+  const probe = await probeMode(deps.probeContext, spec.mode, 'turn');
+  if (!probe.availability.available)
+    return { ok: false, refusal: probe.availability.requirement ?? 'the worker boundary is unavailable' };
+  if (!env.cgroupSubtree.ok) return { ok: false, refusal: `turn cgroups are unavailable: ${env.cgroupSubtree.detail}` };
+
+  const releases = new Releases();
+  const helper = helperLocation(deps);
+  const stampAtProbe = helperStamp(helper);
+  let workerUid: number;
+  if (probe.identity === 'separate_uid') {
+    const range = probe.uidRange;
+    if (!helper || !range) return { ok: false, refusal: 'the identity helper gave no verified uid range' };
+    let taken = acquireUid(env, range);
+    // Idle prepared workers hold uids too; a turn that arrives comes first.
+    if (!taken.ok && attribution !== null && (await env.preparedWorkers.evictOne())) taken = acquireUid(env, range);
+    if (!taken.ok) return { ok: false, outcome: { ok: false, reason: 'capacity_exhausted', detail: taken.detail } };
+    workerUid = taken.uid;
+    const { pool } = taken;
+    releases.add(() => pool.release(workerUid));
+  } else {
+    workerUid = process.getuid?.() ?? 0;
+  }
+
+  const worker: Partial<StartedWorker> & { turn: TurnAttribution | null } = { turn: attribution };
+  // Created before the cgroup so that its release (reclaim, purge) runs after the cgroup kill.
+  const tempOwnership = probe.identity === 'separate_uid' && helper && !env.supervisorIsRoot ? { helper } : null;
+  const temp = createWorkerTemp(env, name, workerUid, tempOwnership, () => worker.turn, releases);
+  if (!temp.ok) {
+    await releases.run();
+    return { ok: false, outcome: temp.outcome };
+  }
+
+  const leaf = createTurnCgroup(env.cgroupSubtree.subtree, name, spec.limits);
+  if (!leaf.ok) {
+    await releases.run();
+    return { ok: false, refusal: `the turn cgroup could not be created: ${leaf.detail}` };
+  }
+  const cgroup = leaf.cgroup;
+  releases.add(() => {
+    cgroup.kill();
+    cgroup.remove();
+  });
+
+  const runtimeDir = path.join(env.runtimeDir, name);
+  fs.mkdirSync(runtimeDir, { mode: 0o711 });
+  releases.add(() => fs.rmSync(runtimeDir, { recursive: true, force: true }));
+  const profile = profileFor(spec.mode);
+  const proxy = await startTurnProxy({
+    socketPath: path.join(runtimeDir, 'proxy.sock'),
+    allowedPeerUid: workerUid,
+    socketOwnership: env.supervisorIsRoot ? 'owner' : 'peer-cred-only',
+    policy: spec.policy,
+    caps: {
+      maxConnections: deps.config.egress.maxConnections,
+      maxBytes: deps.config.egress.maxBytes,
+      idleTimeoutMs: deps.config.egress.idleTimeoutMs,
+    },
+    sink: deps.events,
+    turn: attribution ?? { sessionId: '', turnId: name, profile, model: null },
+    logger: deps.logger.child({ ...(attribution ? { turnId: attribution.turnId } : { preparedWorker: name }), component: 'proxy' }),
+  });
+  if (!proxy.ok) {
+    await releases.run();
+    return { ok: false, outcome: { ok: false, reason: 'worker_host_unsupported', detail: `egress proxy: ${proxy.detail}`, requirement: proxy.detail } };
+  }
+  releases.add(() => proxy.close());
+
+  const rlimits: Partial<Record<HelperRlimitName, number>> = {};
+  for (const [limit, helperName] of Object.entries(RLIMIT_FOR)) {
+    const value = spec.limits[limit as keyof typeof RLIMIT_FOR];
+    if (value !== undefined) rlimits[helperName] = value;
+  }
+  const view = turnViewKeys(deps.config, spec.cwd);
+  if (!view.ok) {
+    await releases.run();
+    return { ok: false, refusal: `the worker filesystem view: ${view.detail}` };
+  }
+
+  const fingerprint = viewFingerprint(view);
+  let spawned: { child: ChildProcess; protocol: net.Socket };
+  try {
+    spawned =
+      probe.identity === 'separate_uid' && helper
+        ? spawnHelperLaunch(helper, {
+            uid: workerUid,
+            gid: workerUid,
+            cgroups: cgroup.paths,
+            rlimits,
+            hostname: 'turnhost',
+            cwd: spec.cwd,
+            env: WORKER_ENV,
+            profile,
+            workspace: view.workspace,
+            temp: temp.temp.path,
+            socket: proxy.socketPath,
+            protect: view.protect,
+          })
+        : spawnSharedWorker(deps, spec.cwd);
+  } catch (error) {
+    await releases.run();
+    const detail = `worker spawn: ${(error as Error).message}`;
+    return { ok: false, outcome: { ok: false, reason: 'worker_host_unsupported', detail, requirement: (error as Error).message } };
+  }
+  // Whoever tracks the worker adds its own handling; an unheard 'error' would end this process.
+  spawned.child.on('error', (error) => deps.logger.warn('worker process error', { worker: name, detail: error.message }));
+  if (probe.identity !== 'separate_uid') {
+    const joined = joinCgroupDirect(cgroup, spawned.child.pid);
+    if (!joined.ok) {
+      spawned.child.kill('SIGKILL');
+      await releases.run();
+      return { ok: false, refusal: joined.detail };
+    }
+  }
+  Object.assign(worker, {
+    name,
+    key: workerKey(spec),
+    spec,
+    identity: probe.identity,
+    uid: workerUid,
+    cgroup,
+    proxy,
+    temp: temp.temp,
+    spawned,
+    helper,
+    helperStamp: stampAtProbe,
+    view: { ...view, fingerprint },
+    releases,
+    stderrTail: Buffer.alloc(0),
+  });
+  return { ok: true, worker: worker as StartedWorker };
+}
+
+/**
+ * SIGKILL for a worker process this supervisor may signal: a non-root supervisor cannot signal
+ * another uid, and a refused kill would surface as an 'error' event on the child.
+ */
+function killIfPermitted(child: ChildProcess, workerUid: number): void {
+  const euid = process.geteuid?.();
+  if (euid === 0 || euid === workerUid) child.kill('SIGKILL');
+}
+
+/** The live check of this turn's worker (supervisor/probes/worker-attestation.ts). */
+function attestStartedWorker(worker: StartedWorker): Result {
+  const { child } = worker.spawned;
+  if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null)
+    return fail('worker_attestation_failed', 'worker attestation: the worker is no longer running');
+  if (helperStamp(worker.helper) !== worker.helperStamp)
+    return fail('worker_attestation_failed', 'worker attestation: the identity helper or its config changed since the worker was launched');
+  return attestWorker({ pid: child.pid, identity: worker.identity, uid: worker.uid, gid: worker.uid, cgroupPaths: worker.cgroup.paths });
+}
+
+/** The host entries the prepared worker's view was built from are the ones there now. */
+function viewStillCurrent(worker: StartedWorker): Result {
+  if (viewFingerprint(worker.view) === worker.view.fingerprint) return ok({});
+  return fail('view_changed', 'the workspace or a protected path changed since the worker was launched');
+}
+
+/** Stops a worker no turn tracks (a prepared one, or one whose start failed) and releases what it held. */
+export async function stopUntrackedWorker(worker: StartedWorker): Promise<void> {
+  const { child } = worker.spawned;
+  const closed = child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : new Promise<void>((resolve) => child.once('close', () => resolve()));
+  worker.cgroup.kill();
+  // The worker itself may have left its leaf (that is one way its attestation fails); it also
+  // ends itself when its protocol fd closes, which covers a worker we may not signal.
+  killIfPermitted(child, worker.uid);
+  worker.spawned.protocol.destroy();
+  await closed;
+  await worker.releases.run();
+}
+
+/**
+ * A prepared worker is ready once it reported `ready`: booted, fds checked, seccomp installed,
+ * waiting for its launch message. Its protocol stream is then paused until a turn takes it.
+ */
+export function awaitWorkerReady(worker: StartedWorker): Promise<Result> {
+  const { child, protocol } = worker.spawned;
+  const decoder = new LineDecoder();
+  const collectStderr = (data: Buffer): void => {
+    worker.stderrTail = Buffer.concat([worker.stderrTail, data]).subarray(-STDERR_TAIL_BYTES);
+  };
+  child.stderr?.on('data', collectStderr);
+  return new Promise<Result>((resolve) => {
+    const settle = (result: Result): void => {
+      protocol.off('data', onData);
+      child.off('exit', onExit);
+      child.off('error', onError);
+      child.stderr?.off('data', collectStderr);
+      if (result.ok) protocol.pause();
+      resolve(result);
+    };
+    const onError = (error: Error): void => settle(fail('spawn_failed', `worker spawn: ${error.message}`));
+    const onExit = (code: number | null): void => {
+      const refusal = parseHelperRefusal(code, worker.stderrTail.toString('utf8'));
+      settle(fail('worker_exited', refusal?.detail ?? `the worker exited (code ${code}) before it was ready`));
+    };
+    const onData = (chunk: Buffer): void => {
+      const framed = decoder.push(chunk);
+      const line = framed.ok ? framed.lines[0] : undefined;
+      if (!framed.ok) return settle(fail('protocol_invalid', framed.detail));
+      if (line === undefined) return;
+      const parsed = parseWorkerMessage(line);
+      if (!parsed.ok) return settle(fail('protocol_invalid', parsed.detail));
+      if (parsed.message.type === 'ready' && framed.lines.length === 1) return settle(ok({}));
+      const message = parsed.message;
+      settle(fail('worker_not_ready', message.type === 'error' ? `${message.code}: ${message.detail}` : `unexpected ${message.type} before launch`));
+    };
+    protocol.on('data', onData);
+    child.on('exit', onExit);
+    child.once('error', onError);
+    protocol.on('error', () => undefined);
+  });
+}
+
 export async function launchTurn(
   env: LaunchEnvironment,
   request: TurnRequest & { turnId: string },
@@ -361,143 +660,110 @@ export async function launchTurn(
   if (!limits.ok) return invalid(limits.detail, limits.field ?? 'limits');
   const policy = buildTurnPolicy(deps.config.egress, { mode: request.mode, additions: request.egressAllow });
   if (!policy.ok) return invalid(policy.detail, 'egressAllow');
-
-  const probe = await probeMode(deps.probeContext, request.mode, 'turn');
-  if (!probe.availability.available)
-    return refuseTurn(env, record, request, probe.availability.requirement ?? 'the worker boundary is unavailable');
-  if (!env.cgroupSubtree.ok)
-    return refuseTurn(env, record, request, `turn cgroups are unavailable: ${env.cgroupSubtree.detail}`);
-
-  const releases = new Releases();
-  const helper = helperLocation(deps);
-  let workerUid: number;
-  if (probe.identity === 'separate_uid') {
-    const range = probe.uidRange;
-    if (!helper || !range) return refuseTurn(env, record, request, 'the identity helper gave no verified uid range');
-    const taken = acquireUid(env, range);
-    if (!taken.ok) return { ok: false, reason: 'capacity_exhausted', detail: taken.detail };
-    workerUid = taken.uid;
-    releases.add(() => taken.pool.release(taken.uid));
-  } else {
-    workerUid = process.getuid?.() ?? 0;
-  }
-  record.identity = probe.identity;
-  record.workerUid = workerUid;
-
-  // issue 6: opened before the cgroup so their release (temp purge) runs after the cgroup kill.
-  const tempOwnership = probe.identity === 'separate_uid' && helper && !env.supervisorIsRoot ? { helper } : null;
-  const roots = openTurnRoots(env, record, request, workerUid, tempOwnership, releases);
-  if (!roots.ok) {
-    await releases.run();
-    return roots.outcome;
-  }
-
-  const leaf = createTurnCgroup(env.cgroupSubtree.subtree, record.id, limits.limits);
-  if (!leaf.ok) {
-    await releases.run();
-    return refuseTurn(env, record, request, `the turn cgroup could not be created: ${leaf.detail}`);
-  }
-  const cgroup = leaf.cgroup;
-  releases.add(() => {
-    cgroup.kill();
-    cgroup.remove();
-  });
-
-  const turnDir = path.join(env.runtimeDir, record.id);
-  fs.mkdirSync(turnDir, { mode: 0o711 });
-  releases.add(() => fs.rmSync(turnDir, { recursive: true, force: true }));
-  const proxy = await startTurnProxy({
-    socketPath: path.join(turnDir, 'proxy.sock'),
-    allowedPeerUid: workerUid,
-    socketOwnership: env.supervisorIsRoot ? 'owner' : 'peer-cred-only',
+  const spec: WorkerSpec = {
+    mode: request.mode,
+    cwd: request.cwd,
+    limits: limits.limits,
+    egressAdditions: request.egressAllow ?? [],
     policy: policy.policy,
-    caps: {
-      maxConnections: deps.config.egress.maxConnections,
-      maxBytes: deps.config.egress.maxBytes,
-      idleTimeoutMs: deps.config.egress.idleTimeoutMs,
-    },
-    sink: deps.events,
-    turn: { sessionId: record.sessionId, turnId: record.id, profile: record.profile, model: request.model ?? null },
-    logger: deps.logger.child({ turnId: record.id, component: 'proxy' }),
-  });
-  if (!proxy.ok) {
-    await releases.run();
-    return { ok: false, reason: 'worker_host_unsupported', detail: `egress proxy: ${proxy.detail}`, requirement: proxy.detail };
+  };
+  // issue 6: the turn's held workspace root for host writes.
+  const workspace = openRoot(request.cwd);
+  if (!workspace.ok) return invalid(`cwd: ${workspace.detail}`, 'cwd');
+
+  const attribution = attributionOf(record, request);
+  let worker: { worker: StartedWorker; attested: boolean } | null = await claimPreparedWorker(env, workerKey(spec), attribution);
+  if (!worker) {
+    const started = await startWorker(env, spec, record.id, attribution);
+    if (!started.ok) {
+      closeRoot(workspace);
+      return 'refusal' in started ? refuseTurn(env, record, request, started.refusal) : started.outcome;
+    }
+    worker = { worker: started.worker, attested: false };
   }
-  releases.add(() => proxy.close());
+  const { worker: claimed, attested } = worker;
+  claimed.releases.add(() => closeRoot(workspace));
+  record.identity = claimed.identity;
+  record.workerUid = claimed.uid;
 
   const launch: LaunchMessage = {
     type: 'launch',
     v: 1,
     argv: request.argv,
     cwd: request.cwd,
-    env: { ...commandEnv(deps, request), TMPDIR: roots.roots.temp.path }, // issue 6: TMPDIR = turn temp
+    env: { ...commandEnv(deps, request), TMPDIR: claimed.temp.path }, // issue 6: TMPDIR = turn temp
     tty: request.tty ?? null,
-    egress: { socketPath: proxy.socketPath },
+    egress: { socketPath: claimed.proxy.socketPath },
   };
-  const rlimits: Partial<Record<HelperRlimitName, number>> = {};
-  for (const [name, helperName] of Object.entries(RLIMIT_FOR)) {
-    const value = limits.limits[name as keyof typeof RLIMIT_FOR];
-    if (value !== undefined) rlimits[helperName] = value;
-  }
-
-  // issue 6: the filesystem view the helper builds (workspace root, protected paths).
-  const view = turnViewKeys(deps.config, request.cwd);
-  if (!view.ok) {
-    await releases.run();
-    return refuseTurn(env, record, request, `the worker filesystem view: ${view.detail}`);
-  }
-
-  let spawned: { child: ChildProcess; protocol: net.Socket };
-  try {
-    spawned =
-      probe.identity === 'separate_uid' && helper
-        ? spawnHelperLaunch(helper, {
-            uid: workerUid,
-            gid: workerUid,
-            cgroups: cgroup.paths,
-            rlimits,
-            hostname: 'turnhost',
-            cwd: request.cwd,
-            env: WORKER_ENV,
-            profile: record.profile, // issue 6
-            workspace: view.workspace,
-            temp: roots.roots.temp.path,
-            socket: proxy.socketPath,
-            protect: view.protect,
-          })
-        : spawnSharedWorker(deps, request.cwd);
-  } catch (error) {
-    await releases.run();
-    return { ok: false, reason: 'worker_host_unsupported', detail: `worker spawn: ${(error as Error).message}`, requirement: (error as Error).message };
-  }
-  if (probe.identity !== 'separate_uid') {
-    const joined = joinCgroupDirect(cgroup, spawned.child.pid);
-    if (!joined.ok) {
-      spawned.child.kill('SIGKILL');
-      await releases.run();
-      return refuseTurn(env, record, request, joined.detail);
-    }
-  }
-
-  const started = Date.now();
-  env.records.insert(record, cgroup.paths);
+  env.records.insert(record, claimed.cgroup.paths);
   const turn = trackTurn({
     env,
     record,
     request,
     output,
-    spawned,
-    cgroup,
-    proxy,
-    helper,
+    worker: claimed,
+    attested,
     launch,
-    started,
-    releases,
-    limits: limits.limits,
-    roots: roots.roots, // issue 6
+    started: Date.now(),
+    roots: { workspace, temp: claimed.temp }, // issue 6
   });
-  return turn.startedOrEnded.then(() => ({ ok: true as const, turn: turn.running }));
+  // The next turn's worker starts once this one has ended: it would compete with this turn's
+  // own start for the CPU, and a long turn would hold a second uid for nothing.
+  void turn.running.done.then(() => setImmediate(() => env.preparedWorkers.prepareFor(spec)));
+  await turn.startedOrEnded;
+  return { ok: true, turn: turn.running };
+}
+
+/**
+ * A ready prepared worker for this key, attested now for this turn. One that fails its
+ * attestation is stopped and logged; the turn then starts its own worker, probe first.
+ */
+async function claimPreparedWorker(
+  env: LaunchEnvironment,
+  key: string,
+  attribution: TurnAttribution,
+): Promise<{ worker: StartedWorker; attested: true } | null> {
+  const prepared = await env.preparedWorkers.take(key);
+  if (!prepared) return null;
+  const current = viewStillCurrent(prepared);
+  const attested = current.ok ? attestStartedWorker(prepared) : current;
+  if (!attested.ok) {
+    env.deps.logger.warn('prepared worker not used', { preparedWorker: prepared.name, detail: attested.detail });
+    await stopUntrackedWorker(prepared);
+    return null;
+  }
+  prepared.turn = attribution;
+  prepared.proxy.attribute(attribution, env.deps.logger.child({ turnId: attribution.turnId, component: 'proxy' }));
+  return { worker: prepared, attested: true };
+}
+
+/** A prepared worker's leaf, temp and runtime directory name; a valid turn-id spelling, never a turn's. */
+export function preparedWorkerName(): string {
+  return `${PREPARED_WORKER_PREFIX}${randomBytes(9).toString('base64url')}`;
+}
+
+function isPreparedWorkerName(name: string): boolean {
+  return name.startsWith(PREPARED_WORKER_PREFIX);
+}
+
+/** Starts a worker for the pool and waits until it is ready; null (logged) when it cannot be. */
+export async function prepareWorker(env: LaunchEnvironment, spec: WorkerSpec): Promise<StartedWorker | null> {
+  const name = preparedWorkerName();
+  const started = await startWorker(env, spec, name, null);
+  if (!started.ok) {
+    const detail = 'refusal' in started ? started.refusal : started.outcome.ok ? '' : started.outcome.detail;
+    env.deps.logger.info('no prepared worker', { mode: spec.mode, detail });
+    return null;
+  }
+  const awaited = await awaitWorkerReady(started.worker);
+  // A change while the helper built the view could have been caught halfway.
+  const ready = awaited.ok ? viewStillCurrent(started.worker) : awaited;
+  if (!ready.ok) {
+    env.deps.logger.warn('prepared worker failed before it was ready', { preparedWorker: name, detail: ready.detail });
+    await stopUntrackedWorker(started.worker);
+    return null;
+  }
+  return started.worker;
 }
 
 /** shared_uid: the same worker entry, as the supervisor's uid, in new net/ipc/uts namespaces. */
@@ -518,26 +784,23 @@ function spawnSharedWorker(deps: TurnManagerDeps, cwd: string): { child: ChildPr
 }
 
 /**
- * issue 6: the workspace root (the turn's cwd) and the turn temp (owned by the worker uid,
- * its path given as TMPDIR), held for the turn. Releases close the workspace and purge the
- * temp with a `turn_temp_purge` receipt; they run after the cgroup is killed and removed.
- * With `helperOwnership` (a non-root supervisor) the temp is created as ours, the helper's
- * launch hands it to the worker, and the helper's reclaim hands it back right before the purge.
+ * issue 6: the turn temp (owned by the worker uid, its path given as TMPDIR). Its release
+ * purges it with a `turn_temp_purge` receipt for the turn that used the worker (none for a
+ * prepared worker nobody claimed); it runs after the cgroup is killed and removed. With
+ * `helperOwnership` (a non-root supervisor) the temp is created as ours, the helper's launch
+ * hands it to the worker, and the helper's reclaim hands it back right before the purge.
  */
-function openTurnRoots(
+function createWorkerTemp(
   env: LaunchEnvironment,
-  record: TurnRecord,
-  request: TurnRequest,
+  name: string,
   workerUid: number,
   helperOwnership: { helper: HelperLocation } | null,
+  turnOf: () => TurnAttribution | null,
   releases: Releases,
-): { ok: true; roots: HostWriteRoots & { temp: NonNullable<HostWriteRoots['temp']> } } | { ok: false; outcome: LaunchOutcome } {
-  const workspace = openRoot(request.cwd);
-  if (!workspace.ok) return { ok: false, outcome: invalid(`cwd: ${workspace.detail}`, 'cwd') };
-  releases.add(() => closeRoot(workspace));
+): { ok: true; temp: NonNullable<HostWriteRoots['temp']> } | { ok: false; outcome: LaunchOutcome } {
   const temp = createTurnTemp({
     parentDir: env.turnTempParent,
-    name: record.id,
+    name,
     uid: workerUid,
     gid: workerUid,
     owner: helperOwnership ? 'self' : 'worker',
@@ -547,21 +810,22 @@ function openTurnRoots(
     return { ok: false, outcome: { ok: false, reason: 'worker_host_unsupported', detail, requirement: detail } };
   }
   releases.add(async () => {
-    if (helperOwnership) await reclaimTurnTemp(env, record, helperOwnership.helper, workerUid, temp.path);
+    if (helperOwnership) await reclaimTurnTemp(env, name, helperOwnership.helper, workerUid, temp.path);
     const purge = purgeTurnTemp(temp, { removeRoot: true });
     if (purge.outcome !== 'purged')
-      env.deps.logger.warn('turn temp purge incomplete', { turnId: record.id, errorCount: purge.errorCount, errors: purge.errors });
-    env.deps.events.append(serverTurnEvent(attributionOf(record, request), 'turn_temp_purge', { ...turnTempPurgePayload(purge) }));
+      env.deps.logger.warn('turn temp purge incomplete', { worker: name, errorCount: purge.errorCount, errors: purge.errors });
+    const turn = turnOf();
+    if (turn) env.deps.events.append(serverTurnEvent(turn, 'turn_temp_purge', { ...turnTempPurgePayload(purge) }));
   });
-  return { ok: true, roots: { workspace, temp } };
+  return { ok: true, temp };
 }
 
 /** A failed reclaim leaves worker-owned entries the purge cannot remove: its receipt says partial. */
-async function reclaimTurnTemp(env: LaunchEnvironment, record: TurnRecord, helper: HelperLocation, uid: number, temp: string): Promise<void> {
+async function reclaimTurnTemp(env: LaunchEnvironment, name: string, helper: HelperLocation, uid: number, temp: string): Promise<void> {
   const reclaimed = await runHelperReclaim(helper, { uid, temp });
   if (reclaimed.ok)
-    env.deps.logger.debug('turn temp reclaimed', { turnId: record.id, reclaimed: reclaimed.reclaimed, skipped: reclaimed.skipped });
-  else env.deps.logger.warn('turn temp reclaim failed', { turnId: record.id, reason: reclaimed.reason, detail: reclaimed.detail });
+    env.deps.logger.debug('turn temp reclaimed', { worker: name, reclaimed: reclaimed.reclaimed, skipped: reclaimed.skipped });
+  else env.deps.logger.warn('turn temp reclaim failed', { worker: name, reason: reclaimed.reason, detail: reclaimed.detail });
 }
 
 function joinCgroupDirect(cgroup: TurnCgroup, pid: number | undefined): Result {
@@ -581,27 +845,28 @@ interface TrackInputs {
   record: TurnRecord;
   request: TurnRequest;
   output: OutputChannel;
-  spawned: { child: ChildProcess; protocol: net.Socket };
-  cgroup: TurnCgroup;
-  proxy: TurnProxy;
-  helper: HelperLocation | null;
+  worker: StartedWorker;
+  /** A claimed prepared worker was attested at claim; a directly started one is attested at `ready`. */
+  attested: boolean;
   launch: LaunchMessage;
   started: number;
-  releases: Releases;
-  limits: ResolvedLimits;
   roots: HostWriteRoots; // issue 6
 }
 
 /** Follows one worker from its launch message to its result. */
 function trackTurn(inputs: TrackInputs): { running: RunningTurn; startedOrEnded: Promise<void> } {
-  const { env, record, request, output, spawned, cgroup, helper, started, releases } = inputs;
+  const { env, record, request, output, worker, started } = inputs;
+  const { cgroup, helper, releases } = worker;
+  const limits = worker.spec.limits;
   const { deps } = env;
-  const { child, protocol } = spawned;
+  const { child, protocol } = worker.spawned;
   const log = deps.logger.child({ turnId: record.id });
   let stopReason: 'cancelled' | 'timeout' | null = null;
   let exitMessage: ExitMessage | null = null;
   let workerError: string | null = null;
-  let stderrTail = Buffer.alloc(0);
+  let attestationFailure: string | null = null;
+  let launchSent = false;
+  let stderrTail = worker.stderrTail;
   let rootsOpen = true; // issue 6: host writes stop when the worker exits
   let signalStarted!: () => void;
   const startedOrEnded = new Promise<void>((resolve) => (signalStarted = resolve));
@@ -609,6 +874,20 @@ function trackTurn(inputs: TrackInputs): { running: RunningTurn; startedOrEnded:
   const send = (message: SupervisorMessage): void => {
     const encoded = encodeMessage(message);
     if (encoded.ok && !protocol.destroyed) protocol.write(encoded.line);
+  };
+
+  /** The launch message goes only to a worker attested for this turn. */
+  const sendLaunch = (): void => {
+    if (launchSent || stopReason) return;
+    launchSent = true;
+    const attested = inputs.attested ? ok({}) : attestStartedWorker(worker);
+    if (attested.ok) return send(inputs.launch);
+    attestationFailure = attested.detail;
+    deps.events.append(
+      serverTurnEvent(attributionOf(record, request), 'worker_host_refusal', { mode: record.mode, requirement: attested.detail, trigger: 'turn' }),
+    );
+    log.warn('turn refused: worker attestation failed', { detail: attested.detail });
+    killWorker();
   };
 
   const decoder = new LineDecoder();
@@ -626,7 +905,9 @@ function trackTurn(inputs: TrackInputs): { running: RunningTurn; startedOrEnded:
         continue;
       }
       const message = parsed.message;
-      if (message.type === 'started') {
+      if (message.type === 'ready') {
+        sendLaunch();
+      } else if (message.type === 'started') {
         record.state = 'running';
         env.records.update(record);
         deps.events.append(
@@ -637,12 +918,14 @@ function trackTurn(inputs: TrackInputs): { running: RunningTurn; startedOrEnded:
             workerUid: record.workerUid,
             command: path.basename(request.argv[0] ?? ''),
             cgroup: cgroup.paths[0] ?? null,
-            limits: inputs.limits,
+            limits,
           }),
         );
         signalStarted();
       } else if (message.type === 'exit') {
         exitMessage = message;
+        // The report is complete; the worker's own teardown (Node's exit) adds nothing to wait for.
+        killIfPermitted(child, worker.uid);
       } else {
         workerError = `${message.code}: ${message.detail}`;
       }
@@ -697,7 +980,7 @@ function trackTurn(inputs: TrackInputs): { running: RunningTurn; startedOrEnded:
       stopReason,
       exitMessage,
       workerError,
-      refusal: exitMessage || record.state === 'running' ? null : refusal?.detail ?? null,
+      refusal: attestationFailure ?? (exitMessage || record.state === 'running' ? null : refusal?.detail ?? null),
       workerExitCode: exitCode,
       stats,
       durationMs: Date.now() - started,
@@ -723,7 +1006,9 @@ function trackTurn(inputs: TrackInputs): { running: RunningTurn; startedOrEnded:
     return result;
   })();
 
-  send(inputs.launch);
+  if (inputs.attested) sendLaunch();
+  // A claimed prepared worker's stream was paused while it waited.
+  protocol.resume();
 
   const running: RunningTurn = {
     record,

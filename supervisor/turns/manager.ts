@@ -123,6 +123,8 @@ export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnMana
       return records.get(id)?.result ?? undefined;
     },
 
+    preparedWorkers: () => launchEnv.preparedWorkers.counts(),
+
     async close() {
       const pending = [...running.values()];
       for (const turn of pending) turn.stop('cancelled');

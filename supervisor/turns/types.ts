@@ -108,5 +108,7 @@ export interface TurnManager {
   roots(id: string): Result<{ roots: HostWriteRoots; turn: HostWriteTurn }, 'not_found' | 'turn_finished'>;
   /** Resolves with the final result when the turn ends. */
   wait(id: string): Promise<TurnResult | undefined>;
+  /** Prepared workers (supervisor/turns/prepared-workers.ts): ready to be claimed, and still starting. */
+  preparedWorkers(): { ready: number; starting: number };
   close(): Promise<void>;
 }

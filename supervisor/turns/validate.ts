@@ -5,6 +5,7 @@
 import path from 'node:path';
 import type { Fail } from '../../core/result.js';
 import type { TurnhostConfig } from '../config/types.js';
+import { PREPARED_WORKER_PREFIX } from './prepared-workers.js';
 import type { TurnRequest } from './types.js';
 
 export type RequestFailure = Fail<'invalid_request'> & { field: string };
@@ -49,6 +50,8 @@ export function validateTurnRequest(
     return refuse('sessionId', 'expected 1-128 characters of [A-Za-z0-9_.:-]');
   if (turnId !== undefined && (typeof turnId !== 'string' || !TURN_ID_PATTERN.test(turnId)))
     return refuse('turnId', 'expected 1-64 characters of [A-Za-z0-9_-]');
+  if (typeof turnId === 'string' && turnId.startsWith(PREPARED_WORKER_PREFIX))
+    return refuse('turnId', `the prefix ${PREPARED_WORKER_PREFIX} is reserved for prepared workers`);
   if (mode !== 'ordinary' && mode !== 'restricted') return refuse('mode', "expected 'ordinary' or 'restricted'");
   if (mode === 'restricted' && !config.modes.restricted.enabled)
     return refuse('mode', 'restricted mode is not enabled in the configuration (modes.restricted.enabled)');

@@ -4,6 +4,7 @@
  * lies beneath (the longest one); the protected paths are the `fs.protectedPaths` rules
  * configured for exactly that root. Decisions: docs/filesystem-view.md.
  */
+import fs from 'node:fs';
 import path from 'node:path';
 import { fail, ok, type Result } from '../../core/result.js';
 import type { TurnhostConfig } from '../config/types.js';
@@ -30,4 +31,32 @@ export function turnViewKeys(config: TurnhostConfig, cwd: string): Result<{ work
   if (protect.length > DESCRIPTOR_LIMITS.maxProtect)
     return fail('protected_path_invalid', `more than ${DESCRIPTOR_LIMITS.maxProtect} fs.protectedPaths rules for ${workspace}`);
   return ok({ workspace, protect });
+}
+
+function entryIdentity(file: string): string {
+  try {
+    const st = fs.lstatSync(file);
+    return `${st.dev}:${st.ino}:${st.mode & fs.constants.S_IFMT}`;
+  } catch (error) {
+    return `absent:${(error as NodeJS.ErrnoException).code ?? 'unknown'}`;
+  }
+}
+
+/**
+ * What the helper's view depends on in the host tree: the identity (device, inode, kind) of
+ * the workspace root and of every path component down to each protected path, never following
+ * a link. The helper resolves all of them when it builds the view; a prepared worker's view is
+ * current only while this fingerprint is unchanged (a protected path created, replaced by a
+ * link or renamed away since would be unmasked or masked in the wrong place).
+ */
+export function viewFingerprint(view: { workspace: string; protect: readonly HelperProtectRule[] }): string {
+  const entries = new Set<string>([view.workspace]);
+  for (const rule of view.protect) {
+    let current = view.workspace;
+    for (const component of rule.path.split('/')) {
+      current = path.join(current, component);
+      entries.add(current);
+    }
+  }
+  return [...entries].map((entry) => `${entry}=${entryIdentity(entry)}`).join('\n');
 }

@@ -1,7 +1,9 @@
 /**
  * Crash recovery: a supervisor killed with SIGKILL mid-turn leaves a running worker in its turn
- * cgroup; the next start kills and removes that leaf, records `worker_recovered`, and marks the
- * turn interrupted.
+ * cgroup (here a prepared worker the turn had claimed, its leaf named after the worker) and an
+ * idle prepared worker; the next start kills and removes both leaves, records
+ * `worker_recovered` for each (the claimed one bound to its turn, the idle one to none), and
+ * marks the turn interrupted.
  */
 import t from 'tap';
 import { spawn } from 'node:child_process';
@@ -35,7 +37,9 @@ t.test('the turn runs, then its supervisor dies with SIGKILL', async (t) => {
   t.ok(processesOfUid(workerUid).length >= 2, 'the worker and the detached sleep are alive');
   child.kill('SIGKILL');
   await new Promise((resolve) => child.once('exit', resolve));
-  t.ok(processesOfUid(workerUid).length >= 2, 'the turn outlives its supervisor');
+  // The worker ends its command's group when its protocol fd closes; the detached sleep is in
+  // a session of its own and stays until the next start reaps the leaf.
+  t.ok(processesOfUid(workerUid).length >= 1, 'the turn outlives its supervisor');
 });
 
 t.test('the next start reaps the leaf, records worker_recovered and marks the turn interrupted', async (t) => {
@@ -48,9 +52,17 @@ t.test('the next start reaps the leaf, records worker_recovered and marks the tu
   const event = page.events[0]!;
   t.equal(event.sessionId, 'session-crash');
   t.ok((event.payload.killedProcesses as number) >= 1, 'the leaf held live processes');
-  t.match(event.payload.cgroup, /turn-crash$/);
+  t.match(event.payload.cgroup, /\/prepared_[A-Za-z0-9_-]+$/, 'the turn ran in a prepared worker: the leaf is the worker\'s');
   const record = restarted.turns.get('turn-crash');
   t.equal(record?.state, 'finished');
   t.equal(record?.result?.status, 'interrupted');
   for (const dir of (event.payload.paths as string[])) t.notOk(fs.existsSync(dir), `${dir} is removed`);
+
+  const all = restarted.events.query({ kind: 'worker_recovered' });
+  if (!all.ok) throw new Error(all.detail);
+  const idle = all.events.filter((e) => e.turnId === null);
+  t.equal(idle.length, 1, 'the idle prepared worker is recovered bound to no turn');
+  t.match(idle[0]?.payload.cgroup, /\/prepared_[A-Za-z0-9_-]+$/);
+  // An idle worker ends itself when its protocol fd closes with the supervisor: nothing to kill.
+  t.equal(idle[0]?.payload.killedProcesses, 0, 'its worker had already exited');
 });

@@ -49,6 +49,8 @@ t.test('worker messages', async (t) => {
   t.equal(reason(parseWorkerMessage('{"type":"error","code":"unexpected_fds","detail":"x"}')), 'ok');
   t.match(reason(parseWorkerMessage('{"type":"error","code":"made_up","detail":"x"}')), /error\.code/);
   t.equal(reason(parseWorkerMessage('{"type":"started","pid":42}')), 'ok');
+  t.equal(reason(parseWorkerMessage('{"type":"ready"}')), 'ok');
+  t.match(reason(parseWorkerMessage('{"type":"ready","pid":1}')), /ready\.pid/);
 });
 
 t.test('line decoder: split chunks, split UTF-8, bounded lines', async (t) => {

@@ -1,6 +1,7 @@
 // VM tier, second file: turns under real cgroup v2 limits in the delegated subtree, run through
 // the supervisor's HTTP API with the setuid helper (separate worker uids). Each check proves one
 // limit or cleanup guarantee from issue 4; the last one kills the supervisor on purpose.
+import fs from 'node:fs';
 import { check, comment, expect, finish } from './tap.mjs';
 import {
   SERVICE,
@@ -23,9 +24,18 @@ import {
 const TURN_SECONDS = 240;
 const uniqueId = (name) => `vm-${name}-${Date.now().toString(36)}`;
 
-function leafDir(turnId) {
-  return sh(`find ${SERVICE_CGROUP} -mindepth 1 -maxdepth 3 -type d -name '${turnId}' 2>/dev/null || true`).trim();
+/**
+ * The turn's leaf as its worker_launch event names it: named after the turn, or after the
+ * prepared worker the turn claimed.
+ */
+async function turnLeaf(turnId) {
+  const launch = (await turnEvents(turnId)).find((event) => event.kind === 'worker_launch');
+  return launch?.payload?.cgroup ?? '';
 }
+
+const leafGone = (leaf) => leaf !== '' && !fs.existsSync(leaf);
+
+const journalTail = () => sh(`journalctl -u ${SERVICE} --no-pager -n 12 -o cat | cut -c1-300`);
 
 function summary(turn) {
   return { state: turn.state, workerUid: turn.workerUid, identity: turn.identity, result: turn.result };
@@ -76,7 +86,8 @@ await check('a memory hog under memory=64M is OOM-killed: status oom_killed, mem
   const events = await turnEvents(turn.id);
   const exit = events.find((event) => event.kind === 'worker_exit');
   expect(exit?.payload?.status === 'oom_killed', 'no worker_exit event saying oom_killed', { kinds: events.map((e) => e.kind), exit });
-  expect(leafDir(turn.id) === '', 'the turn leaf was not removed', { leaf: leafDir(turn.id) });
+  const leaf = await turnLeaf(turn.id);
+  expect(leafGone(leaf), 'the turn leaf was not removed', { leaf });
 });
 
 await check('a fork bomb under pids=64 is held at pids.max (pids_max) and dies with its turn', async () => {
@@ -101,29 +112,42 @@ await check('a CPU spinner under cpu=0.2 is throttled (cpu_throttled)', async ()
 await check('cancel kills a detached background process (setsid) with the turn', async () => {
   const created = await createTurn({ turnId: uniqueId('cancel'), argv: ['/bin/sh', '-c', 'setsid sleep 1000 & sleep 1001'], timeoutSeconds: 600 });
   const running = await waitForWorkerProcesses(created.id, 'sleep 100', 2);
-  comment(`cancel turn leaf: ${leafDir(created.id)} procs ${JSON.stringify(cgroupProcs(leafDir(created.id)))}`);
+  const leaf = await turnLeaf(created.id);
+  comment(`cancel turn leaf: ${leaf} procs ${JSON.stringify(cgroupProcs(leaf))}`);
   const cancelled = await api('POST', `/api/turns/${created.id}/cancel`);
   expect(cancelled.status === 200, `cancel answered ${cancelled.status}`, { body: cancelled.body });
   const turn = await waitForTurnState(created.id, 'finished', TURN_SECONDS);
   comment(`cancel turn: ${JSON.stringify(summary(turn))}`);
   expect(turn.result?.status === 'cancelled', `status ${turn.result?.status}`, summary(turn));
   await expectNoProcessesLeft(running.workerUid, 'cancel');
-  expect(leafDir(created.id) === '', 'the turn leaf was not removed', { leaf: leafDir(created.id) });
+  expect(leafGone(leaf), 'the turn leaf was not removed', { leaf });
+});
+
+await check('the next turn like the last one claims its prepared worker, attested by the non-root supervisor under cgroup v2', async () => {
+  const first = await runToEnd({ name: 'warm-first', turn: { argv: ['/bin/true'] } });
+  // The pool prepares the next worker once a turn has ended; a turn that comes while it is
+  // still starting waits for it.
+  const second = await runToEnd({ name: 'warm-second', turn: { argv: ['/bin/true'] } });
+  expect(second.result.status === 'ok', `status ${second.result.status}`, summary(second));
+  const leaf = await turnLeaf(second.id);
+  expect(/\/prepared_[A-Za-z0-9_-]+$/.test(leaf), 'the second turn did not run in a prepared worker', { leaf, journal: journalTail() });
+  expect(second.workerUid !== first.workerUid, 'the prepared worker has a uid of its own', { first: first.workerUid, second: second.workerUid });
+  await expectNoProcessesLeft(second.workerUid, 'the claiming turn');
+  expect(leafGone(leaf), 'the prepared leaf was not removed with its turn', { leaf });
 });
 
 await check('kill -9 of the supervisor mid-turn, then restart: the stale leaf is reaped, worker_recovered recorded', async () => {
   const created = await createTurn({ turnId: uniqueId('crash'), argv: ['/bin/sh', '-c', 'setsid sleep 1000 & sleep 1001'], timeoutSeconds: 600 });
   const running = await waitForWorkerProcesses(created.id, 'sleep 100', 2);
-  const leaf = leafDir(created.id);
-  expect(leaf !== '', 'no leaf cgroup for the running turn', { tree: sh(`find ${SERVICE_CGROUP} -type d`) });
+  const leaf = await turnLeaf(created.id);
+  expect(leaf !== '' && fs.existsSync(leaf), 'no leaf cgroup for the running turn', { leaf, tree: sh(`find ${SERVICE_CGROUP} -type d`) });
   const pid = serviceMainPid();
   sh(`kill -9 ${pid}`);
   await waitFor(`${SERVICE} to notice its main process died`, 60, () => (serviceMainPid() !== pid ? true : undefined));
   comment(`after kill -9: leaf ${leaf} procs ${JSON.stringify(cgroupProcs(leaf))}; worker processes ${JSON.stringify(processesOfUid(running.workerUid))}`);
   const restarted = sh(`systemctl restart ${SERVICE} 2>&1; echo "exit $?"`);
-  const journal = () => sh(`journalctl -u ${SERVICE} --no-pager -n 12 -o cat | cut -c1-300`);
-  expect(restarted.trim().endsWith('exit 0'), 'systemctl restart failed', { restarted, journal: journal() });
-  await waitForSupervisor(240).catch((error) => expect(false, error.message, { journal: journal() }));
+  expect(restarted.trim().endsWith('exit 0'), 'systemctl restart failed', { restarted, journal: journalTail() });
+  await waitForSupervisor(240).catch((error) => expect(false, error.message, { journal: journalTail() }));
   const turn = await waitFor(`turn ${created.id} to be marked finished after the restart`, 60, async () => {
     const current = await getTurn(created.id);
     return current.state === 'finished' ? current : undefined;
@@ -134,7 +158,7 @@ await check('kill -9 of the supervisor mid-turn, then restart: the stale leaf is
   const recovered = events.find((event) => event.kind === 'worker_recovered');
   expect(recovered !== undefined, 'no worker_recovered event', { kinds: events.map((e) => e.kind) });
   comment(`worker_recovered: ${JSON.stringify(recovered.payload)}`);
-  expect(leafDir(created.id) === '', 'the stale leaf is still there', { leaf, procs: cgroupProcs(leaf) });
+  expect(leafGone(leaf), 'the stale leaf is still there', { leaf, procs: cgroupProcs(leaf) });
   await expectNoProcessesLeft(running.workerUid, 'the supervisor crash and restart');
 });
 

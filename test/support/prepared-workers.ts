@@ -1,0 +1,59 @@
+/**
+ * Observing prepared workers from a test: their processes (by uid in the harness's range) and
+ * the pool's counts through the turn manager.
+ */
+import fs from 'node:fs';
+import type { TurnHarness } from './turn-harness.js';
+
+export interface WorkerProcess {
+  pid: number;
+  uid: number;
+}
+
+/** Every process whose real uid lies in the harness's worker uid range. */
+export function workerProcesses(harness: Pick<TurnHarness, 'uidRange'>): WorkerProcess[] {
+  const { first, count } = harness.uidRange;
+  const found: WorkerProcess[] = [];
+  for (const name of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const uid = Number(/^Uid:\s+(\d+)/m.exec(fs.readFileSync(`/proc/${name}/status`, 'utf8'))?.[1]);
+      if (uid >= first && uid < first + count) found.push({ pid: Number(name), uid });
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return found;
+}
+
+async function until(condition: () => boolean, what: string): Promise<void> {
+  // A bound on a hang, not a timing assertion: a prepared worker is ready within a second or two.
+  for (let waited = 0; waited < 60_000; waited += 20) {
+    if (condition()) return;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  throw new Error(`gave up waiting until ${what}`);
+}
+
+/**
+ * Waits until exactly one worker is prepared and ready (and, with `replacing`, it is not that
+ * uid's: the pool replaces workers after the turn that triggered it ended), and answers its process.
+ */
+export async function preparedWorker(harness: TurnHarness, replacing?: number): Promise<WorkerProcess> {
+  let found: WorkerProcess | undefined;
+  await until(() => {
+    const counts = harness.turns.preparedWorkers();
+    const processes = workerProcesses(harness);
+    found = processes.length === 1 && counts.ready === 1 && counts.starting === 0 ? processes[0] : undefined;
+    return found !== undefined && found.uid !== replacing;
+  }, 'one prepared worker is ready');
+  return found as WorkerProcess;
+}
+
+/** Waits until the pool is empty and no worker process is left. */
+export async function noPreparedWorker(harness: TurnHarness): Promise<void> {
+  await until(() => {
+    const counts = harness.turns.preparedWorkers();
+    return counts.ready === 0 && counts.starting === 0 && workerProcesses(harness).length === 0;
+  }, 'no prepared worker is left');
+}
