@@ -351,6 +351,8 @@ export async function stopUntrackedWorker(worker: StartedWorker): Promise<void> 
  * A prepared worker is ready once it reported `ready`: booted, fds checked, seccomp installed,
  * waiting for its launch message. Its protocol stream is then paused until a turn takes it.
  */
+const READY_TIMEOUT_MS = 60_000;
+
 export function awaitWorkerReady(worker: StartedWorker): Promise<Result> {
   const { child, protocol } = worker.spawned;
   const decoder = new LineDecoder();
@@ -359,7 +361,13 @@ export function awaitWorkerReady(worker: StartedWorker): Promise<Result> {
   };
   child.stderr?.on('data', collectStderr);
   return new Promise<Result>((resolve) => {
+    // A worker that hangs in its boot must not hold a uid (and the pool's close) for ever.
+    const timer = setTimeout(
+      () => settle(fail('worker_not_ready', `no ready within ${READY_TIMEOUT_MS / 1000} s`)),
+      READY_TIMEOUT_MS,
+    );
     const settle = (result: Result): void => {
+      clearTimeout(timer);
       protocol.off('data', onData);
       child.off('exit', onExit);
       child.off('error', onError);
