@@ -143,7 +143,8 @@ export async function runLocal(
 ): Promise<number> {
   const loaded = loadConfig({ configPath: settings.configPath, env: settings.env, overrides: settings.overrides });
   if (!loaded.ok) throw new CliExit(EXIT.usage, `turnhost: configuration: ${loaded.detail}`);
-  const config = loaded.config;
+  // One turn and gone: a worker prepared for a next turn would only be booted to be stopped.
+  const config = { ...loaded.config, turns: { ...loaded.config.turns, preparedWorkers: 0 } };
   const logger = createLogger({ level: config.logLevel === 'info' ? 'warn' : config.logLevel, fields: { component: 'run-local' } });
   // Only `run --local` needs the supervisor's own parts; a remote run stays a thin client.
   const { createProbeContext, createProductionTurnManager, lockDataDir, openStore, prepareDataDir } = await import('../daemon.js');
