@@ -48,6 +48,8 @@ export interface HarnessOptions {
   stateDir?: string;
   /** False runs the non-root supervisor's turn temp path (helper chown and reclaim); see TurnManagerDeps. */
   supervisorIsRoot?: boolean;
+  /** Size of the helper's worker uid range (default 64). */
+  uidCount?: number;
 }
 
 export async function createTurnHarness(options: HarnessOptions): Promise<TurnHarness> {
@@ -59,7 +61,7 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
   fs.chmodSync(workspace, 0o777);
   // The helper refuses a config under a world-writable directory such as /tmp.
   const helperDir = fs.mkdtempSync('/run/turnhost-harness-');
-  const uidRange = { first: 3_100_000 + options.slot * 1000, count: 64 };
+  const uidRange = { first: 3_100_000 + options.slot * 1000, count: options.uidCount ?? 64 };
   const subtreeName = options.stateDir ? `turnhost-test-${options.slot}-${path.basename(base)}` : `turnhost-test-${options.slot}-${process.pid}`;
 
   const config = defaultConfig({ installed: false, cwd: base });

@@ -102,6 +102,21 @@ t.test('closing the manager stops prepared workers', async (t) => {
   t.same(workerProcesses(closing), [], 'no worker process is left after close');
 });
 
+t.test('a turn that finds every uid held stops an idle prepared worker instead of being refused', async (t) => {
+  const single = await createTurnHarness({ slot: 78, uidCount: 1 });
+  t.teardown(() => single.close());
+  const first = await runTurn(single, { argv: ['/bin/true'] });
+  t.equal(first.result.status, 'ok', first.result.detail ?? first.stderr);
+  const prepared = await preparedWorker(single);
+  t.equal(prepared.uid, single.uidRange.first, 'the prepared worker holds the only uid');
+  const sub = path.join(single.workspace, 'sub');
+  fs.mkdirSync(sub, { recursive: true, mode: 0o777 });
+  fs.chmodSync(sub, 0o777);
+  const created = await single.turns.create({ sessionId: 'session-test', mode: 'ordinary', cwd: sub, argv: ['/bin/true'] });
+  t.ok(created.ok, created.ok ? 'the turn started' : `refused: ${created.reason}: ${created.detail}`);
+  if (created.ok) t.equal((await single.turns.wait(created.turn.id))?.status, 'ok');
+});
+
 t.test('turns.preparedWorkers 0 prepares nothing', async (t) => {
   const off = await createTurnHarness({ slot: 76, configure: (config) => (config.turns.preparedWorkers = 0) });
   t.teardown(() => off.close());
