@@ -56,7 +56,7 @@ const RLIMIT_FOR: Record<'processes' | 'data' | 'file_size' | 'open_files', Help
   open_files: 'nofile',
 };
 
-export function helperLocation(deps: TurnManagerDeps): HelperLocation | null {
+function helperLocation(deps: TurnManagerDeps): HelperLocation | null {
   const { path: helperPath, configPath } = deps.config.identityHelper;
   return helperPath ? { path: helperPath, configPath } : null;
 }
