@@ -45,6 +45,7 @@ interface StatusAnswer {
   runtime: {
     workerHost: WorkerHostStatus | null;
     events: { fallbackActive: boolean; fallbackPendingEvents: number; lastFallbackReason: string | null; databasePath: string };
+    preparedWorkers?: { ready: number; starting: number };
   };
   uptime: number;
 }
@@ -62,7 +63,12 @@ export function formatStatus(answer: StatusAnswer): string {
         : `database ${events.databasePath}`,
     ],
     ...workerHostRows(answer.runtime.workerHost),
+    ...preparedWorkerRows(answer.runtime.preparedWorkers),
   ]);
+}
+
+function preparedWorkerRows(prepared: { ready: number; starting: number } | undefined): Array<[string, string]> {
+  return prepared ? [['prepared workers', `${prepared.ready} ready, ${prepared.starting} starting`]] : [];
 }
 
 export function formatEvent(event: GovernanceEvent): string {

@@ -111,7 +111,11 @@ export function createApp(deps: AppDeps): Express {
       res.json({
         software: deps.software,
         host: deps.host,
-        runtime: { workerHost: deps.latestStatus(), events: deps.store.status() },
+        runtime: {
+          workerHost: deps.latestStatus(),
+          events: deps.store.status(),
+          ...(deps.turns ? { preparedWorkers: deps.turns.preparedWorkers() } : {}),
+        },
         uptime: process.uptime(),
       });
     },

@@ -86,6 +86,7 @@ t.test('status --json shows a workerHost for this machine', async (t) => {
   t.match(status.host, { kernel: String, distro: String, cpus: Number, memoryBytes: Number });
   t.match(status.runtime.workerHost, { ordinary: { available: Boolean, trigger: 'boot' }, identity: String, limits: { enforced: Array, absent: Array } });
   t.match(status.runtime.workerHost.boundary.cgroup.layout, /^(v2|hybrid|v1|none)$/);
+  t.same(status.runtime.preparedWorkers, { ready: 0, starting: 0 }, 'no worker is prepared before a turn ran');
   if (process.getuid?.() === 0) t.match(status.runtime.workerHost.rootServer, { warning: String }, 'root server warning while running as root');
   t.match(served.stderr(), /"level":"warn".*runs as root/, 'one WARN line at boot');
 });
@@ -255,6 +256,16 @@ t.test('run through the server and --local', async (t) => {
   const local = turnhost(['run', '--local', '--data-dir', path.join(tmp, 'local-data'), '--cwd', tmp, '--', '/bin/sh', '-c', 'echo local; exit 7']);
   t.equal(local.code, 7, local.stderr);
   t.equal(local.stdout, 'local\n');
+
+  // After those turns the server holds one worker prepared for the next turn like them.
+  let prepared: unknown;
+  for (let attempt = 0; attempt < 150; attempt++) {
+    prepared = JSON.parse(turnhost(['status', '--json', '--server', server, '--data-dir', dataDir]).stdout).runtime.preparedWorkers;
+    if ((prepared as { ready: number }).ready === 1) break;
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  t.same(prepared, { ready: 1, starting: 0 }, 'status shows the prepared worker');
+  t.match(turnhost(['status', '--server', server, '--data-dir', dataDir]).stdout, /prepared workers\s+1 ready, 0 starting/);
 });
 
 t.test('SIGTERM stops serve cleanly and removes its socket', async (t) => {
