@@ -2,37 +2,23 @@
  * Observing prepared workers from a test: their processes (by uid in the harness's range) and
  * the pool's counts through the turn manager.
  */
-import fs from 'node:fs';
+import { liveProcesses, type LiveProcess } from './processes.js';
 import type { TurnHarness } from './turn-harness.js';
+import { until } from './until.js';
 
-export interface WorkerProcess {
-  pid: number;
-  uid: number;
-}
+export type WorkerProcess = LiveProcess;
 
-/** Every process whose real uid lies in the harness's worker uid range. */
+/** Every live process whose real uid lies in the harness's worker uid range. */
 export function workerProcesses(harness: Pick<TurnHarness, 'uidRange'>): WorkerProcess[] {
   const { first, count } = harness.uidRange;
-  const found: WorkerProcess[] = [];
-  for (const name of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const uid = Number(/^Uid:\s+(\d+)/m.exec(fs.readFileSync(`/proc/${name}/status`, 'utf8'))?.[1]);
-      if (uid >= first && uid < first + count) found.push({ pid: Number(name), uid });
-    } catch {
-      // exited meanwhile
-    }
-  }
-  return found;
+  return liveProcesses().filter(({ uid }) => uid >= first && uid < first + count);
 }
 
-async function until(condition: () => boolean, what: string): Promise<void> {
-  // A bound on a hang, not a timing assertion: a prepared worker is ready within a second or two.
-  for (let waited = 0; waited < 60_000; waited += 20) {
-    if (condition()) return;
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-  throw new Error(`gave up waiting until ${what}`);
+// A bound on a hang, not a timing assertion: a prepared worker is ready within a second or two.
+const WAIT_MS = 60_000;
+
+async function waitUntil(condition: () => boolean, what: string): Promise<void> {
+  if (!(await until(condition, WAIT_MS))) throw new Error(`gave up waiting until ${what}`);
 }
 
 /**
@@ -41,7 +27,7 @@ async function until(condition: () => boolean, what: string): Promise<void> {
  */
 export async function preparedWorker(harness: TurnHarness, replacing?: number): Promise<WorkerProcess> {
   let found: WorkerProcess | undefined;
-  await until(() => {
+  await waitUntil(() => {
     const counts = harness.turns.preparedWorkers();
     const processes = workerProcesses(harness);
     found = processes.length === 1 && counts.ready === 1 && counts.starting === 0 ? processes[0] : undefined;
@@ -52,7 +38,7 @@ export async function preparedWorker(harness: TurnHarness, replacing?: number): 
 
 /** Waits until the pool is empty and no worker process is left. */
 export async function noPreparedWorker(harness: TurnHarness): Promise<void> {
-  await until(() => {
+  await waitUntil(() => {
     const counts = harness.turns.preparedWorkers();
     return counts.ready === 0 && counts.starting === 0 && workerProcesses(harness).length === 0;
   }, 'no prepared worker is left');

@@ -1,18 +1,28 @@
 import fs from 'node:fs';
 
-/** Live processes of a uid. A zombie has already died (it holds no memory, runs nothing) and waits only for its reaper. */
-export function processesOfUid(uid: number): number[] {
-  const pids: number[] = [];
+export interface LiveProcess {
+  pid: number;
+  /** Real uid. */
+  uid: number;
+}
+
+/** Live processes. A zombie has already died (it holds no memory, runs nothing) and waits only for its reaper. */
+export function liveProcesses(): LiveProcess[] {
+  const found: LiveProcess[] = [];
   for (const entry of fs.readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
     try {
       const status = fs.readFileSync(`/proc/${entry}/status`, 'utf8');
       const real = /^Uid:\s+(\d+)/m.exec(status)?.[1];
-      const zombie = /^State:\s+Z/m.test(status);
-      if (Number(real) === uid && !zombie) pids.push(Number(entry));
+      if (real !== undefined && !/^State:\s+Z/m.test(status)) found.push({ pid: Number(entry), uid: Number(real) });
     } catch {
       // exited while we looked
     }
   }
-  return pids;
+  return found;
+}
+
+/** Live processes of a uid. */
+export function processesOfUid(uid: number): number[] {
+  return liveProcesses().filter((p) => p.uid === uid).map((p) => p.pid);
 }

@@ -13,7 +13,8 @@ import {
   type TurnCgroup,
 } from '../../../cgroup/turn-cgroup.js';
 import { reapStaleTurnCgroups } from '../../../cgroup/reap.js';
-import { hostLayout, pidAlive, spawnInCgroups, until } from './fixtures/host-cgroups.js';
+import { hostLayout, pidAlive, spawnInCgroups } from './fixtures/host-cgroups.js';
+import { until } from '../../support/until.js';
 
 const prepared = prepareCgroupSubtree(hostLayout(), { name: `thtest-v1-${process.pid}` });
 if (!prepared.ok) throw new Error(`prepare failed: ${prepared.detail}`);

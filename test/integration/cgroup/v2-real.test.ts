@@ -8,7 +8,8 @@ import path from 'node:path';
 import { hostCgroupFs } from '../../../cgroup/files.js';
 import { createTurnCgroup, removeCgroupSubtree, type CgroupSubtreeV2 } from '../../../cgroup/turn-cgroup.js';
 import { reapStaleTurnCgroups } from '../../../cgroup/reap.js';
-import { ownV2Dir, pidAlive, spawnInCgroups, until } from './fixtures/host-cgroups.js';
+import { ownV2Dir, pidAlive, spawnInCgroups } from './fixtures/host-cgroups.js';
+import { until } from '../../support/until.js';
 
 const ownDir = ownV2Dir();
 const turnsDir = path.join(ownDir, `thtest-v2-${process.pid}`);
