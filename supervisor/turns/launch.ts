@@ -47,7 +47,7 @@ import {
   prepareWorker,
   profileFor,
   startWorker,
-  STDERR_TAIL_BYTES,
+  appendStderrTail,
   stopUntrackedWorker,
   viewStillCurrent,
   workerKey,
@@ -265,12 +265,16 @@ function commandEnv(deps: TurnManagerDeps, request: TurnRequest): Record<string,
   };
 }
 
-/** Records a refusal: a finished turn with `launch_refused`, and a `worker_host_refusal` event. */
-function refuseTurn(env: LaunchEnvironment, record: TurnRecord, request: TurnRequest, requirement: string): LaunchOutcome {
-  env.records.insert(finishedWithoutRun(record, 'launch_refused', requirement), []);
+function appendHostRefusal(env: LaunchEnvironment, record: TurnRecord, request: TurnRequest, requirement: string): void {
   env.deps.events.append(
     serverTurnEvent(attributionOf(record, request), 'worker_host_refusal', { mode: record.mode, requirement, trigger: 'turn' }),
   );
+}
+
+/** Records a refusal: a finished turn with `launch_refused`, and a `worker_host_refusal` event. */
+function refuseTurn(env: LaunchEnvironment, record: TurnRecord, request: TurnRequest, requirement: string): LaunchOutcome {
+  env.records.insert(finishedWithoutRun(record, 'launch_refused', requirement), []);
+  appendHostRefusal(env, record, request, requirement);
   env.deps.logger.warn('turn refused: worker host unsupported', { turnId: record.id, requirement });
   return { ok: false, reason: 'worker_host_unsupported', detail: requirement, requirement };
 }
@@ -423,9 +427,7 @@ function trackTurn(inputs: TrackInputs): { running: RunningTurn; startedOrEnded:
     const attested = inputs.attested ? ok({}) : attestStartedWorker(worker);
     if (attested.ok) return send(inputs.launch);
     attestationFailure = attested.detail;
-    deps.events.append(
-      serverTurnEvent(attributionOf(record, request), 'worker_host_refusal', { mode: record.mode, requirement: attested.detail, trigger: 'turn' }),
-    );
+    appendHostRefusal(env, record, request, attested.detail);
     log.warn('turn refused: worker attestation failed', { detail: attested.detail });
     killWorker();
   };
@@ -476,7 +478,7 @@ function trackTurn(inputs: TrackInputs): { running: RunningTurn; startedOrEnded:
   const stdoutStream = record.tty ? 'pty' : 'stdout';
   child.stdout?.on('data', (data: Buffer) => output.push({ type: 'output', stream: stdoutStream, data }));
   child.stderr?.on('data', (data: Buffer) => {
-    stderrTail = Buffer.concat([stderrTail, data]).subarray(-STDERR_TAIL_BYTES);
+    stderrTail = appendStderrTail(stderrTail, data);
     output.push({ type: 'output', stream: 'stderr', data });
   });
   child.stdin?.on('error', () => undefined);

@@ -41,7 +41,12 @@ import type { LaunchEnvironment, LaunchOutcome } from './launch.js';
 
 export const DEFAULT_COMMAND_PATH = '/usr/local/bin:/usr/bin:/bin';
 
-export const STDERR_TAIL_BYTES = 4096;
+const STDERR_TAIL_BYTES = 4096;
+
+/** The last bytes of a worker's stderr: a helper refusal is read from there. */
+export function appendStderrTail(tail: Buffer, data: Buffer): Buffer {
+  return Buffer.concat([tail, data]).subarray(-STDERR_TAIL_BYTES);
+}
 
 /**
  * The worker's own environment (the command's is in its launch message). libuv must not submit
@@ -357,7 +362,7 @@ export function awaitWorkerReady(worker: StartedWorker): Promise<Result> {
   const { child, protocol } = worker.spawned;
   const decoder = new LineDecoder();
   const collectStderr = (data: Buffer): void => {
-    worker.stderrTail = Buffer.concat([worker.stderrTail, data]).subarray(-STDERR_TAIL_BYTES);
+    worker.stderrTail = appendStderrTail(worker.stderrTail, data);
   };
   child.stderr?.on('data', collectStderr);
   return new Promise<Result>((resolve) => {
