@@ -60,6 +60,10 @@ interface HarnessModule {
  */
 const HARNESS_MODULE = ['..', 'test', 'support', 'turn-harness.js'].join('/');
 const { createTurnHarness, WORKER_ENTRY } = (await import(HARNESS_MODULE)) as HarnessModule;
+const PREPARED_WORKERS_MODULE = ['..', 'test', 'support', 'prepared-workers.js'].join('/');
+const { workerProcesses } = (await import(PREPARED_WORKERS_MODULE)) as {
+  workerProcesses(harness: Pick<TurnHarness, 'uidRange'>): Array<{ pid: number; uid: number }>;
+};
 
 interface Figures {
   p50: number;
@@ -316,18 +320,6 @@ function openFdCount(): number {
   return fs.readdirSync('/proc/self/fd').length;
 }
 
-/** Processes whose real uid lies in the harness's worker uid range. */
-function workerProcessesLeft(range: { first: number; count: number }): number[] {
-  return fs.readdirSync('/proc').filter((name) => /^\d+$/.test(name)).map(Number).filter((pid) => {
-    try {
-      const uid = Number(/^Uid:\s+(\d+)/m.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]);
-      return uid >= range.first && uid < range.first + range.count;
-    } catch {
-      return false; // exited meanwhile
-    }
-  });
-}
-
 /**
  * Issue 4's cleanup check, on the real pipeline: no leaf, worker process or fd left behind
  * but the prepared workers, which are counted apart.
@@ -337,7 +329,7 @@ function reportCleanup(harness: TurnHarness, slot: number): void {
   const subtree = prepareCgroupSubtree(discoverCgroupLayout(harness.config.probeRoots), { name: `turnhost-test-${slot}-${process.pid}` });
   const leaves = subtree.ok ? listTurnCgroups(subtree.subtree) : [];
   const prepared = leaves.filter((name) => name.startsWith('prepared_')).length;
-  const processes = workerProcessesLeft(harness.uidRange);
+  const processes = workerProcesses(harness);
   console.log(
     `cleanup (slot ${slot}) after ${ITERATIONS + WARMUP} rounds: ${subtree.ok ? leaves.length - prepared : `unknown (${subtree.detail})`} turn cgroup leaves left, ` +
       `${processes.length} worker-uid processes left (${prepared} prepared worker(s) idle by design)`,
