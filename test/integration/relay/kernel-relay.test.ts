@@ -1,0 +1,138 @@
+/**
+ * The kernel relay on real loopback connections: two connections, one end of each handed to
+ * the relay, bytes written at one far end must arrive at the other.
+ */
+import { spawn } from 'node:child_process';
+import crypto from 'node:crypto';
+import net from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import t from 'tap';
+import { ByteBudget } from '../../../relay/byte-budget.js';
+import { kernelRelay, type KernelRelay } from '../../../relay/kernel-relay.js';
+import { connection } from './fixtures/connection.js';
+
+/** Everything `socket` receives until its peer's EOF (or a reset). */
+function received(socket: net.Socket): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  socket.on('data', (chunk: Buffer) => chunks.push(chunk));
+  return new Promise((resolve) => {
+    socket.once('end', () => resolve(Buffer.concat(chunks)));
+    socket.once('close', () => resolve(Buffer.concat(chunks)));
+  });
+}
+
+async function readyRelay(): Promise<KernelRelay> {
+  const relay = kernelRelay();
+  const state = await relay.settled();
+  if (state !== 'ready') throw new Error(`the kernel relay is ${state}`);
+  return relay;
+}
+
+const sha256 = (bytes: Buffer): string => crypto.createHash('sha256').update(bytes).digest('hex');
+
+t.test('relays both ways, initial bytes first, half-close passed on, counts exclude initial bytes', async (t) => {
+  const relay = await readyRelay();
+  const a = await connection();
+  const b = await connection();
+  const adopted = relay.adopt(a.near, b.near, { initial: [Buffer.from('to-a:'), Buffer.from('to-b:')] });
+  if (!adopted.ok) throw new Error(adopted.detail);
+  t.ok(a.near.destroyed && b.near.destroyed, 'Node no longer holds the adopted sockets');
+  const up = crypto.randomBytes(8 * 1024 * 1024);
+  const atB = received(b.far);
+  const atA = received(a.far);
+  a.far.end(up);
+  const gotAtB = await atB;
+  t.equal(gotAtB.subarray(0, 5).toString(), 'to-b:');
+  t.equal(sha256(gotAtB.subarray(5)), sha256(up), 'the upload arrives byte-exact after the initial bytes');
+  // a's EOF reached b; b still answers, then closes: a sees the answer, then EOF.
+  b.far.end('answer');
+  t.equal((await atA).toString(), 'to-a:answer');
+  const end = await adopted.tunnel.ended;
+  t.same(end, { outcome: 'ok', failedSide: null, detail: '', bytes: [up.length, 6], eofFrom: [true, true] });
+});
+
+t.test('the budget ends a tunnel before a byte past it is delivered', async (t) => {
+  const relay = await readyRelay();
+  const a = await connection();
+  const b = await connection();
+  const budget = new ByteBudget(1000);
+  budget.charge(200);
+  const adopted = relay.adopt(a.near, b.near, { budget });
+  if (!adopted.ok) throw new Error(adopted.detail);
+  const atB = received(b.far);
+  a.far.write(Buffer.alloc(64 * 1024, 1));
+  const end = await adopted.tunnel.ended;
+  t.equal(end.outcome, 'cap_exceeded');
+  t.ok((await atB).length <= 800, 'at most the 800 bytes left in the budget arrived');
+  t.ok(budget.usedBytes() > 1000, 'the budget shows the excess attempt');
+});
+
+t.test('an idle tunnel ends idle_timeout; an aborted one ends aborted; both peers see the close', async (t) => {
+  const relay = await readyRelay();
+  const idle = [await connection(), await connection()] as const;
+  const idleTunnel = relay.adopt(idle[0].near, idle[1].near, { idleTimeoutMs: 100 });
+  if (!idleTunnel.ok) throw new Error(idleTunnel.detail);
+  const cut = [await connection(), await connection()] as const;
+  const cutTunnel = relay.adopt(cut[0].near, cut[1].near);
+  if (!cutTunnel.ok) throw new Error(cutTunnel.detail);
+  const closedPeers = [...idle, ...cut].map((c) => received(c.far));
+  t.equal((await idleTunnel.tunnel.ended).outcome, 'idle_timeout');
+  cutTunnel.tunnel.abort();
+  t.match(await cutTunnel.tunnel.ended, { outcome: 'aborted', eofFrom: [false, false] });
+  await Promise.all(closedPeers);
+});
+
+t.test('a socket with bytes buffered in Node is not adoptable, and both sockets stay Node\'s', async (t) => {
+  const relay = await readyRelay();
+  const a = await connection();
+  const b = await connection();
+  // As if Node had read bytes the relay would then never see.
+  a.near.unshift(Buffer.from('early'));
+  const refused = relay.adopt(a.near, b.near);
+  t.match(refused, { ok: false, reason: 'not_adoptable' });
+  t.notOk(a.near.destroyed || b.near.destroyed, 'neither socket was touched');
+  b.near.write('still usable');
+  t.equal((await new Promise<Buffer>((resolve) => b.far.once('data', resolve))).toString(), 'still usable');
+  for (const socket of [a.near, a.far, b.near, b.far]) socket.destroy();
+});
+
+t.test('a reset on one side ends the tunnel side_failed naming that side', async (t) => {
+  const relay = await readyRelay();
+  const a = await connection();
+  const b = await connection();
+  const adopted = relay.adopt(a.near, b.near);
+  if (!adopted.ok) throw new Error(adopted.detail);
+  b.far.resetAndDestroy();
+  a.far.write(Buffer.alloc(256 * 1024));
+  t.match(await adopted.tunnel.ended, { outcome: 'side_failed', failedSide: 1 });
+  a.far.destroy();
+});
+
+t.test('stop() ends open tunnels aborted; the next kernelRelay() is a new thread', async (t) => {
+  const relay = await readyRelay();
+  const a = await connection();
+  const b = await connection();
+  const adopted = relay.adopt(a.near, b.near);
+  if (!adopted.ok) throw new Error(adopted.detail);
+  await relay.stop();
+  t.equal((await adopted.tunnel.ended).outcome, 'aborted');
+  t.equal(relay.state(), 'stopped');
+  const late = await connection();
+  t.match(relay.adopt(late.near, late.far), { ok: false, reason: 'relay_not_ready' });
+  late.near.destroy();
+  late.far.destroy();
+  const next = await readyRelay();
+  t.not(next, relay);
+});
+
+t.test('process.exit() with tunnels open does not wait on the relay thread', async (t) => {
+  const script = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures', 'exit-with-tunnel.ts');
+  // A hang is this test's failure: the bound kills the child, which then exits by SIGKILL.
+  const child = spawn(process.execPath, ['--import', 'tsx', script], { stdio: ['ignore', 'pipe', 'inherit'], timeout: 20_000, killSignal: 'SIGKILL' });
+  let output = '';
+  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const code = await new Promise((resolve) => child.once('exit', resolve));
+  t.equal(output.trim(), 'tunnel open');
+  t.equal(code, 7, 'the exit code process.exit() asked for');
+});
