@@ -24,6 +24,7 @@ import { openEventStore } from '../supervisor/events/store.js';
 import type { EventInput, EventSink, EventStore } from '../supervisor/events/types.js';
 import { buildTurnPolicy, DEFAULT_INFERENCE_HOSTS } from '../proxy/policy.js';
 import { startTurnProxy } from '../proxy/server.js';
+import { kernelRelay, type KernelRelay } from '../relay/kernel-relay.js';
 import { startEgressBridge } from '../worker/bridge.js';
 
 const ORIGIN = 'origin.bench.test';
@@ -39,6 +40,8 @@ const UPLOAD_CHUNK = 1024 * 1024;
 const UPLOAD_RUNS = 9;
 const GOAL_THROUGHPUT_RATIO = 0.8;
 const GOAL_ADDED_P50_MS = 1;
+/** BENCH_KERNEL_RELAY=0 relays tunnels in Node (the path used while the relay thread starts). */
+const USE_KERNEL_RELAY = process.env.BENCH_KERNEL_RELAY !== '0';
 
 type Target = { path: string } | { port: number };
 type Message = Record<string, number>;
@@ -220,17 +223,20 @@ async function serveProxy(socketPath: string, httpPort: number, sinkPort: number
     logger,
   });
   const counting = countingSink(store);
+  const kernel = relayUnderTest();
   const proxy = await startTurnProxy({
     socketPath,
     allowedPeerUid: process.getuid!(),
     policy: built.policy,
     resolver: async () => ['127.0.0.1'],
     caps,
+    kernel,
     sink: counting.sink,
     turn: { sessionId: 'bench', turnId: TURN_ID, profile: 'governed', model: null },
     logger,
   });
   if (!proxy.ok) throw new Error(proxy.detail);
+  if (kernel) await kernel.settled();
   process.send!({});
   serveControl(async () => {
     await proxy.close();
@@ -240,12 +246,18 @@ async function serveProxy(socketPath: string, httpPort: number, sinkPort: number
   });
 }
 
+function relayUnderTest(): KernelRelay | null {
+  return USE_KERNEL_RELAY ? kernelRelay() : null;
+}
+
 async function serveBridge(socketPath: string): Promise<void> {
-  const bridge = await startEgressBridge({ socketPath });
+  const kernel = relayUnderTest();
+  if (kernel) await kernel.settled();
+  const bridge = await startEgressBridge({ socketPath, kernel });
   if (!bridge.ok) throw new Error(bridge.detail);
   process.send!({ port: bridge.port });
   serveControl(async () => {
-    bridge.close();
+    await bridge.close();
     return {};
   });
 }
@@ -312,6 +324,7 @@ async function main(): Promise<void> {
 
   const load = os.loadavg().map((l) => l.toFixed(2)).join(' ');
   console.log(`egress proxy benchmark, ${new Date().toISOString()}, load average ${load}, ${CORES} CPUs`);
+  console.log(`CONNECT tunnels relayed ${USE_KERNEL_RELAY ? 'by the kernel relay (splice; BENCH_KERNEL_RELAY=0: in Node)' : 'in Node (BENCH_KERNEL_RELAY=0)'}`);
   console.log(`${REQUESTS_PER_LEVEL} requests per level, new connection per request. CPU µs per request: all processes (client,`);
   console.log(`origin, proxy, bridge), the proxy, the bridge; ceiling = req/s if all ${CORES} CPUs did nothing else.`);
   console.log('concurrency  path           p50 ms     p99 ms  added p50 ms  p50 ratio  req/s  CPU: all  proxy bridge  ceiling');

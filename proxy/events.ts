@@ -31,7 +31,9 @@ export type ConnectionOutcome =
   | 'client_error'
   | 'idle_timeout'
   | 'cap_exceeded'
-  | 'turn_ended';
+  | 'turn_ended'
+  /** The kernel relay thread died under the tunnel (docs/egress.md). */
+  | 'relay_failed';
 
 export interface ConnectionRecord {
   host: string;

@@ -2,7 +2,9 @@
  * The per-turn egress proxy: one unix socket per turn, usable only by the turn's worker uid
  * (SO_PEERCRED checked on every accepted connection; the socket is also mode 0600 and owned
  * by that uid when this process can chown it, else mode 0666). Serves HTTP/1.1 forward requests (absolute-form `http://` URIs) and CONNECT;
- * after CONNECT the tunnel is opaque bytes. Every connection and refusal becomes an event.
+ * after CONNECT the tunnel is opaque bytes, relayed by the process's kernel relay (splice(2),
+ * relay/) when it is ready and Node holds nothing of either socket, else in Node. Every
+ * connection and refusal becomes an event.
  */
 import fs from 'node:fs';
 import http from 'node:http';
@@ -11,6 +13,8 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from '../core/log.js';
 import { fail, ok, type Result } from '../core/result.js';
+import { ByteBudget } from '../relay/byte-budget.js';
+import { kernelRelay, type KernelRelay, type KernelTunnel, type TunnelEnd } from '../relay/kernel-relay.js';
 import { resolveAndCheck, dialChecked, systemResolver, type Resolver } from './dialer.js';
 import { EventQueue, type EgressEventSink } from './event-queue.js';
 import {
@@ -51,6 +55,8 @@ export interface TurnProxyOptions {
    * 0666 and SO_PEERCRED alone admits the worker uid (docs/egress.md).
    */
   socketOwnership?: SocketOwnership;
+  /** Relays established CONNECT tunnels by splice(2); default this process's kernel relay, null: in Node. */
+  kernel?: KernelRelay | null;
 }
 
 export type SocketOwnership = 'owner' | 'peer-cred-only';
@@ -59,6 +65,8 @@ export interface TurnProxyStats {
   clientConnections: number;
   upstreamConnections: number;
   totalBytes: number;
+  /** CONNECT tunnels handed to the kernel relay since the proxy started. */
+  splicedTunnels: number;
 }
 
 export interface TurnProxy {
@@ -78,6 +86,7 @@ const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
 const MAX_HEADER_BYTES = 16 * 1024;
 /** How long a refused connection may stay open to read its answer. */
 const REFUSAL_LINGER_MS = 2000;
+const CONNECT_ESTABLISHED = Buffer.from('HTTP/1.1 200 Connection Established\r\n\r\n');
 const HOP_BY_HOP = new Set([
   'connection',
   'proxy-connection',
@@ -172,35 +181,95 @@ function responseHeaders(rawHeaders: string[]): string[] {
   return out;
 }
 
-/** One upstream connection and its accounting; records its event exactly once. */
+const TUNNEL_OUTCOMES: Record<TunnelEnd['outcome'], ConnectionOutcome> = {
+  ok: 'ok',
+  idle_timeout: 'idle_timeout',
+  cap_exceeded: 'cap_exceeded',
+  side_failed: 'upstream_error',
+  aborted: 'turn_ended',
+  relay_failed: 'relay_failed',
+};
+
+/**
+ * One upstream connection and its accounting; records its event exactly once, when the
+ * upstream socket closes or, for a tunnel handed to the kernel relay, when the relay reports
+ * the tunnel ended.
+ */
 class Relay {
   outcome: ConnectionOutcome = 'ok';
+  readonly done: Promise<void>;
   private readonly started = performance.now();
   private recorded = false;
+  /**
+   * The client had sent its EOF: it was done with the connection, so a cut at the end of the
+   * turn (only the rest of the answer lost) leaves the outcome 'ok'.
+   */
+  private clientDone = false;
+  private tunnel: KernelTunnel | null = null;
+  /** What an abort of a spliced tunnel asked for; applied when the relay reports the end. */
+  private requestedAbort: ConnectionOutcome | null = null;
+  private splicedUp = 0;
+  private splicedDown = 0;
+  private resolveDone!: () => void;
 
   constructor(
     readonly upstream: net.Socket,
     readonly target: Target,
     private readonly onDone: (relay: Relay) => void,
   ) {
-    upstream.once('close', () => this.finish());
+    this.done = new Promise((resolve) => (this.resolveDone = resolve));
+    // Handing off destroys the Node socket; its 'close' comes a tick later, after handOff set the tunnel.
+    upstream.once('close', () => {
+      if (this.tunnel === null) this.finish();
+    });
+  }
+
+  markClientDone(): void {
+    this.clientDone = true;
+  }
+
+  /** The client is side 0 of the tunnel, the upstream side 1; `queuedUp` bytes went up with the hand-off. */
+  handOff(tunnel: KernelTunnel, queuedUp: number): void {
+    this.tunnel = tunnel;
+    void tunnel.ended.then((end) => {
+      this.splicedUp = queuedUp + end.bytes[0];
+      this.splicedDown = end.bytes[1];
+      if (end.eofFrom[0]) this.markClientDone();
+      if (end.outcome === 'aborted') this.cutOff(this.requestedAbort ?? 'turn_ended');
+      else if (end.outcome === 'side_failed' && end.failedSide === 0) this.cutOff('client_error');
+      else this.cutOff(TUNNEL_OUTCOMES[end.outcome]);
+      this.finish();
+    });
   }
 
   abort(outcome: ConnectionOutcome): void {
-    if (this.outcome === 'ok') this.outcome = outcome;
+    if (this.tunnel) {
+      this.requestedAbort ??= outcome;
+      this.tunnel.abort();
+      return;
+    }
+    this.cutOff(outcome);
     this.upstream.destroy();
+  }
+
+  /** The first reason a connection was cut is its outcome. */
+  private cutOff(outcome: ConnectionOutcome): void {
+    if (this.outcome !== 'ok') return;
+    if (outcome === 'turn_ended' && this.clientDone) return;
+    this.outcome = outcome;
   }
 
   private finish(): void {
     if (this.recorded) return;
     this.recorded = true;
     this.onDone(this);
+    this.resolveDone();
   }
 
   counts(): { bytesUp: number; bytesDown: number; durationMs: number } {
     return {
-      bytesUp: this.upstream.bytesWritten,
-      bytesDown: this.upstream.bytesRead,
+      bytesUp: this.upstream.bytesWritten + this.splicedUp,
+      bytesDown: this.upstream.bytesRead + this.splicedDown,
       durationMs: Math.round(performance.now() - this.started),
     };
   }
@@ -209,12 +278,14 @@ class Relay {
 class TurnProxyServer implements TurnProxy {
   readonly socketPath: string;
   private closed = false;
-  private totalBytes = 0;
+  private readonly budget: ByteBudget;
+  private readonly kernel: KernelRelay | null;
+  private splicedTunnels = 0;
   private upstreamSlots = 0;
   /** Every accepted socket, refused ones included, so close() leaves none behind. */
   private readonly accepted = new Set<net.Socket>();
-  /** Admitted client connections (the connection cap counts these). */
-  private readonly clients = new Set<net.Socket>();
+  /** Admitted client connections (the connection cap counts these); a spliced tunnel counts as its Relay. */
+  private readonly clients = new Set<net.Socket | Relay>();
   private readonly relays = new Set<Relay>();
   private readonly http: http.Server;
   private readonly listener: net.Server;
@@ -226,6 +297,9 @@ class TurnProxyServer implements TurnProxy {
     this.socketPath = options.socketPath;
     this.resolver = options.resolver ?? systemResolver;
     this.connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+    this.budget = new ByteBudget(options.caps.maxBytes);
+    // Started with the proxy, so that it is ready by the turn's first CONNECT.
+    this.kernel = options.kernel === undefined ? kernelRelay() : options.kernel;
     this.events = new EventQueue(options.sink, (event, refused) => {
       this.options.logger.error('egress event refused by the store', { kind: event.kind, detail: refused.detail });
     });
@@ -247,7 +321,7 @@ class TurnProxyServer implements TurnProxy {
   }
 
   stats(): TurnProxyStats {
-    return { clientConnections: this.clients.size, upstreamConnections: this.upstreamSlots, totalBytes: this.totalBytes };
+    return { clientConnections: this.clients.size, upstreamConnections: this.upstreamSlots, totalBytes: this.budget.usedBytes(), splicedTunnels: this.splicedTunnels };
   }
 
   async listen(): Promise<Result<{}, 'listen_failed'>> {
@@ -281,7 +355,7 @@ class TurnProxyServer implements TurnProxy {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    const recorded = [...this.relays].map((relay) => new Promise((resolve) => relay.upstream.once('close', resolve)));
+    const recorded = [...this.relays].map((relay) => relay.done);
     for (const relay of this.relays) relay.abort('turn_ended');
     for (const socket of this.accepted) socket.destroy();
     this.http.close();
@@ -353,7 +427,7 @@ class TurnProxyServer implements TurnProxy {
     const host = authority.host.host;
     const decision = decide(this.options.policy, host, authority.port);
     if (!decision.ok) return decision;
-    if (this.totalBytes >= this.options.caps.maxBytes) return fail('cap_exceeded', `the turn used its ${this.options.caps.maxBytes} bytes`);
+    if (this.budget.remaining() === 0) return fail('cap_exceeded', `the turn used its ${this.options.caps.maxBytes} bytes`);
     if (this.upstreamSlots >= this.options.caps.maxConnections) {
       return fail('cap_exceeded', `more than ${this.options.caps.maxConnections} concurrent upstream connections`);
     }
@@ -394,9 +468,11 @@ class TurnProxyServer implements TurnProxy {
     return ok({ relay });
   }
 
-  private charge(bytes: number, relay: Relay): void {
-    this.totalBytes += bytes;
-    if (this.totalBytes > this.options.caps.maxBytes) relay.abort('cap_exceeded');
+  /** False when the bytes took the turn over its allowance (the relay is then aborted). */
+  private charge(bytes: number, relay: Relay): boolean {
+    if (!this.budget.charge(bytes).over) return true;
+    relay.abort('cap_exceeded');
+    return false;
   }
 
   private recordConnection(target: Target, outcome: ConnectionOutcome, counts: { bytesUp: number; bytesDown: number; durationMs: number }): void {
@@ -500,12 +576,26 @@ class TurnProxyServer implements TurnProxy {
       relay.abort('client_error');
       return;
     }
-    client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-    if (head.length > 0) {
-      this.charge(head.length, relay);
-      upstream.write(head);
+    if (head.length > 0 && !this.charge(head.length, relay)) {
+      client.destroy();
+      return;
     }
+    const spliced = this.kernel?.adopt(client, upstream, {
+      initial: [CONNECT_ESTABLISHED, head.length > 0 ? head : null],
+      budget: this.budget,
+      idleTimeoutMs: this.options.caps.idleTimeoutMs,
+    });
+    if (spliced?.ok) {
+      this.splicedTunnels++;
+      this.clients.add(relay);
+      void relay.done.then(() => this.clients.delete(relay));
+      relay.handOff(spliced.tunnel, head.length);
+      return;
+    }
+    client.write(CONNECT_ESTABLISHED);
+    if (head.length > 0) upstream.write(head);
     client.on('data', (chunk: Buffer) => this.charge(chunk.length, relay));
+    client.on('end', () => relay.markClientDone());
     client.on('close', (hadError) => {
       if (hadError) relay.abort('client_error');
       else upstream.destroySoon();

@@ -10,6 +10,7 @@
  * Any failure before the command starts answers `error` with a stable code and exits 1.
  */
 import { checkInheritedFds, markCloseOnExec, PROTOCOL_FD } from './fds.js';
+import { kernelRelay } from '../relay/kernel-relay.js';
 import { startEgressBridge, type EgressBridge } from './bridge.js';
 import { openChannel, expectLaunch, type Channel } from './channel.js';
 import { startCommand, type RunningCommand } from './command.js';
@@ -85,7 +86,9 @@ async function main(): Promise<number> {
   const installed = installSeccompFilter(compiled.program);
   if (!installed.ok) return refuse(channel, 'seccomp_failed', `${installed.reason}: ${installed.detail}`);
   // Listening costs nothing while the worker waits, and a turn without egress closes it again.
-  const listening = await startEgressBridge({});
+  // The relay thread starts after the filter, so the filter binds it too.
+  const kernel = kernelRelay();
+  const listening = await startEgressBridge({ kernel });
   if (!listening.ok) return refuse(channel, 'egress_failed', listening.detail);
   const bridge = listening;
   await channel.send({ type: 'ready' });
@@ -93,11 +96,14 @@ async function main(): Promise<number> {
   const launched = expectLaunch(await channel.next());
   if (!launched.ok) return refuse(channel, launched.reason, launched.detail);
   const launch = launched.launch;
-  if (!launch.egress) bridge.close();
+  if (!launch.egress) {
+    await bridge.close();
+    void kernel.stop();
+  }
 
   const started = await startCommand({ argv: launch.argv, cwd: launch.cwd, env: commandEnv(launch, bridge), tty: launch.tty });
   if (!started.ok) {
-    bridge.close();
+    await bridge.close();
     return refuse(channel, 'spawn_failed', started.detail);
   }
   const command = started.command;
@@ -105,7 +111,9 @@ async function main(): Promise<number> {
   followControl(channel, command);
 
   const exit = await command.exited;
-  bridge.close();
+  // Before the exit report: the supervisor closes the proxy on it, and should find every
+  // connection of the command already closed on this side.
+  await bridge.close();
   const usage = childrenRusage();
   // getrusage on a valid buffer cannot fail; if it does, the worker has no honest exit record.
   if (!usage.ok) throw new CodedError(usage.reason, usage.detail);

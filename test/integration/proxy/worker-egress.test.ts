@@ -42,6 +42,24 @@ t.test('HTTP forward and CONNECT from the command reach the origin through the p
   t.notMatch(JSON.stringify(page.events), /SECRET-MARKER/);
 });
 
+t.test('a 64 MiB upload from the command through CONNECT arrives byte-exact', async (t) => {
+  // The blob lives in the turn's workspace; sha256sum prints the digest the origin must report.
+  const script = [
+    VIA_PROXY,
+    'head -c 67108864 /dev/urandom > upload.bin && sha256sum upload.bin &&',
+    `curl -sS -m 120 -p --data-binary @upload.bin "http://${target}/upload"; echo; rm -f upload.bin`,
+  ].join(' ');
+  const run = await runTurn(harness, { argv: ['/bin/sh', '-c', script] });
+  t.equal(run.result.status, 'ok', run.result.detail ?? run.stderr);
+  const local = /^([0-9a-f]{64})\s+upload\.bin$/m.exec(run.stdout)?.[1];
+  t.ok(local, 'the command hashed its upload');
+  t.match(run.stdout, new RegExp(`origin:POST /upload host=${target} body=67108864 sha256=${local}`));
+  const page = harness.events.query({ turn: run.id, kind: 'egress_connection' });
+  const event = page.ok ? page.events[0] : undefined;
+  t.match(event?.payload, { method: null, outcome: 'ok' });
+  t.ok(Number(event?.payload.bytesUp) > 67108864, 'bytesUp counts the upload and the request head');
+});
+
 t.test('a denied host gets 403 with the reason and an egress_denial event', async (t) => {
   const run = await runTurn(harness, {
     argv: ['/bin/sh', '-c', 'curl -sS -m 10 -D - -o /dev/null http://denied.example.test/'],
