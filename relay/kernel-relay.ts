@@ -16,7 +16,7 @@ import { MessageChannel, Worker } from 'node:worker_threads';
 import { errnoName } from '../core/libc.js';
 import { fail, ok, type Result } from '../core/result.js';
 import type { ByteBudget } from './byte-budget.js';
-import { PIPE_CAPACITY, type RelayCommand, type SideIndex, type TunnelOutcome, type TunnelReport } from './splice-loop.js';
+import { PIPE_CAPACITY, type RelayCommand, type TunnelReport } from './splice-loop.js';
 import { detachSockets } from './socket-handoff.js';
 import { spliceSys } from './splice-sys.js';
 import type { ThreadMessage } from './relay-thread.js';
@@ -93,12 +93,17 @@ class RelayThread implements KernelRelay {
     const channel = new MessageChannel();
     this.port = channel.port1;
     const { entry, evaluate } = threadEntry();
-    this.worker = new Worker(entry, {
-      eval: evaluate,
-      workerData: { port: channel.port2, wakeFd: this.wakeFd },
-      transferList: [channel.port2],
-      resourceLimits: THREAD_LIMITS,
-    });
+    try {
+      this.worker = new Worker(entry, {
+        eval: evaluate,
+        workerData: { port: channel.port2, wakeFd: this.wakeFd },
+        transferList: [channel.port2],
+        resourceLimits: THREAD_LIMITS,
+      });
+    } catch (error) {
+      sys.close(this.wakeFd);
+      throw error;
+    }
     this.port.on('message', (message: ThreadMessage) => this.receive(message));
     // Neither keeps the process alive (a listener refs the port, so unref comes after it).
     this.worker.unref();
@@ -110,6 +115,8 @@ class RelayThread implements KernelRelay {
       this.worker.once('error', (error) => this.lose(`the relay thread failed: ${error.message}`));
       this.worker.once('exit', () => {
         this.lose('the relay thread exited');
+        // lose() left no state in which send() writes the wake fd again.
+        sys.close(this.wakeFd);
         resolve();
       });
     });

@@ -4,11 +4,11 @@
  * report per ended tunnel. Seccomp filters and no_new_privs of the creating thread apply here too.
  */
 import { receiveMessageOnPort, workerData, type MessagePort } from 'node:worker_threads';
-import { SpliceLoop, type RelayCommand } from './splice-loop.js';
+import { SpliceLoop, type RelayCommand, type TunnelReport } from './splice-loop.js';
 
 export type ThreadMessage =
   | { type: 'ready' }
-  | { type: 'ended'; report: import('./splice-loop.js').TunnelReport }
+  | { type: 'ended'; report: TunnelReport }
   | { type: 'failed'; detail: string };
 
 const { port, wakeFd } = workerData as { port: MessagePort; wakeFd: number };

@@ -4,6 +4,7 @@
  */
 import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
+import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -29,6 +30,7 @@ async function readyRelay(): Promise<KernelRelay> {
   return relay;
 }
 
+const openFds = (): number => fs.readdirSync('/proc/self/fd').length;
 const sha256 = (bytes: Buffer): string => crypto.createHash('sha256').update(bytes).digest('hex');
 
 t.test('relays both ways, initial bytes first, half-close passed on, counts exclude initial bytes', async (t) => {
@@ -122,8 +124,11 @@ t.test('stop() ends open tunnels aborted; the next kernelRelay() is a new thread
   t.match(relay.adopt(late.near, late.far), { ok: false, reason: 'relay_not_ready' });
   late.near.destroy();
   late.far.destroy();
+  const fdsWithoutRelay = openFds();
   const next = await readyRelay();
   t.not(next, relay);
+  await next.stop();
+  t.equal(openFds(), fdsWithoutRelay, 'a stopped relay leaves no fd behind');
 });
 
 t.test('process.exit() with tunnels open does not wait on the relay thread', async (t) => {
