@@ -23,6 +23,7 @@ import { createTurnCgroup, listTurnCgroups, prepareCgroupSubtree, removeCgroupSu
 import { createMemoryLogger } from '../core/log.js';
 import { buildTurnPolicy } from '../proxy/policy.js';
 import { startTurnProxy } from '../proxy/server.js';
+import { kernelRelay } from '../relay/kernel-relay.js';
 import { closeRoot, openRoot } from '../supervisor/fs/guard.js';
 import { createTurnTemp, purgeTurnTemp } from '../supervisor/fs/turn-temp.js';
 import { runHelperProbe } from '../supervisor/identity/helper-client.js';
@@ -353,6 +354,9 @@ async function main(): Promise<void> {
     await harness.close();
     await cold.close();
   }
+  // The turns' proxies started this process's kernel relay thread (16 fds, by design for the
+  // process's life); stopped here so that the count shows what the turns themselves left.
+  await kernelRelay().stop();
   console.log(`fds of this process before the harnesses and after closing them: ${fdsBefore} -> ${openFdCount()}`);
 }
 
