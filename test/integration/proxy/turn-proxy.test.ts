@@ -1,7 +1,7 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { startEgressBridge } from '../../../worker/bridge.js';
 import {
   RELAY_MODES,
@@ -15,6 +15,8 @@ import {
   startHashOrigin,
   startHttpOrigin,
   startSilentOrigin,
+  type HarnessOptions,
+  type Origin,
 } from './fixtures/harness.js';
 import { until } from '../../support/until.js';
 
@@ -41,15 +43,22 @@ t.test('HTTP forward reaches the origin and records egress_connection without th
   t.equal(event!.model, 'test-model');
 });
 
+/** An origin and a proxy that allows it, both closed when `t` ends. */
+async function originBehindProxy(t: Test, startOrigin: () => Promise<Origin>, options: HarnessOptions) {
+  const origin = await startOrigin();
+  const authority = `${ORIGIN_NAME}:${origin.port}`;
+  const h = await startHarness({ ...options, egress: { ...LOOPBACK, allowlist: [authority] } });
+  t.teardown(async () => {
+    await h.close();
+    await origin.close();
+  });
+  return { origin, authority, h };
+}
+
 for (const relay of RELAY_MODES) {
   t.test(`relayed ${relay === 'kernel' ? 'by the kernel relay' : 'in Node'}`, async (t) => {
     t.test('CONNECT reaches the origin; the event has no method and no path and counts the bytes', async (t) => {
-      const origin = await startHttpOrigin();
-      const h = await startHarness({ relay, egress: { ...LOOPBACK, allowlist: [`${ORIGIN_NAME}:${origin.port}`] } });
-      t.teardown(async () => {
-        await h.close();
-        await origin.close();
-      });
+      const { origin, h } = await originBehindProxy(t, startHttpOrigin, { relay });
       const { response, socket } = await openTunnel({ path: h.socketPath }, `${ORIGIN_NAME}:${origin.port}`);
       t.equal(response.status, 200);
       const request = `GET /tunnelled HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`;
@@ -92,12 +101,7 @@ for (const relay of RELAY_MODES) {
     });
 
     t.test('a 64 MiB upload through CONNECT arrives byte-exact', async (t) => {
-      const origin = await startHashOrigin();
-      const h = await startHarness({ relay, egress: { ...LOOPBACK, allowlist: [`${ORIGIN_NAME}:${origin.port}`] } });
-      t.teardown(async () => {
-        await h.close();
-        await origin.close();
-      });
+      const { origin, h } = await originBehindProxy(t, startHashOrigin, { relay });
       const payload = crypto.randomBytes(64 * 1024 * 1024);
       const expected = crypto.createHash('sha256').update(payload).digest('hex');
       const { response, socket } = await openTunnel({ path: h.socketPath }, `${ORIGIN_NAME}:${origin.port}`);
@@ -111,13 +115,7 @@ for (const relay of RELAY_MODES) {
     });
 
     t.test('the byte cap ends the tunnel and refuses new connections', async (t) => {
-      const origin = await startHashOrigin();
-      const authority = `${ORIGIN_NAME}:${origin.port}`;
-      const h = await startHarness({ relay, egress: { ...LOOPBACK, allowlist: [authority] }, caps: { maxBytes: 4096 } });
-      t.teardown(async () => {
-        await h.close();
-        await origin.close();
-      });
+      const { authority, h } = await originBehindProxy(t, startHashOrigin, { relay, caps: { maxBytes: 4096 } });
       const { socket } = await openTunnel({ path: h.socketPath }, authority);
       // The cut-off arrives as EOF, or as a reset when the proxy closed with the client's excess unread.
       socket.on('error', () => {});
@@ -136,13 +134,7 @@ for (const relay of RELAY_MODES) {
     });
 
     t.test('an idle tunnel is closed', async (t) => {
-      const origin = await startHashOrigin();
-      const authority = `${ORIGIN_NAME}:${origin.port}`;
-      const h = await startHarness({ relay, egress: { ...LOOPBACK, allowlist: [authority] }, caps: { idleTimeoutMs: 200 } });
-      t.teardown(async () => {
-        await h.close();
-        await origin.close();
-      });
+      const { authority, h } = await originBehindProxy(t, startHashOrigin, { relay, caps: { idleTimeoutMs: 200 } });
       const { socket } = await openTunnel({ path: h.socketPath }, authority);
       const ended = new Promise((r) => socket.once('end', r));
       socket.resume();
@@ -151,13 +143,7 @@ for (const relay of RELAY_MODES) {
     });
 
     t.test('close() cuts a tunnel in use (turn_ended), leaves ok one whose client had finished, removes the socket', async (t) => {
-      const origin = await startSilentOrigin();
-      const authority = `${ORIGIN_NAME}:${origin.port}`;
-      const h = await startHarness({ relay, egress: { ...LOOPBACK, allowlist: [authority] } });
-      t.teardown(async () => {
-        await h.close();
-        await origin.close();
-      });
+      const { origin, authority, h } = await originBehindProxy(t, startSilentOrigin, { relay });
       const inUse = await openTunnel({ path: h.socketPath }, authority);
       const finished = await openTunnel({ path: h.socketPath }, authority);
       const idleClient = net.connect({ path: h.socketPath });

@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { ByteBudget } from '../../../relay/byte-budget.js';
 import { kernelRelay, type KernelRelay } from '../../../relay/kernel-relay.js';
-import { connection } from './fixtures/connection.js';
+import { adoptedPair, connection } from './fixtures/connection.js';
 
 /** Everything `socket` receives until its peer's EOF (or a reset). */
 function received(socket: net.Socket): Promise<Buffer> {
@@ -35,10 +35,7 @@ const sha256 = (bytes: Buffer): string => crypto.createHash('sha256').update(byt
 
 t.test('relays both ways, initial bytes first, half-close passed on, counts exclude initial bytes', async (t) => {
   const relay = await readyRelay();
-  const a = await connection();
-  const b = await connection();
-  const adopted = relay.adopt(a.near, b.near, { initial: [Buffer.from('to-a:'), Buffer.from('to-b:')] });
-  if (!adopted.ok) throw new Error(adopted.detail);
+  const { a, b, tunnel } = await adoptedPair(relay, { initial: [Buffer.from('to-a:'), Buffer.from('to-b:')] });
   t.ok(a.near.destroyed && b.near.destroyed, 'Node no longer holds the adopted sockets');
   const up = crypto.randomBytes(8 * 1024 * 1024);
   const atB = received(b.far);
@@ -50,21 +47,18 @@ t.test('relays both ways, initial bytes first, half-close passed on, counts excl
   // a's EOF reached b; b still answers, then closes: a sees the answer, then EOF.
   b.far.end('answer');
   t.equal((await atA).toString(), 'to-a:answer');
-  const end = await adopted.tunnel.ended;
+  const end = await tunnel.ended;
   t.same(end, { outcome: 'ok', failedSide: null, detail: '', bytes: [up.length, 6], eofFrom: [true, true] });
 });
 
 t.test('the budget ends a tunnel before a byte past it is delivered', async (t) => {
   const relay = await readyRelay();
-  const a = await connection();
-  const b = await connection();
   const budget = new ByteBudget(1000);
   budget.charge(200);
-  const adopted = relay.adopt(a.near, b.near, { budget });
-  if (!adopted.ok) throw new Error(adopted.detail);
+  const { a, b, tunnel } = await adoptedPair(relay, { budget });
   const atB = received(b.far);
   a.far.write(Buffer.alloc(64 * 1024, 1));
-  const end = await adopted.tunnel.ended;
+  const end = await tunnel.ended;
   t.equal(end.outcome, 'cap_exceeded');
   t.ok((await atB).length <= 800, 'at most the 800 bytes left in the budget arrived');
   t.ok(budget.usedBytes() > 1000, 'the budget shows the excess attempt');
@@ -72,16 +66,12 @@ t.test('the budget ends a tunnel before a byte past it is delivered', async (t) 
 
 t.test('an idle tunnel ends idle_timeout; an aborted one ends aborted; both peers see the close', async (t) => {
   const relay = await readyRelay();
-  const idle = [await connection(), await connection()] as const;
-  const idleTunnel = relay.adopt(idle[0].near, idle[1].near, { idleTimeoutMs: 100 });
-  if (!idleTunnel.ok) throw new Error(idleTunnel.detail);
-  const cut = [await connection(), await connection()] as const;
-  const cutTunnel = relay.adopt(cut[0].near, cut[1].near);
-  if (!cutTunnel.ok) throw new Error(cutTunnel.detail);
-  const closedPeers = [...idle, ...cut].map((c) => received(c.far));
-  t.equal((await idleTunnel.tunnel.ended).outcome, 'idle_timeout');
-  cutTunnel.tunnel.abort();
-  t.match(await cutTunnel.tunnel.ended, { outcome: 'aborted', eofFrom: [false, false] });
+  const idle = await adoptedPair(relay, { idleTimeoutMs: 100 });
+  const cut = await adoptedPair(relay);
+  const closedPeers = [idle.a, idle.b, cut.a, cut.b].map((c) => received(c.far));
+  t.equal((await idle.tunnel.ended).outcome, 'idle_timeout');
+  cut.tunnel.abort();
+  t.match(await cut.tunnel.ended, { outcome: 'aborted', eofFrom: [false, false] });
   await Promise.all(closedPeers);
 });
 
@@ -101,24 +91,18 @@ t.test('a socket with bytes buffered in Node is not adoptable, and both sockets 
 
 t.test('a reset on one side ends the tunnel side_failed naming that side', async (t) => {
   const relay = await readyRelay();
-  const a = await connection();
-  const b = await connection();
-  const adopted = relay.adopt(a.near, b.near);
-  if (!adopted.ok) throw new Error(adopted.detail);
+  const { a, b, tunnel } = await adoptedPair(relay);
   b.far.resetAndDestroy();
   a.far.write(Buffer.alloc(256 * 1024));
-  t.match(await adopted.tunnel.ended, { outcome: 'side_failed', failedSide: 1 });
+  t.match(await tunnel.ended, { outcome: 'side_failed', failedSide: 1 });
   a.far.destroy();
 });
 
 t.test('stop() ends open tunnels aborted; the next kernelRelay() is a new thread', async (t) => {
   const relay = await readyRelay();
-  const a = await connection();
-  const b = await connection();
-  const adopted = relay.adopt(a.near, b.near);
-  if (!adopted.ok) throw new Error(adopted.detail);
+  const { tunnel } = await adoptedPair(relay);
   await relay.stop();
-  t.equal((await adopted.tunnel.ended).outcome, 'aborted');
+  t.equal((await tunnel.ended).outcome, 'aborted');
   t.equal(relay.state(), 'stopped');
   const late = await connection();
   t.match(relay.adopt(late.near, late.far), { ok: false, reason: 'relay_not_ready' });
