@@ -47,13 +47,29 @@ export interface KernelRelay {
   state(): RelayState;
   /** Resolves once the thread is ready or has failed (tests and the bench wait on it). */
   settled(): Promise<RelayState>;
-  /** Tunnels adopted since the thread started, and those not yet reported ended. */
-  counts(): { adopted: number; open: number };
+  report(): RelayReport;
   /** Aborts every tunnel and ends the thread. */
   stop(): Promise<void>;
 }
 
 export type RelayState = 'starting' | 'ready' | 'failed' | 'stopped';
+
+/** What an operator sees of a relay (GET /api/status, `runtime.egressRelay`). */
+export interface RelayReport {
+  state: RelayState;
+  /** Why the thread failed or could not start; null otherwise. */
+  failure: string | null;
+  /** Tunnels adopted since the thread started. */
+  adopted: number;
+  /** Adopted tunnels not yet reported ended. */
+  open: number;
+  /** Hand-offs refused, by reason: each such connection was relayed in Node instead. */
+  refused: Record<AdoptFailure, number>;
+}
+
+function noRefusals(): Record<AdoptFailure, number> {
+  return { relay_not_ready: 0, not_adoptable: 0 };
+}
 
 /** Small heap: the thread only moves fds and numbers. */
 const THREAD_LIMITS = { maxOldGenerationSizeMb: 16, maxYoungGenerationSizeMb: 4 };
@@ -73,6 +89,7 @@ function threadEntry(): { entry: string | URL; evaluate: boolean } {
 class RelayThread implements KernelRelay {
   private current: RelayState = 'starting';
   private failure = '';
+  private readonly refused = noRefusals();
   private awaitingStart = 0;
   private nextId = 1;
   private readonly waiting = new Map<number, (end: TunnelEnd) => void>();
@@ -135,24 +152,38 @@ class RelayThread implements KernelRelay {
     return this.current;
   }
 
-  counts(): { adopted: number; open: number } {
-    return { adopted: this.nextId - 1, open: this.waiting.size };
+  report(): RelayReport {
+    return { state: this.current, failure: this.failure || null, adopted: this.nextId - 1, open: this.waiting.size, refused: { ...this.refused } };
   }
 
   adopt(a: net.Socket, b: net.Socket, options: AdoptOptions = {}): Result<{ tunnel: KernelTunnel }, AdoptFailure> {
-    if (this.current !== 'ready') return fail('relay_not_ready', `the kernel relay is ${this.current}${this.failure ? `: ${this.failure}` : ''}`);
     const initial = options.initial ?? [null, null];
+    const accepted = this.accept(a, b, initial);
+    if (!accepted.ok) {
+      this.refused[accepted.reason]++;
+      return accepted;
+    }
+    const id = this.nextId++;
+    const ended = new Promise<TunnelEnd>((resolve) => this.waiting.set(id, resolve));
+    this.holdProcessWhileAwaited();
+    const budget = options.budget ? { shared: options.budget.shared, maxBytes: options.budget.maxBytes } : null;
+    this.send({ op: 'adopt', id, fds: accepted.fds, initial, budget, idleTimeoutMs: options.idleTimeoutMs ?? 0 });
+    return ok({ tunnel: { ended, abort: () => this.abort(id) } });
+  }
+
+  /** The checks before a hand-off; on success Node has let go of both sockets. */
+  private accept(
+    a: net.Socket,
+    b: net.Socket,
+    initial: [Buffer | null, Buffer | null],
+  ): Result<{ fds: [number, number] }, AdoptFailure> {
+    if (this.current !== 'ready') return fail('relay_not_ready', `the kernel relay is ${this.current}${this.failure ? `: ${this.failure}` : ''}`);
     if (initial.some((bytes) => bytes !== null && bytes.length > PIPE_CAPACITY)) {
       return fail('not_adoptable', `initial bytes exceed ${PIPE_CAPACITY}`);
     }
     const detached = detachSockets([a, b]);
     if (!detached.ok) return detached;
-    const id = this.nextId++;
-    const ended = new Promise<TunnelEnd>((resolve) => this.waiting.set(id, resolve));
-    this.holdProcessWhileAwaited();
-    const budget = options.budget ? { shared: options.budget.shared, maxBytes: options.budget.maxBytes } : null;
-    this.send({ op: 'adopt', id, fds: [detached.fds[0]!, detached.fds[1]!], initial, budget, idleTimeoutMs: options.idleTimeoutMs ?? 0 });
-    return ok({ tunnel: { ended, abort: () => this.abort(id) } });
+    return ok({ fds: [detached.fds[0]!, detached.fds[1]!] });
   }
 
   async stop(): Promise<void> {
@@ -218,16 +249,25 @@ class RelayThread implements KernelRelay {
 
 /** What `kernelRelay()` answers when the thread could not even be created: every adopt is refused. */
 function unavailableRelay(detail: string): KernelRelay {
+  const refused = noRefusals();
   return {
-    adopt: () => fail('relay_not_ready', `the kernel relay is failed: ${detail}`),
+    adopt: () => {
+      refused.relay_not_ready++;
+      return fail('relay_not_ready', `the kernel relay is failed: ${detail}`);
+    },
     state: () => 'failed',
     settled: async () => 'failed',
-    counts: () => ({ adopted: 0, open: 0 }),
+    report: () => ({ state: 'failed', failure: detail, adopted: 0, open: 0, refused: { ...refused } }),
     stop: async () => {},
   };
 }
 
 let shared: KernelRelay | undefined;
+
+/** The report of this process's kernel relay; null while nothing has asked for one. */
+export function kernelRelayReport(): RelayReport | null {
+  return shared?.report() ?? null;
+}
 
 /** This process's kernel relay, started on first call (and again after `stop`; never after a failure). */
 export function kernelRelay(): KernelRelay {

@@ -1,6 +1,7 @@
 /** Human-readable tables for `status`, `check` and `events`. `--json` bypasses all of this. */
 import type { GovernanceEvent } from '../events/types.js';
 import type { ModeAvailability, WorkerHostStatus } from '../probes/types.js';
+import type { RelayReport } from '../../relay/kernel-relay.js';
 
 function table(rows: Array<[string, string]>): string {
   const width = Math.max(...rows.map(([label]) => label.length));
@@ -46,6 +47,7 @@ interface StatusAnswer {
     workerHost: WorkerHostStatus | null;
     events: { fallbackActive: boolean; fallbackPendingEvents: number; lastFallbackReason: string | null; databasePath: string };
     preparedWorkers?: { ready: number; starting: number };
+    egressRelay?: RelayReport | null;
   };
   uptime: number;
 }
@@ -64,7 +66,18 @@ export function formatStatus(answer: StatusAnswer): string {
     ],
     ...workerHostRows(answer.runtime.workerHost),
     ...preparedWorkerRows(answer.runtime.preparedWorkers),
+    ...egressRelayRows(answer.runtime.egressRelay),
   ]);
+}
+
+/** A refusal is a tunnel relayed in Node instead: slower, never less checked. */
+function egressRelayRows(relay: RelayReport | null | undefined): Array<[string, string]> {
+  if (relay === undefined) return [];
+  if (relay === null) return [['egress relay', 'not started (no turn proxy yet)']];
+  const refused = relay.refused.relay_not_ready + relay.refused.not_adoptable;
+  const state = relay.state === 'failed' ? `FAILED: ${relay.failure ?? 'unknown'}` : relay.state;
+  const fallback = refused === 0 ? '' : `, ${refused} relayed in Node (not ready ${relay.refused.relay_not_ready}, not adoptable ${relay.refused.not_adoptable})`;
+  return [['egress relay', `${state}, ${relay.adopted} tunnels spliced, ${relay.open} open${fallback}`]];
 }
 
 function preparedWorkerRows(prepared: { ready: number; starting: number } | undefined): Array<[string, string]> {

@@ -114,7 +114,7 @@ export function createApp(deps: AppDeps): Express {
         runtime: {
           workerHost: deps.latestStatus(),
           events: deps.store.status(),
-          ...(deps.turns ? { preparedWorkers: deps.turns.preparedWorkers() } : {}),
+          ...(deps.turns ? { preparedWorkers: deps.turns.preparedWorkers(), egressRelay: deps.turns.egressRelay() } : {}),
         },
         uptime: process.uptime(),
       });

@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import type Database from 'better-sqlite3';
 import { fail, ok } from '../../core/result.js';
 import type { Logger } from '../../core/log.js';
+import { kernelRelayReport } from '../../relay/kernel-relay.js';
 import type { TurnhostConfig } from '../config/types.js';
 import type { EventSink } from '../events/types.js';
 import type { ProbeContext } from '../probes/index.js';
@@ -124,6 +125,8 @@ export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnMana
     },
 
     preparedWorkers: () => launchEnv.preparedWorkers.counts(),
+
+    egressRelay: () => kernelRelayReport(),
 
     async close() {
       const pending = [...running.values()];

@@ -6,6 +6,7 @@ import type { Result } from '../../core/result.js';
 import type { LimitSettings } from '../config/types.js';
 import type { WorkerMode } from '../probes/types.js';
 import type { HostWriteRoots, HostWriteTurn } from '../fs/host-write.js';
+import type { RelayReport } from '../../relay/kernel-relay.js';
 
 export interface TurnRequest {
   sessionId: string;
@@ -110,5 +111,7 @@ export interface TurnManager {
   wait(id: string): Promise<TurnResult | undefined>;
   /** Prepared workers (supervisor/turns/prepared-workers.ts): ready to be claimed, and still starting. */
   preparedWorkers(): { ready: number; starting: number };
+  /** The kernel relay the turn proxies hand CONNECT tunnels to (relay/); null before any proxy started. */
+  egressRelay(): RelayReport | null;
   close(): Promise<void>;
 }

@@ -87,6 +87,7 @@ t.test('status --json shows a workerHost for this machine', async (t) => {
   t.match(status.runtime.workerHost, { ordinary: { available: Boolean, trigger: 'boot' }, identity: String, limits: { enforced: Array, absent: Array } });
   t.match(status.runtime.workerHost.boundary.cgroup.layout, /^(v2|hybrid|v1|none)$/);
   t.same(status.runtime.preparedWorkers, { ready: 0, starting: 0 }, 'no worker is prepared before a turn ran');
+  t.equal(status.runtime.egressRelay, null, 'no turn proxy has started the kernel relay');
   if (process.getuid?.() === 0) t.match(status.runtime.workerHost.rootServer, { warning: String }, 'root server warning while running as root');
   t.match(served.stderr(), /"level":"warn".*runs as root/, 'one WARN line at boot');
 });
@@ -266,6 +267,10 @@ t.test('run through the server and --local', async (t) => {
   }
   t.same(prepared, { ready: 1, starting: 0 }, 'status shows the prepared worker');
   t.match(turnhost(['status', '--server', server, '--data-dir', dataDir]).stdout, /prepared workers\s+1 ready, 0 starting/);
+  // The turns' proxies started the kernel relay; none of those commands opened a tunnel.
+  const relay = JSON.parse(turnhost(['status', '--json', '--server', server, '--data-dir', dataDir]).stdout).runtime.egressRelay;
+  t.same(relay, { state: 'ready', failure: null, adopted: 0, open: 0, refused: { relay_not_ready: 0, not_adoptable: 0 } });
+  t.match(turnhost(['status', '--server', server, '--data-dir', dataDir]).stdout, /^egress relay\s+ready, 0 tunnels spliced, 0 open$/m);
 });
 
 t.test('SIGTERM stops serve cleanly and removes its socket', async (t) => {

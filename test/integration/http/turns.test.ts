@@ -2,7 +2,7 @@ import t from 'tap';
 import { fail, ok } from '../../../core/result.js';
 import { defaultConfig } from '../../../supervisor/config/load.js';
 import { createOutputChannel, type OutputChannel } from '../../../supervisor/turns/output.js';
-import type { TurnManager, TurnRecord, TurnResult } from '../../../supervisor/turns/types.js';
+import type { TurnAttachment, TurnManager, TurnRecord, TurnResult } from '../../../supervisor/turns/types.js';
 import { validateTurnRequest } from '../../../supervisor/turns/validate.js';
 import { nextMessages, opened, startTestServer, upgradeRefusal } from './fixtures/server.js';
 
@@ -70,22 +70,24 @@ function fakeTurns(): { turns: TurnManager; inputs: string[]; resizes: Array<[nu
       const channel = channels.get(id);
       if (!channel) return fail('not_found', `no turn ${id}`);
       let unsubscribe = (): void => undefined;
-      return ok({
-        attachment: {
-          onEvent: (listener) => {
-            unsubscribe = channel.subscribe(listener) as () => void;
-          },
-          write: (data) => {
-            inputs.push(data.toString());
-            channel.push({ type: 'output', stream: 'stderr', data });
-          },
-          resize: (cols, rows) => resizes.push([cols, rows]),
-          signal: (signal) => signals.push(signal),
-          detach: () => unsubscribe(),
+      const attachment: TurnAttachment = {
+        onEvent: (listener) => {
+          unsubscribe = channel.subscribe(listener) as () => void;
         },
-      });
+        write: (data) => {
+          inputs.push(data.toString());
+          channel.push({ type: 'output', stream: 'stderr', data });
+        },
+        resize: (cols, rows) => void resizes.push([cols, rows]),
+        signal: (signal) => void signals.push(signal),
+        detach: () => unsubscribe(),
+      };
+      return ok({ attachment });
     },
+    roots: (id) => fail('not_found', `no turn ${id}`),
     wait: async () => undefined,
+    preparedWorkers: () => ({ ready: 0, starting: 0 }),
+    egressRelay: () => null,
     close: async () => undefined,
   };
   return { turns, inputs, resizes, signals, finish, mode };

@@ -43,6 +43,7 @@ t.test('HTTP forward and CONNECT from the command reach the origin through the p
 });
 
 t.test('a 64 MiB upload from the command through CONNECT arrives byte-exact', async (t) => {
+  const spliced = harness.turns.egressRelay()?.adopted ?? 0;
   // The blob lives in the turn's workspace; sha256sum prints the digest the origin must report.
   const script = [
     VIA_PROXY,
@@ -58,6 +59,7 @@ t.test('a 64 MiB upload from the command through CONNECT arrives byte-exact', as
   const event = page.ok ? page.events[0] : undefined;
   t.match(event?.payload, { method: null, outcome: 'ok' });
   t.ok(Number(event?.payload.bytesUp) > 67108864, 'bytesUp counts the upload and the request head');
+  t.match(harness.turns.egressRelay(), { state: 'ready', adopted: spliced + 1 }, 'the supervisor spliced the tunnel');
 });
 
 t.test('a denied host gets 403 with the reason and an egress_denial event', async (t) => {

@@ -81,8 +81,11 @@ t.test('a socket with bytes buffered in Node is not adoptable, and both sockets 
   const b = await connection();
   // As if Node had read bytes the relay would then never see.
   a.near.unshift(Buffer.from('early'));
+  const before = relay.report();
   const refused = relay.adopt(a.near, b.near);
   t.match(refused, { ok: false, reason: 'not_adoptable' });
+  t.equal(relay.report().refused.not_adoptable, before.refused.not_adoptable + 1, 'the report counts the refusal');
+  t.equal(relay.report().adopted, before.adopted, 'and no adoption');
   t.notOk(a.near.destroyed || b.near.destroyed, 'neither socket was touched');
   b.near.write('still usable');
   t.equal((await new Promise<Buffer>((resolve) => b.far.once('data', resolve))).toString(), 'still usable');
@@ -106,6 +109,7 @@ t.test('stop() ends open tunnels aborted; the next kernelRelay() is a new thread
   t.equal(relay.state(), 'stopped');
   const late = await connection();
   t.match(relay.adopt(late.near, late.far), { ok: false, reason: 'relay_not_ready' });
+  t.match(relay.report(), { state: 'stopped', failure: null, open: 0, refused: { relay_not_ready: 1 } });
   late.near.destroy();
   late.far.destroy();
   const fdsWithoutRelay = openFds();
