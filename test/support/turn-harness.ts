@@ -52,6 +52,11 @@ export interface HarnessOptions {
   uidCount?: number;
 }
 
+/** The worker uid range of a harness in `slot`: fixed, so a test can watch it before creating the harness. */
+export function harnessUidRange(slot: number, count = 64): { first: number; count: number } {
+  return { first: 3_100_000 + slot * 1000, count };
+}
+
 export async function createTurnHarness(options: HarnessOptions): Promise<TurnHarness> {
   stopTapInjectingIntoChildren();
   const base = options.stateDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-harness-'));
@@ -61,7 +66,7 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
   fs.chmodSync(workspace, 0o777);
   // The helper refuses a config under a world-writable directory such as /tmp.
   const helperDir = fs.mkdtempSync('/run/turnhost-harness-');
-  const uidRange = { first: 3_100_000 + options.slot * 1000, count: options.uidCount ?? 64 };
+  const uidRange = harnessUidRange(options.slot, options.uidCount);
   const subtreeName = options.stateDir ? `turnhost-test-${options.slot}-${path.basename(base)}` : `turnhost-test-${options.slot}-${process.pid}`;
 
   const config = defaultConfig({ installed: false, cwd: base });

@@ -10,9 +10,10 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createTurnHarness } from '../../support/turn-harness.js';
+import { createTurnHarness, harnessUidRange } from '../../support/turn-harness.js';
 import { stopTapInjectingIntoChildren } from '../../support/no-tap-inject.js';
-import { processesOfUid } from '../../support/processes.js';
+import { liveProcesses, processesOfUid } from '../../support/processes.js';
+import { until } from '../../support/until.js';
 
 stopTapInjectingIntoChildren();
 const SLOT = 7;
@@ -40,6 +41,11 @@ t.test('the turn runs, then its supervisor dies with SIGKILL', async (t) => {
   // The worker ends its command's group when its protocol fd closes; the detached sleep is in
   // a session of its own and stays until the next start reaps the leaf.
   t.ok(processesOfUid(workerUid).length >= 1, 'the turn outlives its supervisor');
+  // The idle prepared worker ends itself once it sees its protocol fd close; the restart below
+  // must come after that, or it finds the worker still exiting and kills it.
+  const range = harnessUidRange(SLOT);
+  const othersOfRange = () => liveProcesses().filter((p) => p.uid !== workerUid && p.uid >= range.first && p.uid < range.first + range.count);
+  t.ok(await until(() => othersOfRange().length === 0), 'the idle prepared worker exits by itself when its supervisor dies');
 });
 
 t.test('the next start reaps the leaf, records worker_recovered and marks the turn interrupted', async (t) => {
