@@ -29,6 +29,7 @@ import {
 import { formatAuthority, parseAuthority, type Authority } from './host.js';
 import { peerUid } from './peer-cred.js';
 import { decide, type EgressPolicy, type Scope } from './policy.js';
+import { UpstreamPool } from './upstream-pool.js';
 
 export interface ProxyCaps {
   /** Concurrent connections: client connections to the socket, and upstream connections, each. */
@@ -63,7 +64,10 @@ export type SocketOwnership = 'owner' | 'peer-cred-only';
 
 export interface TurnProxyStats {
   clientConnections: number;
+  /** Open upstream connections, idle pooled ones included (each holds a slot of the cap). */
   upstreamConnections: number;
+  /** Idle upstream connections kept for the next forward request to their authority. */
+  pooledConnections: number;
   totalBytes: number;
   /** CONNECT tunnels handed to the kernel relay since the proxy started. */
   splicedTunnels: number;
@@ -87,6 +91,15 @@ const MAX_HEADER_BYTES = 16 * 1024;
 /** How long a refused connection may stay open to read its answer. */
 const REFUSAL_LINGER_MS = 2000;
 const CONNECT_ESTABLISHED = Buffer.from('HTTP/1.1 200 Connection Established\r\n\r\n');
+/**
+ * Idle upstream connections are closed after this (or the turn's idle timeout, if shorter):
+ * below the 5 s keep-alive of common servers (Node, Apache), which then rarely close one just
+ * as it is reused.
+ */
+const POOL_IDLE_MS = 2000;
+const POOL_PER_AUTHORITY = 8;
+/** Methods a request may be sent again for, on a fresh connection, when a reused one failed before any answer (RFC 9110 9.2.2, without a body). */
+const RETRYABLE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 const HOP_BY_HOP = new Set([
   'connection',
   'proxy-connection',
@@ -191,9 +204,11 @@ const TUNNEL_OUTCOMES: Record<TunnelEnd['outcome'], ConnectionOutcome> = {
 };
 
 /**
- * One upstream connection and its accounting; records its event exactly once, when the
- * upstream socket closes or, for a tunnel handed to the kernel relay, when the relay reports
- * the tunnel ended.
+ * One CONNECT tunnel, or one forward request, and its accounting; records its event exactly
+ * once. A tunnel's event comes when its upstream socket closes or, handed to the kernel relay,
+ * when the relay reports the tunnel ended. A forward request's comes when its answer was
+ * delivered (or cut off); its upstream connection may live on in the pool, so the counts are
+ * what moved on the connection during this request.
  */
 class Relay {
   outcome: ConnectionOutcome = 'ok';
@@ -210,18 +225,34 @@ class Relay {
   private requestedAbort: ConnectionOutcome | null = null;
   private splicedUp = 0;
   private splicedDown = 0;
+  /** Null while a request waits for the fresh connection that replaces a stale reused one. */
+  private socket: net.Socket | null = null;
+  /** The connection's byte counters when this relay took it over. */
+  private baseline = { written: 0, read: 0 };
+  /** Bytes on connections this request moved away from (a reused one that had gone stale). */
+  private carried = { up: 0, down: 0 };
+  /** Set once a forward request gave its connection back to the pool: the relay no longer touches it. */
+  private released: { bytesUp: number; bytesDown: number } | null = null;
   private resolveDone!: () => void;
 
   constructor(
-    readonly upstream: net.Socket,
+    upstream: net.Socket,
     readonly target: Target,
     private readonly onDone: (relay: Relay) => void,
   ) {
     this.done = new Promise((resolve) => (this.resolveDone = resolve));
-    // Handing off destroys the Node socket; its 'close' comes a tick later, after handOff set the tunnel.
-    upstream.once('close', () => {
-      if (this.tunnel === null) this.finish();
-    });
+    this.takeOver(upstream);
+  }
+
+  /** The connection; a tunnel's never changes, a forward request's is absent only inside `leave`..`takeOver`. */
+  get upstream(): net.Socket {
+    if (this.socket === null) throw new Error('the relay is between connections');
+    return this.socket;
+  }
+
+  /** True while a request left its stale connection and still waits for its fresh one. */
+  awaitingConnection(): boolean {
+    return this.socket === null && !this.recorded;
   }
 
   markClientDone(): void {
@@ -242,6 +273,31 @@ class Relay {
     });
   }
 
+  /**
+   * A forward request whose reused connection failed before any answer leaves it, at once (its
+   * close must not end the request), keeping what moved on it; `takeOver` gives the fresh one.
+   */
+  leave(): void {
+    const stale = this.upstream;
+    stale.removeListener('close', this.onUpstreamClose);
+    this.carried.up += stale.bytesWritten - this.baseline.written;
+    this.carried.down += stale.bytesRead - this.baseline.read;
+    stale.destroy();
+    this.socket = null;
+  }
+
+  /** The answer was read to its end and the connection went back to the pool. */
+  releaseUpstream(): void {
+    const { bytesUp, bytesDown } = this.counts();
+    this.upstream.removeListener('close', this.onUpstreamClose);
+    this.released = { bytesUp, bytesDown };
+  }
+
+  /** A forward request's answer reached the client: its event is recorded now. */
+  complete(): void {
+    this.finish();
+  }
+
   abort(outcome: ConnectionOutcome): void {
     if (this.tunnel) {
       this.requestedAbort ??= outcome;
@@ -249,8 +305,32 @@ class Relay {
       return;
     }
     this.cutOff(outcome);
-    this.upstream.destroy();
+    // A released connection belongs to the pool, perhaps already to the next request.
+    if (this.released || this.socket === null) this.finish();
+    else this.socket.destroy();
   }
+
+  counts(): { bytesUp: number; bytesDown: number; durationMs: number } {
+    const durationMs = Math.round(performance.now() - this.started);
+    if (this.released) return { ...this.released, durationMs };
+    const onSocket = this.socket === null ? { up: 0, down: 0 } : { up: this.socket.bytesWritten - this.baseline.written, down: this.socket.bytesRead - this.baseline.read };
+    return {
+      bytesUp: this.carried.up + onSocket.up + this.splicedUp,
+      bytesDown: this.carried.down + onSocket.down + this.splicedDown,
+      durationMs,
+    };
+  }
+
+  takeOver(upstream: net.Socket): void {
+    this.socket = upstream;
+    this.baseline = { written: upstream.bytesWritten, read: upstream.bytesRead };
+    // Handing off destroys the Node socket; its 'close' comes a tick later, after handOff set the tunnel.
+    upstream.once('close', this.onUpstreamClose);
+  }
+
+  private readonly onUpstreamClose = (): void => {
+    if (this.tunnel === null) this.finish();
+  };
 
   /** The first reason a connection was cut is its outcome. */
   private cutOff(outcome: ConnectionOutcome): void {
@@ -262,16 +342,9 @@ class Relay {
   private finish(): void {
     if (this.recorded) return;
     this.recorded = true;
+    this.socket?.removeListener('close', this.onUpstreamClose);
     this.onDone(this);
     this.resolveDone();
-  }
-
-  counts(): { bytesUp: number; bytesDown: number; durationMs: number } {
-    return {
-      bytesUp: this.upstream.bytesWritten + this.splicedUp,
-      bytesDown: this.upstream.bytesRead + this.splicedDown,
-      durationMs: Math.round(performance.now() - this.started),
-    };
   }
 }
 
@@ -282,6 +355,11 @@ class TurnProxyServer implements TurnProxy {
   private readonly kernel: KernelRelay | null;
   private splicedTunnels = 0;
   private upstreamSlots = 0;
+  private readonly pool: UpstreamPool;
+  /** Releases an upstream connection's slot of the cap, once; keyed by its socket. */
+  private readonly slotRelease = new WeakMap<net.Socket, () => void>();
+  /** What a connection currently serves (absent while it waits in the pool), and what its socket error means to it. */
+  private readonly owner = new WeakMap<net.Socket, { relay: Relay; upstreamFailed: () => void }>();
   /** Every accepted socket, refused ones included, so close() leaves none behind. */
   private readonly accepted = new Set<net.Socket>();
   /** Admitted client connections (the connection cap counts these); a spliced tunnel counts as its Relay. */
@@ -298,6 +376,7 @@ class TurnProxyServer implements TurnProxy {
     this.resolver = options.resolver ?? systemResolver;
     this.connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
     this.budget = new ByteBudget(options.caps.maxBytes);
+    this.pool = new UpstreamPool({ perAuthority: POOL_PER_AUTHORITY, idleMs: Math.min(POOL_IDLE_MS, options.caps.idleTimeoutMs) });
     // Started with the proxy, so that it is ready by the turn's first CONNECT.
     this.kernel = options.kernel === undefined ? kernelRelay() : options.kernel;
     this.events = new EventQueue(options.sink, (event, refused) => {
@@ -321,7 +400,13 @@ class TurnProxyServer implements TurnProxy {
   }
 
   stats(): TurnProxyStats {
-    return { clientConnections: this.clients.size, upstreamConnections: this.upstreamSlots, totalBytes: this.budget.usedBytes(), splicedTunnels: this.splicedTunnels };
+    return {
+      clientConnections: this.clients.size,
+      upstreamConnections: this.upstreamSlots,
+      pooledConnections: this.pool.idleCount(),
+      totalBytes: this.budget.usedBytes(),
+      splicedTunnels: this.splicedTunnels,
+    };
   }
 
   async listen(): Promise<Result<{}, 'listen_failed'>> {
@@ -357,6 +442,7 @@ class TurnProxyServer implements TurnProxy {
     this.closed = true;
     const recorded = [...this.relays].map((relay) => relay.done);
     for (const relay of this.relays) relay.abort('turn_ended');
+    this.pool.closeAll();
     for (const socket of this.accepted) socket.destroy();
     this.http.close();
     await new Promise<void>((resolve) => this.listener.close(() => resolve()));
@@ -422,56 +508,92 @@ class TurnProxyServer implements TurnProxy {
     socket.resume();
   }
 
-  /** Validation, policy and caps shared by forward requests and CONNECT; reserves a slot. */
+  /** Validation, policy and the byte cap, shared by forward requests and CONNECT. */
   private admit(authority: Authority, method: string | null, path: string | null): Result<{ target: Target }, DenialReason> {
     const host = authority.host.host;
     const decision = decide(this.options.policy, host, authority.port);
     if (!decision.ok) return decision;
     if (this.budget.remaining() === 0) return fail('cap_exceeded', `the turn used its ${this.options.caps.maxBytes} bytes`);
+    return ok({ target: { authority, method, path, scope: decision.scope } });
+  }
+
+  /** A slot of the upstream connection cap; an idle pooled connection gives its slot up first. */
+  private reserveSlot(): Result<{ release: () => void }, 'cap_exceeded'> {
+    if (this.upstreamSlots >= this.options.caps.maxConnections) {
+      const evicted = this.pool.evictOne();
+      if (evicted !== null) this.slotRelease.get(evicted)?.();
+    }
     if (this.upstreamSlots >= this.options.caps.maxConnections) {
       return fail('cap_exceeded', `more than ${this.options.caps.maxConnections} concurrent upstream connections`);
     }
     this.upstreamSlots++;
-    return ok({ target: { authority, method, path, scope: decision.scope } });
+    let held = true;
+    return ok({
+      release: () => {
+        if (held) this.upstreamSlots--;
+        held = false;
+      },
+    });
   }
 
-  /** Resolves, checks every address, dials the checked address. Releases the slot on failure. */
-  private async open(target: Target): Promise<Result<{ relay: Relay }, DenialReason | 'connect_failed'>> {
+  /**
+   * Reserves a slot, resolves, checks every address, dials the checked address. The socket's
+   * bytes are charged to the turn and its errors and idle time go to the relay it serves.
+   */
+  private async dial(target: Target): Promise<Result<{ socket: net.Socket; release: () => void }, DenialReason | 'connect_failed'>> {
+    const slot = this.reserveSlot();
+    if (!slot.ok) return slot;
     const none = { bytesUp: 0, bytesDown: 0, durationMs: 0 };
     const resolved = await resolveAndCheck(target.authority.host, this.options.policy.allowAddressRanges, this.resolver);
     if (!resolved.ok) {
-      this.upstreamSlots--;
+      slot.release();
       return resolved;
     }
     const dialled = await dialChecked(resolved.addresses, target.authority.port, this.connectTimeoutMs);
     if (!dialled.ok) {
-      this.upstreamSlots--;
+      slot.release();
       this.recordConnection(target, 'connect_failed', none);
       return dialled;
     }
+    const socket = dialled.socket;
     if (this.closed) {
-      this.upstreamSlots--;
-      dialled.socket.destroy();
+      slot.release();
+      socket.destroy();
       this.recordConnection(target, 'turn_ended', none);
       return fail('turn_ended', 'the turn ended while connecting');
     }
-    const upstream = dialled.socket;
-    const relay = new Relay(upstream, target, (done) => {
+    this.slotRelease.set(socket, slot.release);
+    socket.on('timeout', () => this.owner.get(socket)?.relay.abort('idle_timeout'));
+    socket.on('error', () => {
+      const owner = this.owner.get(socket);
+      if (owner) owner.upstreamFailed();
+      else socket.destroy();
+    });
+    socket.on('data', (chunk: Buffer) => this.charge(chunk.length, this.owner.get(socket)?.relay ?? null, socket));
+    return ok({ socket, release: slot.release });
+  }
+
+  /** A relay for `socket`, recorded when it is done. */
+  private serve(socket: net.Socket, target: Target): Relay {
+    const relay = new Relay(socket, target, (done) => {
       this.relays.delete(done);
-      this.upstreamSlots--;
       this.recordConnection(done.target, done.outcome, done.counts());
     });
     this.relays.add(relay);
-    upstream.setTimeout(this.options.caps.idleTimeoutMs, () => relay.abort('idle_timeout'));
-    upstream.on('error', () => relay.abort('upstream_error'));
-    upstream.on('data', (chunk: Buffer) => this.charge(chunk.length, relay));
-    return ok({ relay });
+    return relay;
   }
 
-  /** False when the bytes took the turn over its allowance (the relay is then aborted). */
-  private charge(bytes: number, relay: Relay): boolean {
+  /** `socket` now works for `relay`: its idle time, bytes and errors are the relay's. */
+  private assign(socket: net.Socket, relay: Relay, upstreamFailed = () => relay.abort('upstream_error')): void {
+    this.owner.set(socket, { relay, upstreamFailed });
+    socket.setTimeout(this.options.caps.idleTimeoutMs);
+  }
+
+  /** False when the bytes took the turn over its allowance (the relay, or an idle connection, is then cut). */
+  private charge(bytes: number, relay: Relay | null, socket?: net.Socket): boolean {
     if (!this.budget.charge(bytes).over) return true;
-    relay.abort('cap_exceeded');
+    if (relay) relay.abort('cap_exceeded');
+    else socket?.destroy();
     return false;
   }
 
@@ -495,16 +617,13 @@ class TurnProxyServer implements TurnProxy {
     return ok({});
   }
 
-  /**
-   * The path every request takes to an upstream connection: authority, Host agreement, policy
-   * and caps, then resolve-check-dial. Denials are recorded by the caller's responder.
-   */
-  private async establish(
+  /** Authority, Host agreement, policy and the byte cap: what every request passes before any connection. */
+  private check(
     req: http.IncomingMessage,
     authorityText: string,
     defaultPort: number | null,
     visible: { method: string | null; path: string | null },
-  ): Promise<{ ok: true; relay: Relay } | { ok: false; refused: Refused }> {
+  ): { ok: true; target: Target } | { ok: false; refused: Refused } {
     const parsed = parseAuthority(authorityText, defaultPort);
     if (!parsed.ok) {
       return { ok: false, refused: { status: 403, refusal: { reason: parsed.reason, detail: parsed.detail, host: recordedAuthority(authorityText), port: null } } };
@@ -515,10 +634,16 @@ class TurnProxyServer implements TurnProxy {
     if (!agrees.ok) return { ok: false, refused: { status: 403, refusal: { reason: agrees.reason, detail: agrees.detail, ...where } } };
     const admitted = this.admit(authority, visible.method, visible.path);
     if (!admitted.ok) return { ok: false, refused: { status: 403, refusal: { reason: admitted.reason, detail: admitted.detail, ...where } } };
-    const opened = await this.open(admitted.target);
-    if (opened.ok) return { ok: true, relay: opened.relay };
-    if (opened.reason === 'connect_failed') return { ok: false, refused: { status: 502, detail: opened.detail } };
-    return { ok: false, refused: { status: 403, refusal: { reason: opened.reason, detail: opened.detail, ...where } } };
+    return { ok: true, target: admitted.target };
+  }
+
+  /** A fresh upstream connection for a checked target, or the refusal to answer. */
+  private async connect(target: Target): Promise<{ ok: true; socket: net.Socket; release: () => void } | { ok: false; refused: Refused }> {
+    const dialled = await this.dial(target);
+    if (dialled.ok) return dialled;
+    if (dialled.reason === 'connect_failed') return { ok: false, refused: { status: 502, detail: dialled.detail } };
+    const where = { host: target.authority.host.host, port: target.authority.port };
+    return { ok: false, refused: { status: 403, refusal: { reason: dialled.reason, detail: dialled.detail, ...where } } };
   }
 
   private async handleForward(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
@@ -528,45 +653,115 @@ class TurnProxyServer implements TurnProxy {
       return;
     }
     const visible = { method: req.method ?? 'GET', path: visiblePath(forward.pathAndQuery) };
-    const established = await this.establish(req, forward.authorityText, 80, visible);
-    if (!established.ok) this.refuseResponse(res, established.refused);
-    else this.relayForward(req, res, established.relay, forward.pathAndQuery);
+    const checked = this.check(req, forward.authorityText, 80, visible);
+    if (!checked.ok) return this.refuseResponse(res, checked.refused);
+    const target = checked.target;
+    const authority = formatAuthority(target.authority);
+    // Only a request that can be sent again takes a pooled connection: one the server closed
+    // just as it was reused fails before any answer, and then the request goes on a fresh one.
+    const bodiless = req.headers['content-length'] === undefined && req.headers['transfer-encoding'] === undefined;
+    const reused = bodiless && RETRYABLE_METHODS.has(req.method ?? '') ? this.pool.take(authority) : null;
+    let socket = reused;
+    if (socket === null) {
+      const connected = await this.connect(target);
+      if (!connected.ok) return this.refuseResponse(res, connected.refused);
+      socket = connected.socket;
+      socket.once('close', connected.release);
+    }
+    this.relayForward(req, res, this.serve(socket, target), forward.pathAndQuery, { authority, reused: reused !== null, bodiless });
   }
 
-  private relayForward(req: http.IncomingMessage, res: http.ServerResponse, relay: Relay, pathAndQuery: string): void {
+  /**
+   * Sends the request upstream and the answer back. A connection whose answer was read to its
+   * end goes to the pool for the next request to its authority. A request on a reused
+   * connection that fails before any answer is sent once more on a fresh connection.
+   */
+  private relayForward(
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    relay: Relay,
+    pathAndQuery: string,
+    connection: { authority: string; reused: boolean; bodiless: boolean },
+  ): void {
     if (req.socket.destroyed) {
       relay.abort('client_error');
       return;
     }
-    const upstreamRequest = http.request({
-      createConnection: () => relay.upstream,
-      method: req.method,
-      path: pathAndQuery,
-      headers: upstreamHeaders(req.rawHeaders, relay.target.authority),
-      setHost: false,
-    });
-    upstreamRequest.on('error', () => {
+    const headers = { ...upstreamHeaders(req.rawHeaders, relay.target.authority), connection: 'keep-alive' };
+    let answered = false;
+    let mayRetry = connection.reused;
+    // Before any answer the request's own 'error' decides (retry or 502); after, the socket's error ends it.
+    const upstreamFailed = (): void => {
+      if (answered) relay.abort('upstream_error');
+    };
+
+    const send = (): void => {
+      const socket = relay.upstream;
+      this.assign(socket, relay, upstreamFailed);
+      const upstreamRequest = http.request({ createConnection: () => socket, method: req.method, path: pathAndQuery, headers, setHost: false });
+      socket.once('free', () => {
+        this.owner.delete(socket);
+        relay.releaseUpstream();
+        if (relay.outcome === 'ok') this.pool.put(connection.authority, socket);
+        else socket.destroy();
+      });
+      upstreamRequest.on('error', () => {
+        if (mayRetry && !answered && relay.outcome === 'ok') void retry(socket);
+        else fail502();
+      });
+      upstreamRequest.on('response', (upstreamResponse) => {
+        answered = true;
+        res.writeHead(upstreamResponse.statusCode ?? 502, upstreamResponse.statusMessage, responseHeaders(upstreamResponse.rawHeaders));
+        upstreamResponse.pipe(res);
+        upstreamResponse.on('error', () => res.destroy());
+      });
+      if (connection.bodiless) upstreamRequest.end();
+      else req.pipe(upstreamRequest);
+    };
+
+    const fail502 = (): void => {
       relay.abort('upstream_error');
       if (!res.headersSent) res.writeHead(502, { Connection: 'close' }).end();
       else res.destroy();
-    });
-    upstreamRequest.on('response', (upstreamResponse) => {
-      res.writeHead(upstreamResponse.statusCode ?? 502, upstreamResponse.statusMessage, responseHeaders(upstreamResponse.rawHeaders));
-      upstreamResponse.pipe(res);
-      upstreamResponse.on('error', () => res.destroy());
-    });
+    };
+
+    const retry = async (stale: net.Socket): Promise<void> => {
+      mayRetry = false;
+      this.owner.delete(stale);
+      relay.leave();
+      const connected = await this.connect(relay.target);
+      if (connected.ok) connected.socket.once('close', connected.release);
+      if (!relay.awaitingConnection()) {
+        // Cut meanwhile (the client left, the turn ended): recorded already.
+        if (connected.ok) connected.socket.destroy();
+        return;
+      }
+      if (!connected.ok) {
+        relay.abort('upstream_error');
+        return this.refuseResponse(res, connected.refused);
+      }
+      relay.takeOver(connected.socket);
+      send();
+    };
+
     res.on('close', () => {
       if (!res.writableFinished) relay.abort('client_error');
-      else relay.upstream.end();
+      else relay.complete();
     });
     req.on('data', (chunk: Buffer) => this.charge(chunk.length, relay));
-    req.pipe(upstreamRequest);
+    send();
   }
 
   private async handleConnect(req: http.IncomingMessage, client: net.Socket, head: Buffer): Promise<void> {
-    const established = await this.establish(req, req.url ?? '', null, { method: null, path: null });
-    if (!established.ok) this.refuseRaw(client, established.refused);
-    else this.tunnel(client, established.relay, head);
+    const checked = this.check(req, req.url ?? '', null, { method: null, path: null });
+    if (!checked.ok) return this.refuseRaw(client, checked.refused);
+    const connected = await this.connect(checked.target);
+    if (!connected.ok) return this.refuseRaw(client, connected.refused);
+    // The slot is the tunnel's until its event: a spliced tunnel's Node socket closes at hand-off.
+    const relay = this.serve(connected.socket, checked.target);
+    this.assign(connected.socket, relay);
+    void relay.done.then(connected.release);
+    this.tunnel(client, relay, head);
   }
 
   /** After the 200 the tunnel is opaque: bytes are counted and relayed, never parsed. */
