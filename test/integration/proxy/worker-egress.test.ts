@@ -62,6 +62,19 @@ t.test('a 64 MiB upload from the command through CONNECT arrives byte-exact', as
   t.match(harness.turns.egressRelay(), { state: 'ready', adopted: spliced + 1 }, 'the supervisor spliced the tunnel');
 });
 
+t.test('several URLs of one host in one curl share one upstream connection; each request has its event', async (t) => {
+  const before = origin.connections;
+  const run = await runTurn(harness, {
+    argv: ['/bin/sh', '-c', `${VIA_PROXY} curl -sS -m 10 "http://${target}/a" "http://${target}/b" "http://${target}/c"; echo`],
+  });
+  t.equal(run.result.status, 'ok', run.result.detail ?? run.stderr);
+  t.match(run.stdout, /origin:GET \/a .*origin:GET \/b .*origin:GET \/c /s);
+  t.equal(origin.connections - before, 1, 'the proxy reused its upstream connection');
+  const page = harness.events.query({ turn: run.id, kind: 'egress_connection' });
+  if (!page.ok) throw new Error(page.detail);
+  t.same(page.events.map((e) => [e.payload.path, e.payload.outcome]), [['/a', 'ok'], ['/b', 'ok'], ['/c', 'ok']]);
+});
+
 t.test('a denied host gets 403 with the reason and an egress_denial event', async (t) => {
   const run = await runTurn(harness, {
     argv: ['/bin/sh', '-c', 'curl -sS -m 10 -D - -o /dev/null http://denied.example.test/'],
