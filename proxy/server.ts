@@ -10,11 +10,10 @@ import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
-import { performance } from 'node:perf_hooks';
 import type { Logger } from '../core/log.js';
 import { fail, ok, type Result } from '../core/result.js';
 import { ByteBudget } from '../relay/byte-budget.js';
-import { kernelRelay, type KernelRelay, type KernelTunnel, type TunnelEnd } from '../relay/kernel-relay.js';
+import { kernelRelay, type KernelRelay } from '../relay/kernel-relay.js';
 import { resolveAndCheck, dialChecked, systemResolver, type Resolver } from './dialer.js';
 import { EventQueue, type EgressEventSink } from './event-queue.js';
 import {
@@ -28,7 +27,18 @@ import {
 } from './events.js';
 import { formatAuthority, parseAuthority, type Authority } from './host.js';
 import { peerUid } from './peer-cred.js';
-import { decide, type EgressPolicy, type Scope } from './policy.js';
+import { decide, type EgressPolicy } from './policy.js';
+import { Exchange, type Target } from './exchange.js';
+import {
+  CONNECT_ESTABLISHED,
+  parseForwardTarget,
+  rawResponse,
+  responseHeaders,
+  responseParts,
+  upstreamHeaders,
+  type Refusal,
+  type Refused,
+} from './http-messages.js';
 import { UpstreamPool } from './upstream-pool.js';
 
 export interface ProxyCaps {
@@ -90,7 +100,6 @@ const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
 const MAX_HEADER_BYTES = 16 * 1024;
 /** How long a refused connection may stay open to read its answer. */
 const REFUSAL_LINGER_MS = 2000;
-const CONNECT_ESTABLISHED = Buffer.from('HTTP/1.1 200 Connection Established\r\n\r\n');
 /**
  * Idle upstream connections are closed after this (or the turn's idle timeout, if shorter):
  * below the 5 s keep-alive of common servers (Node, Apache), which then rarely close one just
@@ -100,44 +109,6 @@ const POOL_IDLE_MS = 2000;
 const POOL_PER_AUTHORITY = 8;
 /** Methods a request may be sent again for, on a fresh connection, when a reused one failed before any answer (RFC 9110 9.2.2, without a body). */
 const RETRYABLE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
-const HOP_BY_HOP = new Set([
-  'connection',
-  'proxy-connection',
-  'keep-alive',
-  'proxy-authorization',
-  'proxy-authenticate',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-]);
-
-interface Target {
-  authority: Authority;
-  method: string | null;
-  path: string | null;
-  scope: Scope;
-}
-
-type Refusal = { reason: DenialReason; detail: string; host: string; port: number | null };
-
-/** 403 and 400 refusals are denials (recorded, reason header); 502 is a failed dial. */
-type Refused = { status: 400 | 403; refusal: Refusal } | { status: 502; detail: string };
-
-function responseParts(refused: Refused): { headers: Record<string, string | number>; body: string } {
-  const detail = refused.status === 502 ? refused.detail : refused.refusal.detail;
-  const body = `${detail}\n`;
-  const headers: Record<string, string | number> = { 'Content-Type': 'text/plain', 'Content-Length': Buffer.byteLength(body), Connection: 'close' };
-  if (refused.status !== 502) headers['X-Turnhost-Denial'] = refused.refusal.reason;
-  return { headers, body };
-}
-
-function rawResponse(refused: Refused): string {
-  const { headers, body } = responseParts(refused);
-  const lines = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`).join('');
-  return `HTTP/1.1 ${refused.status} ${http.STATUS_CODES[refused.status]}\r\n${lines}\r\n${body}`;
-}
-
 function validateOptions(options: TurnProxyOptions): string | null {
   if (!path.isAbsolute(options.socketPath)) return 'socketPath must be absolute';
   if (Buffer.byteLength(options.socketPath) > MAX_SOCKET_PATH) return `socketPath must be at most ${MAX_SOCKET_PATH} bytes`;
@@ -147,205 +118,6 @@ function validateOptions(options: TurnProxyOptions): string | null {
     if (!Number.isSafeInteger(value) || value < 1) return `caps.${key} must be a positive integer`;
   }
   return null;
-}
-
-/** Splits an absolute-form `http://authority/path?query` request target. */
-function parseForwardTarget(
-  url: string,
-): Result<{ authorityText: string; pathAndQuery: string }, 'unsupported_scheme' | 'invalid_request'> {
-  if (/^https:\/\//i.test(url)) return fail('unsupported_scheme', 'https:// is reached through CONNECT, not as a forward request');
-  if (!/^http:\/\//i.test(url)) return fail('invalid_request', 'a proxy request needs an absolute http:// URI');
-  const rest = url.slice('http://'.length);
-  const end = rest.search(/[/?#]/);
-  const authorityText = end < 0 ? rest : rest.slice(0, end);
-  const tail = end < 0 ? '/' : rest.slice(end);
-  const withoutFragment = tail.split('#', 1)[0]!;
-  const pathAndQuery = withoutFragment.startsWith('/') ? withoutFragment : `/${withoutFragment}`;
-  return ok({ authorityText, pathAndQuery });
-}
-
-function upstreamHeaders(rawHeaders: string[], authority: Authority): Record<string, string | string[]> {
-  const connectionListed = new Set<string>();
-  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
-    if (rawHeaders[i]!.toLowerCase() === 'connection') {
-      for (const token of rawHeaders[i + 1]!.split(',')) connectionListed.add(token.trim().toLowerCase());
-    }
-  }
-  const headers: Record<string, string | string[]> = {};
-  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
-    const name = rawHeaders[i]!.toLowerCase();
-    if (HOP_BY_HOP.has(name) || connectionListed.has(name) || name === 'host') continue;
-    const previous = headers[name];
-    const value = rawHeaders[i + 1]!;
-    headers[name] = previous === undefined ? value : [...(Array.isArray(previous) ? previous : [previous]), value];
-  }
-  headers.host = authority.port === 80 ? formatAuthority(authority).replace(/:80$/, '') : formatAuthority(authority);
-  headers.connection = 'close';
-  return headers;
-}
-
-function responseHeaders(rawHeaders: string[]): string[] {
-  const out: string[] = [];
-  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
-    const name = rawHeaders[i]!.toLowerCase();
-    if (HOP_BY_HOP.has(name)) continue;
-    out.push(rawHeaders[i]!, rawHeaders[i + 1]!);
-  }
-  return out;
-}
-
-const TUNNEL_OUTCOMES: Record<TunnelEnd['outcome'], ConnectionOutcome> = {
-  ok: 'ok',
-  idle_timeout: 'idle_timeout',
-  cap_exceeded: 'cap_exceeded',
-  side_failed: 'upstream_error',
-  aborted: 'turn_ended',
-  relay_failed: 'relay_failed',
-};
-
-/**
- * One CONNECT tunnel, or one forward request, and its accounting; records its event exactly
- * once. A tunnel's event comes when its upstream socket closes or, handed to the kernel relay,
- * when the relay reports the tunnel ended. A forward request's comes when its answer was
- * delivered (or cut off); its upstream connection may live on in the pool, so the counts are
- * what moved on the connection during this request.
- */
-class Relay {
-  outcome: ConnectionOutcome = 'ok';
-  readonly done: Promise<void>;
-  private readonly started = performance.now();
-  private recorded = false;
-  /**
-   * The client had sent its EOF: it was done with the connection, so a cut at the end of the
-   * turn (only the rest of the answer lost) leaves the outcome 'ok'.
-   */
-  private clientDone = false;
-  private tunnel: KernelTunnel | null = null;
-  /** What an abort of a spliced tunnel asked for; applied when the relay reports the end. */
-  private requestedAbort: ConnectionOutcome | null = null;
-  private splicedUp = 0;
-  private splicedDown = 0;
-  /** Null while a request waits for the fresh connection that replaces a stale reused one. */
-  private socket: net.Socket | null = null;
-  /** The connection's byte counters when this relay took it over. */
-  private baseline = { written: 0, read: 0 };
-  /** Bytes on connections this request moved away from (a reused one that had gone stale). */
-  private carried = { up: 0, down: 0 };
-  /** Set once a forward request gave its connection back to the pool: the relay no longer touches it. */
-  private released: { bytesUp: number; bytesDown: number } | null = null;
-  private resolveDone!: () => void;
-
-  constructor(
-    upstream: net.Socket,
-    readonly target: Target,
-    private readonly onDone: (relay: Relay) => void,
-  ) {
-    this.done = new Promise((resolve) => (this.resolveDone = resolve));
-    this.takeOver(upstream);
-  }
-
-  /** The connection; a tunnel's never changes, a forward request's is absent only inside `leave`..`takeOver`. */
-  get upstream(): net.Socket {
-    if (this.socket === null) throw new Error('the relay is between connections');
-    return this.socket;
-  }
-
-  /** True while a request left its stale connection and still waits for its fresh one. */
-  awaitingConnection(): boolean {
-    return this.socket === null && !this.recorded;
-  }
-
-  markClientDone(): void {
-    this.clientDone = true;
-  }
-
-  /** The client is side 0 of the tunnel, the upstream side 1; `queuedUp` bytes went up with the hand-off. */
-  handOff(tunnel: KernelTunnel, queuedUp: number): void {
-    this.tunnel = tunnel;
-    void tunnel.ended.then((end) => {
-      this.splicedUp = queuedUp + end.bytes[0];
-      this.splicedDown = end.bytes[1];
-      if (end.eofFrom[0]) this.markClientDone();
-      if (end.outcome === 'aborted') this.cutOff(this.requestedAbort ?? 'turn_ended');
-      else if (end.outcome === 'side_failed' && end.failedSide === 0) this.cutOff('client_error');
-      else this.cutOff(TUNNEL_OUTCOMES[end.outcome]);
-      this.finish();
-    });
-  }
-
-  /**
-   * A forward request whose reused connection failed before any answer leaves it, at once (its
-   * close must not end the request), keeping what moved on it; `takeOver` gives the fresh one.
-   */
-  leave(): void {
-    const stale = this.upstream;
-    stale.removeListener('close', this.onUpstreamClose);
-    this.carried.up += stale.bytesWritten - this.baseline.written;
-    this.carried.down += stale.bytesRead - this.baseline.read;
-    stale.destroy();
-    this.socket = null;
-  }
-
-  /** The answer was read to its end and the connection went back to the pool. */
-  releaseUpstream(): void {
-    const { bytesUp, bytesDown } = this.counts();
-    this.upstream.removeListener('close', this.onUpstreamClose);
-    this.released = { bytesUp, bytesDown };
-  }
-
-  /** A forward request's answer reached the client: its event is recorded now. */
-  complete(): void {
-    this.finish();
-  }
-
-  abort(outcome: ConnectionOutcome): void {
-    if (this.tunnel) {
-      this.requestedAbort ??= outcome;
-      this.tunnel.abort();
-      return;
-    }
-    this.cutOff(outcome);
-    // A released connection belongs to the pool, perhaps already to the next request.
-    if (this.released || this.socket === null) this.finish();
-    else this.socket.destroy();
-  }
-
-  counts(): { bytesUp: number; bytesDown: number; durationMs: number } {
-    const durationMs = Math.round(performance.now() - this.started);
-    if (this.released) return { ...this.released, durationMs };
-    const onSocket = this.socket === null ? { up: 0, down: 0 } : { up: this.socket.bytesWritten - this.baseline.written, down: this.socket.bytesRead - this.baseline.read };
-    return {
-      bytesUp: this.carried.up + onSocket.up + this.splicedUp,
-      bytesDown: this.carried.down + onSocket.down + this.splicedDown,
-      durationMs,
-    };
-  }
-
-  takeOver(upstream: net.Socket): void {
-    this.socket = upstream;
-    this.baseline = { written: upstream.bytesWritten, read: upstream.bytesRead };
-    // Handing off destroys the Node socket; its 'close' comes a tick later, after handOff set the tunnel.
-    upstream.once('close', this.onUpstreamClose);
-  }
-
-  private readonly onUpstreamClose = (): void => {
-    if (this.tunnel === null) this.finish();
-  };
-
-  /** The first reason a connection was cut is its outcome. */
-  private cutOff(outcome: ConnectionOutcome): void {
-    if (this.outcome !== 'ok') return;
-    if (outcome === 'turn_ended' && this.clientDone) return;
-    this.outcome = outcome;
-  }
-
-  private finish(): void {
-    if (this.recorded) return;
-    this.recorded = true;
-    this.socket?.removeListener('close', this.onUpstreamClose);
-    this.onDone(this);
-    this.resolveDone();
-  }
 }
 
 class TurnProxyServer implements TurnProxy {
@@ -359,12 +131,12 @@ class TurnProxyServer implements TurnProxy {
   /** Releases an upstream connection's slot of the cap, once; keyed by its socket. */
   private readonly slotRelease = new WeakMap<net.Socket, () => void>();
   /** What a connection currently serves (absent while it waits in the pool), and what its socket error means to it. */
-  private readonly owner = new WeakMap<net.Socket, { relay: Relay; upstreamFailed: () => void }>();
+  private readonly owner = new WeakMap<net.Socket, { exchange: Exchange; upstreamFailed: () => void }>();
   /** Every accepted socket, refused ones included, so close() leaves none behind. */
   private readonly accepted = new Set<net.Socket>();
-  /** Admitted client connections (the connection cap counts these); a spliced tunnel counts as its Relay. */
-  private readonly clients = new Set<net.Socket | Relay>();
-  private readonly relays = new Set<Relay>();
+  /** Admitted client connections (the connection cap counts these); a spliced tunnel counts as its Exchange. */
+  private readonly clients = new Set<net.Socket | Exchange>();
+  private readonly exchanges = new Set<Exchange>();
   private readonly http: http.Server;
   private readonly listener: net.Server;
   private readonly resolver: Resolver;
@@ -440,8 +212,8 @@ class TurnProxyServer implements TurnProxy {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    const recorded = [...this.relays].map((relay) => relay.done);
-    for (const relay of this.relays) relay.abort('turn_ended');
+    const recorded = [...this.exchanges].map((exchange) => exchange.done);
+    for (const exchange of this.exchanges) exchange.abort('turn_ended');
     this.pool.closeAll();
     for (const socket of this.accepted) socket.destroy();
     this.http.close();
@@ -538,7 +310,7 @@ class TurnProxyServer implements TurnProxy {
 
   /**
    * Reserves a slot, resolves, checks every address, dials the checked address. The socket's
-   * bytes are charged to the turn and its errors and idle time go to the relay it serves.
+   * bytes are charged to the turn and its errors and idle time go to the exchange it serves.
    */
   private async dial(target: Target): Promise<Result<{ socket: net.Socket; release: () => void }, DenialReason | 'connect_failed'>> {
     const slot = this.reserveSlot();
@@ -563,36 +335,36 @@ class TurnProxyServer implements TurnProxy {
       return fail('turn_ended', 'the turn ended while connecting');
     }
     this.slotRelease.set(socket, slot.release);
-    socket.on('timeout', () => this.owner.get(socket)?.relay.abort('idle_timeout'));
+    socket.on('timeout', () => this.owner.get(socket)?.exchange.abort('idle_timeout'));
     socket.on('error', () => {
       const owner = this.owner.get(socket);
       if (owner) owner.upstreamFailed();
       else socket.destroy();
     });
-    socket.on('data', (chunk: Buffer) => this.charge(chunk.length, this.owner.get(socket)?.relay ?? null, socket));
+    socket.on('data', (chunk: Buffer) => this.charge(chunk.length, this.owner.get(socket)?.exchange ?? null, socket));
     return ok({ socket, release: slot.release });
   }
 
-  /** A relay for `socket`, recorded when it is done. */
-  private serve(socket: net.Socket, target: Target): Relay {
-    const relay = new Relay(socket, target, (done) => {
-      this.relays.delete(done);
+  /** An exchange for `socket`, recorded when it is done. */
+  private serve(socket: net.Socket, target: Target): Exchange {
+    const exchange = new Exchange(socket, target, (done) => {
+      this.exchanges.delete(done);
       this.recordConnection(done.target, done.outcome, done.counts());
     });
-    this.relays.add(relay);
-    return relay;
+    this.exchanges.add(exchange);
+    return exchange;
   }
 
-  /** `socket` now works for `relay`: its idle time, bytes and errors are the relay's. */
-  private assign(socket: net.Socket, relay: Relay, upstreamFailed = () => relay.abort('upstream_error')): void {
-    this.owner.set(socket, { relay, upstreamFailed });
+  /** `socket` now works for `exchange`: its idle time, bytes and errors are the exchange's. */
+  private assign(socket: net.Socket, exchange: Exchange, upstreamFailed = () => exchange.abort('upstream_error')): void {
+    this.owner.set(socket, { exchange, upstreamFailed });
     socket.setTimeout(this.options.caps.idleTimeoutMs);
   }
 
-  /** False when the bytes took the turn over its allowance (the relay, or an idle connection, is then cut). */
-  private charge(bytes: number, relay: Relay | null, socket?: net.Socket): boolean {
+  /** False when the bytes took the turn over its allowance (the exchange, or an idle connection, is then cut). */
+  private charge(bytes: number, exchange: Exchange | null, socket?: net.Socket): boolean {
     if (!this.budget.charge(bytes).over) return true;
-    if (relay) relay.abort('cap_exceeded');
+    if (exchange) exchange.abort('cap_exceeded');
     else socket?.destroy();
     return false;
   }
@@ -679,34 +451,34 @@ class TurnProxyServer implements TurnProxy {
   private relayForward(
     req: http.IncomingMessage,
     res: http.ServerResponse,
-    relay: Relay,
+    exchange: Exchange,
     pathAndQuery: string,
     connection: { authority: string; reused: boolean; bodiless: boolean },
   ): void {
     if (req.socket.destroyed) {
-      relay.abort('client_error');
+      exchange.abort('client_error');
       return;
     }
-    const headers = { ...upstreamHeaders(req.rawHeaders, relay.target.authority), connection: 'keep-alive' };
+    const headers = { ...upstreamHeaders(req.rawHeaders, exchange.target.authority), connection: 'keep-alive' };
     let answered = false;
     let mayRetry = connection.reused;
     // Before any answer the request's own 'error' decides (retry or 502); after, the socket's error ends it.
     const upstreamFailed = (): void => {
-      if (answered) relay.abort('upstream_error');
+      if (answered) exchange.abort('upstream_error');
     };
 
     const send = (): void => {
-      const socket = relay.upstream;
-      this.assign(socket, relay, upstreamFailed);
+      const socket = exchange.upstream;
+      this.assign(socket, exchange, upstreamFailed);
       const upstreamRequest = http.request({ createConnection: () => socket, method: req.method, path: pathAndQuery, headers, setHost: false });
       socket.once('free', () => {
         this.owner.delete(socket);
-        relay.releaseUpstream();
-        if (relay.outcome === 'ok') this.pool.put(connection.authority, socket);
+        exchange.releaseUpstream();
+        if (exchange.outcome === 'ok') this.pool.put(connection.authority, socket);
         else socket.destroy();
       });
       upstreamRequest.on('error', () => {
-        if (mayRetry && !answered && relay.outcome === 'ok') void retry(socket);
+        if (mayRetry && !answered && exchange.outcome === 'ok') void retry(socket);
         else fail502();
       });
       upstreamRequest.on('response', (upstreamResponse) => {
@@ -720,7 +492,7 @@ class TurnProxyServer implements TurnProxy {
     };
 
     const fail502 = (): void => {
-      relay.abort('upstream_error');
+      exchange.abort('upstream_error');
       if (!res.headersSent) res.writeHead(502, { Connection: 'close' }).end();
       else res.destroy();
     };
@@ -728,27 +500,27 @@ class TurnProxyServer implements TurnProxy {
     const retry = async (stale: net.Socket): Promise<void> => {
       mayRetry = false;
       this.owner.delete(stale);
-      relay.leave();
-      const connected = await this.connect(relay.target);
+      exchange.leave();
+      const connected = await this.connect(exchange.target);
       if (connected.ok) connected.socket.once('close', connected.release);
-      if (!relay.awaitingConnection()) {
+      if (!exchange.awaitingConnection()) {
         // Cut meanwhile (the client left, the turn ended): recorded already.
         if (connected.ok) connected.socket.destroy();
         return;
       }
       if (!connected.ok) {
-        relay.abort('upstream_error');
+        exchange.abort('upstream_error');
         return this.refuseResponse(res, connected.refused);
       }
-      relay.takeOver(connected.socket);
+      exchange.takeOver(connected.socket);
       send();
     };
 
     res.on('close', () => {
-      if (!res.writableFinished) relay.abort('client_error');
-      else relay.complete();
+      if (!res.writableFinished) exchange.abort('client_error');
+      else exchange.complete();
     });
-    req.on('data', (chunk: Buffer) => this.charge(chunk.length, relay));
+    req.on('data', (chunk: Buffer) => this.charge(chunk.length, exchange));
     send();
   }
 
@@ -758,20 +530,20 @@ class TurnProxyServer implements TurnProxy {
     const connected = await this.connect(checked.target);
     if (!connected.ok) return this.refuseRaw(client, connected.refused);
     // The slot is the tunnel's until its event: a spliced tunnel's Node socket closes at hand-off.
-    const relay = this.serve(connected.socket, checked.target);
-    this.assign(connected.socket, relay);
-    void relay.done.then(connected.release);
-    this.tunnel(client, relay, head);
+    const exchange = this.serve(connected.socket, checked.target);
+    this.assign(connected.socket, exchange);
+    void exchange.done.then(connected.release);
+    this.tunnel(client, exchange, head);
   }
 
   /** After the 200 the tunnel is opaque: bytes are counted and relayed, never parsed. */
-  private tunnel(client: net.Socket, relay: Relay, head: Buffer): void {
-    const upstream = relay.upstream;
+  private tunnel(client: net.Socket, exchange: Exchange, head: Buffer): void {
+    const upstream = exchange.upstream;
     if (client.destroyed) {
-      relay.abort('client_error');
+      exchange.abort('client_error');
       return;
     }
-    if (head.length > 0 && !this.charge(head.length, relay)) {
+    if (head.length > 0 && !this.charge(head.length, exchange)) {
       client.destroy();
       return;
     }
@@ -782,21 +554,21 @@ class TurnProxyServer implements TurnProxy {
     });
     if (spliced?.ok) {
       this.splicedTunnels++;
-      this.clients.add(relay);
-      void relay.done.then(() => this.clients.delete(relay));
-      relay.handOff(spliced.tunnel, head.length);
+      this.clients.add(exchange);
+      void exchange.done.then(() => this.clients.delete(exchange));
+      exchange.handOff(spliced.tunnel, head.length);
       return;
     }
     client.write(CONNECT_ESTABLISHED);
     if (head.length > 0) upstream.write(head);
-    client.on('data', (chunk: Buffer) => this.charge(chunk.length, relay));
-    client.on('end', () => relay.markClientDone());
+    client.on('data', (chunk: Buffer) => this.charge(chunk.length, exchange));
+    client.on('end', () => exchange.markClientDone());
     client.on('close', (hadError) => {
-      if (hadError) relay.abort('client_error');
+      if (hadError) exchange.abort('client_error');
       else upstream.destroySoon();
     });
     // A clean close lets the last bytes reach the client; an abort (caps, timeout) cuts it off.
-    upstream.on('close', () => (relay.outcome === 'ok' ? client.destroySoon() : client.destroy()));
+    upstream.on('close', () => (exchange.outcome === 'ok' ? client.destroySoon() : client.destroy()));
     client.pipe(upstream);
     upstream.pipe(client);
   }
