@@ -10,11 +10,11 @@
  * Any failure before the command starts answers `error` with a stable code and exits 1.
  */
 import { checkInheritedFds, markCloseOnExec, PROTOCOL_FD } from './fds.js';
-import { kernelRelay } from '../relay/kernel-relay.js';
+import { kernelRelay, type RelayReport } from '../relay/kernel-relay.js';
 import { startEgressBridge, type EgressBridge } from './bridge.js';
 import { openChannel, expectLaunch, type Channel } from './channel.js';
 import { startCommand, type RunningCommand } from './command.js';
-import type { ForwardableSignal, LaunchMessage, WorkerErrorCode } from './protocol.js';
+import { MAX_RELAY_FAILURE_CHARS, type ForwardableSignal, type LaunchMessage, type WorkerErrorCode } from './protocol.js';
 import { childrenRusage } from './rusage.js';
 import { compilePolicy } from './seccomp/policy.js';
 import { installSeccompFilter } from './seccomp/install.js';
@@ -31,6 +31,11 @@ async function refuse(channel: Channel, code: WorkerErrorCode, detail: string): 
   await channel.send({ type: 'error', code, detail: detail.slice(0, MAX_ERROR_DETAIL_CHARS) });
   await channel.close();
   return 1;
+}
+
+/** The relay's report as the exit message carries it: the failure cut to the protocol's bound. */
+function relayReportForExit(report: RelayReport): RelayReport {
+  return { ...report, failure: report.failure?.slice(0, MAX_RELAY_FAILURE_CHARS) ?? null };
 }
 
 function proxyEnv(port: number): Record<string, string> {
@@ -118,7 +123,8 @@ async function main(): Promise<number> {
   // getrusage on a valid buffer cannot fail; if it does, the worker has no honest exit record.
   if (!usage.ok) throw new CodedError(usage.reason, usage.detail);
   if (launch.tty) await flushStdout();
-  await channel.send({ type: 'exit', exitCode: exit.exitCode, signal: exit.signal, rusage: usage.rusage });
+  const bridgeRelay = launch.egress ? relayReportForExit(kernel.report()) : null;
+  await channel.send({ type: 'exit', exitCode: exit.exitCode, signal: exit.signal, rusage: usage.rusage, bridgeRelay });
   await channel.close();
   return 0;
 }

@@ -6,6 +6,7 @@
  * docs/worker-protocol.md is the prose version.
  */
 import { fail, ok, type Result } from '../core/result.js';
+import type { RelayReport, RelayState } from '../relay/kernel-relay.js';
 
 export const PROTOCOL_VERSION = 1;
 /** Bounds a launch message: argv+env are capped well below the kernel's execve limit. */
@@ -64,6 +65,8 @@ export interface ExitMessage {
   exitCode: number | null;
   signal: string | null;
   rusage: Rusage;
+  /** The report of the worker's kernel relay (its bridge's tunnels); null for a turn without egress. */
+  bridgeRelay: RelayReport | null;
 }
 /** Stable codes of the worker's `error` message; see docs/worker-protocol.md. */
 export const WORKER_ERROR_CODES = [
@@ -221,6 +224,43 @@ function rusage(value: unknown): Check<Rusage> {
   return ok({ value: out as Rusage });
 }
 
+const RELAY_STATES: readonly RelayState[] = ['starting', 'ready', 'failed', 'stopped'];
+/** The worker cuts a relay failure to this many characters; the parser allows their UTF-8 bytes. */
+export const MAX_RELAY_FAILURE_CHARS = 1000;
+
+function count(value: unknown, field: string): Check<number> {
+  return intIn(value, field, 0, Number.MAX_SAFE_INTEGER);
+}
+
+function relayRefusals(value: unknown): Check<RelayReport['refused']> {
+  if (!isObject(value)) return invalid('exit.bridgeRelay.refused', 'must be an object');
+  const known = onlyFields(value, 'exit.bridgeRelay.refused', ['relay_not_ready', 'not_adoptable']);
+  if (!known.ok) return known;
+  const notReady = count(value.relay_not_ready, 'exit.bridgeRelay.refused.relay_not_ready');
+  if (!notReady.ok) return notReady;
+  const notAdoptable = count(value.not_adoptable, 'exit.bridgeRelay.refused.not_adoptable');
+  if (!notAdoptable.ok) return notAdoptable;
+  return ok({ value: { relay_not_ready: notReady.value, not_adoptable: notAdoptable.value } });
+}
+
+function bridgeRelay(value: unknown): Check<RelayReport | null> {
+  if (value === null) return ok({ value: null });
+  if (!isObject(value)) return invalid('exit.bridgeRelay', 'must be an object or null');
+  const known = onlyFields(value, 'exit.bridgeRelay', ['state', 'failure', 'adopted', 'open', 'refused']);
+  if (!known.ok) return known;
+  const state = RELAY_STATES.find((s) => s === value.state);
+  if (state === undefined) return invalid('exit.bridgeRelay.state', `must be one of ${RELAY_STATES.join(', ')}`);
+  const failure = nullOr(value.failure, (v) => cleanString(v, 'exit.bridgeRelay.failure', MAX_RELAY_FAILURE_CHARS * 4));
+  if (!failure.ok) return failure;
+  const adopted = count(value.adopted, 'exit.bridgeRelay.adopted');
+  if (!adopted.ok) return adopted;
+  const open = count(value.open, 'exit.bridgeRelay.open');
+  if (!open.ok) return open;
+  const refused = relayRefusals(value.refused);
+  if (!refused.ok) return refused;
+  return ok({ value: { state, failure: failure.value, adopted: adopted.value, open: open.value, refused: refused.value } });
+}
+
 function ready(m: Fields): Check<ReadyMessage> {
   const known = onlyFields(m, 'ready', ['type']);
   if (!known.ok) return known;
@@ -236,7 +276,7 @@ function started(m: Fields): Check<StartedMessage> {
 }
 
 function exit(m: Fields): Check<ExitMessage> {
-  const known = onlyFields(m, 'exit', ['type', 'exitCode', 'signal', 'rusage']);
+  const known = onlyFields(m, 'exit', ['type', 'exitCode', 'signal', 'rusage', 'bridgeRelay']);
   if (!known.ok) return known;
   const exitCode = nullOr(m.exitCode, (v) => intIn(v, 'exit.exitCode', 0, 255));
   if (!exitCode.ok) return exitCode;
@@ -247,7 +287,9 @@ function exit(m: Fields): Check<ExitMessage> {
   }
   const usage = rusage(m.rusage);
   if (!usage.ok) return usage;
-  return ok({ value: { type: 'exit', exitCode: exitCode.value, signal: sig.value, rusage: usage.value } });
+  const relay = bridgeRelay(m.bridgeRelay);
+  if (!relay.ok) return relay;
+  return ok({ value: { type: 'exit', exitCode: exitCode.value, signal: sig.value, rusage: usage.value, bridgeRelay: relay.value } });
 }
 
 function error(m: Fields): Check<ErrorMessage> {

@@ -540,6 +540,7 @@ function trackTurn(inputs: TrackInputs): { running: RunningTurn; startedOrEnded:
         durationMs: result.durationMs,
         usage: result.usage,
         limitHits: result.limitHits,
+        bridgeRelay: result.bridgeRelay ?? null,
       }),
     );
     log.info('turn finished', { status: result.status, exitCode: result.exitCode, durationMs: result.durationMs });
@@ -633,5 +634,6 @@ function buildResult(inputs: ResultInputs): TurnResult {
     usage,
     limitHits,
     ...(detail ? { detail } : {}),
+    ...(exitMessage ? { bridgeRelay: exitMessage.bridgeRelay } : {}),
   };
 }

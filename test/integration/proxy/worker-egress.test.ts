@@ -60,6 +60,10 @@ t.test('a 64 MiB upload from the command through CONNECT arrives byte-exact', as
   t.match(event?.payload, { method: null, outcome: 'ok' });
   t.ok(Number(event?.payload.bytesUp) > 67108864, 'bytesUp counts the upload and the request head');
   t.match(harness.turns.egressRelay(), { state: 'ready', adopted: spliced + 1 }, 'the supervisor spliced the tunnel');
+  const bridgeRelay = { state: 'ready', failure: null, adopted: 1, refused: { relay_not_ready: 0, not_adoptable: 0 } };
+  t.match(run.result.bridgeRelay, bridgeRelay, 'and so did the worker\'s bridge, as the worker reported at exit');
+  const exitEvent = harness.events.query({ turn: run.id, kind: 'worker_exit' });
+  t.match(exitEvent.ok && exitEvent.events[0]?.payload.bridgeRelay, bridgeRelay, 'the worker_exit event carries the report');
 });
 
 t.test('several URLs of one host in one curl share one upstream connection; each request has its event', async (t) => {

@@ -106,6 +106,7 @@ t.test('pipes mode: output, exit code, rusage, exact env, only fds 0-2, seccomp'
   t.equal(exit.exitCode, 3);
   t.equal(exit.signal, null);
   t.ok(exit.rusage.maxRssKiB > 0, 'rusage reports the child\'s max RSS');
+  t.equal(exit.bridgeRelay, null, 'a launch without egress reports no bridge relay');
   const lines = w.stdout().split('\n');
   // sh adds PWD itself; nothing else may appear besides what the launch carried.
   t.same(lines.filter((l) => /^[A-Za-z_][A-Za-z0-9_]*=/.test(l)).sort(), ['PATH=' + PATH_ENV, 'PWD=/', 'TURN_VAR=v1']);

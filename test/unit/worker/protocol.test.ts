@@ -42,10 +42,20 @@ t.test('control messages and unknown types', async (t) => {
 
 t.test('worker messages', async (t) => {
   const rusage = { userCpuUsec: 1, systemCpuUsec: 2, maxRssKiB: 3 };
-  t.equal(reason(parseWorkerMessage(JSON.stringify({ type: 'exit', exitCode: 3, signal: null, rusage }))), 'ok');
-  t.equal(reason(parseWorkerMessage(JSON.stringify({ type: 'exit', exitCode: null, signal: 'SIGKILL', rusage }))), 'ok');
-  t.match(reason(parseWorkerMessage(JSON.stringify({ type: 'exit', exitCode: 1, signal: 'SIGKILL', rusage }))), /exactly one/);
-  t.match(reason(parseWorkerMessage(JSON.stringify({ type: 'exit', exitCode: 1, signal: null, rusage: { ...rusage, x: 1 } }))), /exit\.rusage\.x/);
+  const exitOf = (fields: Record<string, unknown>) => reason(parseWorkerMessage(JSON.stringify({ type: 'exit', rusage, bridgeRelay: null, ...fields })));
+  t.equal(exitOf({ exitCode: 3, signal: null }), 'ok');
+  t.equal(exitOf({ exitCode: null, signal: 'SIGKILL' }), 'ok');
+  t.match(exitOf({ exitCode: 1, signal: 'SIGKILL' }), /exactly one/);
+  t.match(exitOf({ exitCode: 1, signal: null, rusage: { ...rusage, x: 1 } }), /exit\.rusage\.x/);
+  t.match(reason(parseWorkerMessage(JSON.stringify({ type: 'exit', exitCode: 0, signal: null, rusage }))), /exit\.bridgeRelay: must be an object or null/, 'bridgeRelay is required');
+  const relay = { state: 'ready', failure: null, adopted: 2, open: 0, refused: { relay_not_ready: 1, not_adoptable: 0 } };
+  t.equal(exitOf({ exitCode: 0, signal: null, bridgeRelay: relay }), 'ok');
+  t.equal(exitOf({ exitCode: 0, signal: null, bridgeRelay: { ...relay, state: 'failed', failure: 'eventfd failed: EMFILE' } }), 'ok');
+  t.match(exitOf({ exitCode: 0, signal: null, bridgeRelay: { ...relay, state: 'broken' } }), /exit\.bridgeRelay\.state/);
+  t.match(exitOf({ exitCode: 0, signal: null, bridgeRelay: { ...relay, adopted: -1 } }), /exit\.bridgeRelay\.adopted/);
+  t.match(exitOf({ exitCode: 0, signal: null, bridgeRelay: { ...relay, refused: { relay_not_ready: 0 } } }), /exit\.bridgeRelay\.refused\.not_adoptable/);
+  t.match(exitOf({ exitCode: 0, signal: null, bridgeRelay: { ...relay, extra: 1 } }), /exit\.bridgeRelay\.extra: unknown field/);
+  t.match(exitOf({ exitCode: 0, signal: null, bridgeRelay: { ...relay, failure: 'x'.repeat(5000) } }), /exit\.bridgeRelay\.failure/);
   t.equal(reason(parseWorkerMessage('{"type":"error","code":"unexpected_fds","detail":"x"}')), 'ok');
   t.match(reason(parseWorkerMessage('{"type":"error","code":"made_up","detail":"x"}')), /error\.code/);
   t.equal(reason(parseWorkerMessage('{"type":"started","pid":42}')), 'ok');
