@@ -1,7 +1,7 @@
 /**
- * Egress proxy benchmark: request latency (new connection per request, p50/p99 at concurrency
- * 1, 16, 128) and 64 MiB upload throughput, direct to the origin and along two proxied paths,
- * in one run, as ratios:
+ * Egress proxy benchmark: request latency (p50/p99 at concurrency 1, 16, 128; a new client
+ * connection per request, while the proxy may reuse its upstream connection) and 64 MiB upload
+ * throughput, direct to the origin and along two proxied paths, in one run, as ratios:
  *   proxy         client -> unix socket -> proxy -> loopback origin
  *   bridge+proxy  client -> TCP 127.0.0.1 -> worker bridge -> unix socket -> proxy -> origin
  * The second is what a command in a turn uses. Client, origins, proxy and bridge are separate
@@ -325,7 +325,7 @@ async function main(): Promise<void> {
   const load = os.loadavg().map((l) => l.toFixed(2)).join(' ');
   console.log(`egress proxy benchmark, ${new Date().toISOString()}, load average ${load}, ${CORES} CPUs`);
   console.log(`CONNECT tunnels relayed ${USE_KERNEL_RELAY ? 'by the kernel relay (splice; BENCH_KERNEL_RELAY=0: in Node)' : 'in Node (BENCH_KERNEL_RELAY=0)'}`);
-  console.log(`${REQUESTS_PER_LEVEL} requests per level, new connection per request. CPU µs per request: all processes (client,`);
+  console.log(`${REQUESTS_PER_LEVEL} requests per level, new client connection per request. CPU µs per request: all processes (client,`);
   console.log(`origin, proxy, bridge), the proxy, the bridge; ceiling = req/s if all ${CORES} CPUs did nothing else.`);
   console.log('concurrency  path           p50 ms     p99 ms  added p50 ms  p50 ratio  req/s  CPU: all  proxy bridge  ceiling');
   const addedP50: Record<string, number[]> = {};
