@@ -27,10 +27,12 @@ build-native:
 	$(MAKE) -C identity-helper all asan
 	$(MAKE) -C test/native
 
-# The helper's descriptor parser is fuzzed for a bounded time, then every tap suite runs.
+# The tests are type-checked (tap runs them through tsx, which does not), the helper's descriptor
+# parser is fuzzed for a bounded time, then every tap suite runs.
 # The deb is built first so the packaging tests reuse it instead of building under test load;
 # if it fails, those tests rebuild it and report why.
 test: build
+	npx tsc -p tsconfig.test.json
 	$(MAKE) -C identity-helper fuzz-run FUZZ_SECONDS=30
 	$(MAKE) deb || echo "make deb failed: the packaging tests will rebuild it and report why"
 	npx tap
