@@ -71,7 +71,8 @@ export function upstreamHeaders(rawHeaders: string[], authority: Authority): Rec
     headers[name] = previous === undefined ? value : [...(Array.isArray(previous) ? previous : [previous]), value];
   }
   headers.host = authority.port === 80 ? formatAuthority(authority).replace(/:80$/, '') : formatAuthority(authority);
-  headers.connection = 'close';
+  // The connection may serve later requests to this authority (upstream-pool.ts).
+  headers.connection = 'keep-alive';
   return headers;
 }
 

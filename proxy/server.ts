@@ -418,6 +418,13 @@ class TurnProxyServer implements TurnProxy {
     return { ok: false, refused: { status: 403, refusal: { reason: dialled.reason, detail: dialled.detail, ...where } } };
   }
 
+  /** A fresh connection for forward requests: it may outlive the request in the pool, so it holds its slot until it closes. */
+  private async connectForRequests(target: Target): Promise<{ ok: true; socket: net.Socket } | { ok: false; refused: Refused }> {
+    const connected = await this.connect(target);
+    if (connected.ok) connected.socket.once('close', connected.release);
+    return connected;
+  }
+
   private async handleForward(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const forward = parseForwardTarget(req.url ?? '');
     if (!forward.ok) {
@@ -435,10 +442,9 @@ class TurnProxyServer implements TurnProxy {
     const reused = bodiless && RETRYABLE_METHODS.has(req.method ?? '') ? this.pool.take(authority) : null;
     let socket = reused;
     if (socket === null) {
-      const connected = await this.connect(target);
+      const connected = await this.connectForRequests(target);
       if (!connected.ok) return this.refuseResponse(res, connected.refused);
       socket = connected.socket;
-      socket.once('close', connected.release);
     }
     this.relayForward(req, res, this.serve(socket, target), forward.pathAndQuery, { authority, reused: reused !== null, bodiless });
   }
@@ -459,7 +465,7 @@ class TurnProxyServer implements TurnProxy {
       exchange.abort('client_error');
       return;
     }
-    const headers = { ...upstreamHeaders(req.rawHeaders, exchange.target.authority), connection: 'keep-alive' };
+    const headers = upstreamHeaders(req.rawHeaders, exchange.target.authority);
     let answered = false;
     let mayRetry = connection.reused;
     // Before any answer the request's own 'error' decides (retry or 502); after, the socket's error ends it.
@@ -501,8 +507,7 @@ class TurnProxyServer implements TurnProxy {
       mayRetry = false;
       this.owner.delete(stale);
       exchange.leave();
-      const connected = await this.connect(exchange.target);
-      if (connected.ok) connected.socket.once('close', connected.release);
+      const connected = await this.connectForRequests(exchange.target);
       if (!exchange.awaitingConnection()) {
         // Cut meanwhile (the client left, the turn ended): recorded already.
         if (connected.ok) connected.socket.destroy();

@@ -116,6 +116,10 @@ function intIn(value: unknown, field: string, min: number, max: number): Check<n
   return ok({ value });
 }
 
+function count(value: unknown, field: string): Check<number> {
+  return intIn(value, field, 0, Number.MAX_SAFE_INTEGER);
+}
+
 function nullOr<T>(value: unknown, check: (v: unknown) => Check<T>): Check<T | null> {
   return value === null ? ok({ value: null }) : check(value);
 }
@@ -217,7 +221,7 @@ function rusage(value: unknown): Check<Rusage> {
   if (!known.ok) return known;
   const out: Partial<Rusage> = {};
   for (const key of ['userCpuUsec', 'systemCpuUsec', 'maxRssKiB'] as const) {
-    const checked = intIn(value[key], `exit.rusage.${key}`, 0, Number.MAX_SAFE_INTEGER);
+    const checked = count(value[key], `exit.rusage.${key}`);
     if (!checked.ok) return checked;
     out[key] = checked.value;
   }
@@ -227,10 +231,6 @@ function rusage(value: unknown): Check<Rusage> {
 const RELAY_STATES: readonly RelayState[] = ['starting', 'ready', 'failed', 'stopped'];
 /** The worker cuts a relay failure to this many characters; the parser allows their UTF-8 bytes. */
 export const MAX_RELAY_FAILURE_CHARS = 1000;
-
-function count(value: unknown, field: string): Check<number> {
-  return intIn(value, field, 0, Number.MAX_SAFE_INTEGER);
-}
 
 function relayRefusals(value: unknown): Check<RelayReport['refused']> {
   if (!isObject(value)) return invalid('exit.bridgeRelay.refused', 'must be an object');
