@@ -73,11 +73,26 @@ function signalName(signal: number | NodeJS.Signals | null): string | null {
   return entry ? entry[0] : `SIG${signal}`;
 }
 
-function killGroup(pid: number, signal: ForwardableSignal): void {
+/**
+ * Signals the command's process group. A group that does not exist yet while the command runs is
+ * a pty child between fork and its setsid() (node-pty returns after fork, not after exec): the
+ * child alone is then the whole command, and the signal goes to it. A group that is gone after
+ * the command exited needs nothing; its exit is reported through `exited`.
+ */
+function killGroup(pid: number, signal: ForwardableSignal, running: boolean): void {
   try {
     process.kill(-pid, signal);
+    return;
   } catch {
-    // ESRCH: the group is gone already; its exit is reported through `exited`.
+    // ESRCH: no such group; see above.
+  }
+  if (!running) return;
+  try {
+    // Not reported exited: the pid is still the child's (barring the instant between libuv's
+    // reap and its exit report, in which a reuse of the pid is not plausible).
+    process.kill(pid, signal);
+  } catch {
+    // It exited just now.
   }
 }
 
@@ -89,15 +104,19 @@ function startPipes(spec: CommandSpec, file: string): Promise<Result<{ command: 
     stdio: ['inherit', 'inherit', 'inherit'],
     detached: true, // setsid(): the command leads a new session and process group
   });
+  let running = true;
   const exited = new Promise<CommandExit>((resolve) => {
-    child.once('exit', (code, signal) => resolve({ exitCode: signal ? null : code, signal: signalName(signal) }));
+    child.once('exit', (code, signal) => {
+      running = false;
+      resolve({ exitCode: signal ? null : code, signal: signalName(signal) });
+    });
   });
   return new Promise((resolve) => {
     child.once('error', (err) => resolve(fail('spawn_failed', `spawn ${file}: ${err.message}`)));
     child.once('spawn', () => {
       const pid = child.pid;
       if (pid === undefined) return resolve(fail('spawn_failed', `spawn ${file}: no pid`));
-      const command: RunningCommand = { pid, resize: () => {}, signalGroup: (s) => killGroup(pid, s), exited };
+      const command: RunningCommand = { pid, resize: () => {}, signalGroup: (s) => killGroup(pid, s, running), exited };
       resolve(ok({ command }));
     });
   });
@@ -121,8 +140,10 @@ async function startPty(spec: CommandSpec, file: string, size: TtySize): Promise
   });
   const forwardInput = (chunk: Buffer): void => term.write(chunk as unknown as string);
   process.stdin.on('data', forwardInput);
+  let running = true;
   const exited = new Promise<CommandExit>((resolve) => {
     term.onExit(({ exitCode, signal }) => {
+      running = false;
       process.stdin.off('data', forwardInput);
       process.stdin.pause();
       const name = signalName(signal ?? null);
@@ -132,7 +153,7 @@ async function startPty(spec: CommandSpec, file: string, size: TtySize): Promise
   const command: RunningCommand = {
     pid: term.pid,
     resize: (s) => term.resize(s.cols, s.rows),
-    signalGroup: (s) => killGroup(term.pid, s),
+    signalGroup: (s) => killGroup(term.pid, s, running),
     exited,
   };
   return ok({ command });
