@@ -23,6 +23,7 @@ import { createTurnCgroup, listTurnCgroups, prepareCgroupSubtree, removeCgroupSu
 import { createMemoryLogger } from '../core/log.js';
 import { buildTurnPolicy } from '../proxy/policy.js';
 import { startTurnProxy } from '../proxy/server.js';
+import { closeChannelEnd, openListenerChannel } from '../proxy/worker-listener.js';
 import { kernelRelay } from '../relay/kernel-relay.js';
 import { closeRoot, openRoot } from '../supervisor/fs/guard.js';
 import { createTurnTemp, purgeTurnTemp } from '../supervisor/fs/turn-temp.js';
@@ -139,11 +140,16 @@ async function pipelineTurn(harness: TurnHarness, startup?: number[]): Promise<v
  * which the worker's fd check requires.
  */
 function workerAlone(workspace: string): Promise<void> {
-  const launch: LaunchMessage = { type: 'launch', v: 1, argv: ['/bin/true'], cwd: workspace, env: { PATH: '/usr/bin:/bin' }, tty: null, egress: null };
+  const launch: LaunchMessage = { type: 'launch', v: 1, argv: ['/bin/true'], cwd: workspace, env: { PATH: '/usr/bin:/bin' }, tty: null, egress: false };
   const encoded = encodeMessage(launch);
   if (!encoded.ok) throw new Error(encoded.detail);
+  // The worker requires its listener channel at fd 4 and sends its listener there; nobody takes it here.
+  const channel = openListenerChannel();
+  if (!channel.ok) throw new Error(channel.detail);
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [WORKER_ENTRY], { stdio: ['ignore', 'ignore', 'pipe', 'pipe'], cwd: workspace, env: {} });
+    const child = spawn(process.execPath, [WORKER_ENTRY], { stdio: ['ignore', 'ignore', 'pipe', 'pipe', channel.workerFd], cwd: workspace, env: {} });
+    closeChannelEnd(channel.workerFd);
+    child.on('close', () => closeChannelEnd(channel.supervisorFd));
     const protocol = child.stdio[3] as net.Socket;
     protocol.on('error', () => undefined);
     protocol.write(encoded.line);

@@ -3,10 +3,12 @@
  * connection per request, while the proxy may reuse its upstream connection) and 64 MiB upload
  * throughput, direct to the origin and along two proxied paths, in one run, as ratios:
  *   proxy         client -> unix socket -> proxy -> loopback origin
- *   bridge+proxy  client -> TCP 127.0.0.1 -> worker bridge -> unix socket -> proxy -> origin
- * The second is what a command in a turn uses. Client, origins, proxy and bridge are separate
- * processes, as in production (the proxy lives in the supervisor, the bridge in the worker),
- * and the proxy records its events in a real event store (SQLite, synchronous = FULL) in a
+ *   listener      client -> TCP 127.0.0.1 (the worker's egress listener) -> proxy -> origin
+ * The second is what a command in a turn uses: a "worker" process opens the listener
+ * (worker/egress-listener.ts) and hands it to the proxy over the listener channel, as in a
+ * turn (proxy/worker-listener.ts); here the worker runs in a network namespace of its own
+ * (`unshare --net`, root needed) and the client connects from inside it (setns, per connection). Client, origins,
+ * proxy and worker are separate processes, as in production, and the proxy records its events in a real event store (SQLite, synchronous = FULL) in a
  * temporary directory. Throughput goes through CONNECT. Goals: throughput >= 0.8x direct,
  * added p50 (proxied p50 - direct p50 at the same concurrency) <= 1 ms.
  * Run: npx tsx bench/proxy.ts   (BENCH_REQUESTS shrinks the latency runs while tuning)
@@ -19,19 +21,22 @@ import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
+import { libc } from '../core/libc.js';
 import { createLogger } from '../core/log.js';
 import { openEventStore } from '../supervisor/events/store.js';
 import type { EventInput, EventSink, EventStore } from '../supervisor/events/types.js';
 import { buildTurnPolicy, DEFAULT_INFERENCE_HOSTS } from '../proxy/policy.js';
 import { startTurnProxy } from '../proxy/server.js';
 import { kernelRelay, type KernelRelay } from '../relay/kernel-relay.js';
-import { startEgressBridge } from '../worker/bridge.js';
+import { handOverEgressListener, openEgressListener } from '../worker/egress-listener.js';
+import { closeChannelEnd, openListenerChannel, receiveWorkerListener } from '../proxy/worker-listener.js';
+import { LISTENER_CHANNEL_FD } from '../worker/fds.js';
 
 const ORIGIN = 'origin.bench.test';
 const TURN_ID = 'bench';
 const ROLE_ORIGINS = '--serve-origins';
 const ROLE_PROXY = '--serve-proxy';
-const ROLE_BRIDGE = '--serve-bridge';
+const ROLE_WORKER = '--hold-listener';
 const CONCURRENCY_LEVELS = [1, 16, 128];
 const REQUESTS_PER_LEVEL = Number(process.env.BENCH_REQUESTS ?? 4000);
 const WARMUP_REQUESTS = 300;
@@ -43,14 +48,29 @@ const GOAL_ADDED_P50_MS = 1;
 /** BENCH_KERNEL_RELAY=0 relays tunnels in Node (the path used while the relay thread starts). */
 const USE_KERNEL_RELAY = process.env.BENCH_KERNEL_RELAY !== '0';
 
-type Target = { path: string } | { port: number };
+/** `namespace`: an fd of the network namespace the connection is made from (the worker's). */
+type Target = { path: string } | { port: number; namespace?: number };
 type Message = Record<string, number>;
 type Role = { child: ChildProcess; first: Message };
 
+const CLONE_NEWNET = 0x40000000;
+const setns = libc().func('int setns(int, int)') as (fd: number, type: number) => number;
+const tcpSocket = libc().func('int socket(int, int, int)') as (domain: number, type: number, protocol: number) => number;
+const ownNamespace = fs.openSync('/proc/thread-self/ns/net', 'r');
+
+/** A TCP socket created inside `namespace` (connected later by Node, which keeps the socket's namespace). */
+function socketIn(namespace: number): number {
+  if (setns(namespace, CLONE_NEWNET) !== 0) throw new Error('setns into the worker namespace failed');
+  const fd = tcpSocket(2, 1 | 0o4000 | 0o2000000, 0);
+  if (setns(ownNamespace, CLONE_NEWNET) !== 0) throw new Error('setns back failed');
+  if (fd < 0) throw new Error('socket() failed');
+  return fd;
+}
+
 function connect(target: Target, allowHalfOpen = false): net.Socket {
-  return 'path' in target
-    ? net.connect({ path: target.path, allowHalfOpen })
-    : net.connect({ host: '127.0.0.1', port: target.port, allowHalfOpen });
+  if ('path' in target) return net.connect({ path: target.path, allowHalfOpen });
+  if (target.namespace === undefined) return net.connect({ host: '127.0.0.1', port: target.port, allowHalfOpen });
+  return new net.Socket({ fd: socketIn(target.namespace), allowHalfOpen, readable: true, writable: true }).connect({ host: '127.0.0.1', port: target.port });
 }
 
 /** One request on a fresh connection; resolves with the milliseconds until the response ended. */
@@ -236,6 +256,11 @@ async function serveProxy(socketPath: string, httpPort: number, sinkPort: number
     logger,
   });
   if (!proxy.ok) throw new Error(proxy.detail);
+  const taken = receiveWorkerListener(LISTENER_CHANNEL_FD);
+  if (!taken.ok) throw new Error(taken.detail);
+  closeChannelEnd(LISTENER_CHANNEL_FD);
+  const served = await proxy.serveWorkerListener(taken.fd);
+  if (!served.ok) throw new Error(served.detail);
   if (kernel) await kernel.settled();
   process.send!({});
   serveControl(async () => {
@@ -250,22 +275,22 @@ function relayUnderTest(): KernelRelay | null {
   return USE_KERNEL_RELAY ? kernelRelay() : null;
 }
 
-async function serveBridge(socketPath: string): Promise<void> {
-  const kernel = relayUnderTest();
-  if (kernel) await kernel.settled();
-  const bridge = await startEgressBridge({ socketPath, kernel });
-  if (!bridge.ok) throw new Error(bridge.detail);
-  process.send!({ port: bridge.port });
-  serveControl(async () => {
-    await bridge.close();
-    return {};
-  });
+/** The worker's part of the command's path, in its own network namespace: a listener it hands over and never accepts on. */
+function holdListener(): void {
+  const listener = openEgressListener();
+  if (!listener.ok) throw new Error(listener.detail);
+  const handedOver = handOverEgressListener(listener);
+  if (!handedOver.ok) throw new Error(handedOver.detail);
+  process.send!({ pid: process.pid, port: listener.port });
+  serveControl(async () => ({}));
 }
 
-/** Starts this file in another role; resolves with the child's first message. */
-async function spawnRole(args: string[]): Promise<Role> {
-  const child = spawn(process.execPath, [...process.execArgv, fileURLToPath(import.meta.url), ...args], {
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+/** Starts this file in another role (`channel` as its fd 4; `unshared`: in a new network namespace); resolves with the child's first message. */
+async function spawnRole(args: string[], options: { channel?: number; unshared?: boolean } = {}): Promise<Role> {
+  const node = [process.execPath, ...process.execArgv, fileURLToPath(import.meta.url), ...args];
+  const [command, ...rest] = options.unshared ? ['unshare', '--net', '--', '/bin/sh', '-c', 'ip link set lo up && exec "$@"', 'sh', ...node] : node;
+  const child = spawn(command!, rest, {
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc', ...(options.channel === undefined ? [] : [options.channel])],
   });
   const first = await new Promise<Message>((resolve, reject) => {
     child.once('message', (message) => resolve(message as Message));
@@ -282,23 +307,22 @@ function ask(role: Role, op: 'cpu' | 'stop'): Promise<Message> {
   });
 }
 
-/** CPU microseconds of every process of the bench: this client, the origins, the proxy, the bridge. */
+/** CPU microseconds of every process of the bench: this client, the origins, the proxy (the worker only waits). */
 interface CpuSpent {
   total: number;
   proxy: number;
-  bridge: number;
 }
 
 /** Runs `work` and returns its result with the CPU each process spent meanwhile. */
-async function withCpu<T>(roles: { origins: Role; proxy: Role; bridge: Role }, work: () => Promise<T>): Promise<{ result: T; cpu: CpuSpent }> {
-  const children = [roles.origins, roles.proxy, roles.bridge];
+async function withCpu<T>(roles: { origins: Role; proxy: Role }, work: () => Promise<T>): Promise<{ result: T; cpu: CpuSpent }> {
+  const children = [roles.origins, roles.proxy];
   const before = await Promise.all(children.map((r) => ask(r, 'cpu')));
   const clientBefore = cpuMicros();
   const result = await work();
   const client = cpuMicros() - clientBefore;
   const after = await Promise.all(children.map((r) => ask(r, 'cpu')));
-  const [origins, proxy, bridge] = after.map((a, i) => a.cpuMicros! - before[i]!.cpuMicros!) as [number, number, number];
-  return { result, cpu: { total: client + origins + proxy + bridge, proxy, bridge } };
+  const [origins, proxy] = after.map((a, i) => a.cpuMicros! - before[i]!.cpuMicros!) as [number, number];
+  return { result, cpu: { total: client + origins + proxy, proxy } };
 }
 
 const CORES = os.cpus().length;
@@ -310,13 +334,18 @@ async function main(): Promise<void> {
   const { httpPort, sinkPort } = origins.first as { httpPort: number; sinkPort: number };
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-bench-proxy-'));
   const socketPath = path.join(dir, 'proxy.sock');
-  const proxy = await spawnRole([ROLE_PROXY, socketPath, String(httpPort), String(sinkPort)]);
-  const bridge = await spawnRole([ROLE_BRIDGE, socketPath]);
-  const roles = { origins, proxy, bridge };
+  const channel = openListenerChannel();
+  if (!channel.ok) throw new Error(channel.detail);
+  const worker = await spawnRole([ROLE_WORKER], { channel: channel.workerFd, unshared: true });
+  const proxy = await spawnRole([ROLE_PROXY, socketPath, String(httpPort), String(sinkPort)], { channel: channel.supervisorFd });
+  closeChannelEnd(channel.workerFd);
+  closeChannelEnd(channel.supervisorFd);
+  const workerNamespace = fs.openSync(`/proc/${worker.first.pid}/ns/net`, 'r');
+  const roles = { origins, proxy };
   const paths: { name: string; target: Target; request: string }[] = [
     { name: 'direct', target: { port: httpPort }, request: `GET / HTTP/1.1\r\nHost: 127.0.0.1:${httpPort}\r\nConnection: close\r\n\r\n` },
     { name: 'proxy', target: { path: socketPath }, request: '' },
-    { name: 'bridge+proxy', target: { port: bridge.first.port! }, request: '' },
+    { name: 'listener', target: { port: worker.first.port!, namespace: workerNamespace }, request: '' },
   ];
   const proxyRequest = `GET http://${ORIGIN}:${httpPort}/ HTTP/1.1\r\nHost: ${ORIGIN}:${httpPort}\r\nConnection: close\r\n\r\n`;
   for (const entry of paths.slice(1)) entry.request = proxyRequest;
@@ -326,8 +355,8 @@ async function main(): Promise<void> {
   console.log(`egress proxy benchmark, ${new Date().toISOString()}, load average ${load}, ${CORES} CPUs`);
   console.log(`CONNECT tunnels relayed ${USE_KERNEL_RELAY ? 'by the kernel relay (splice; BENCH_KERNEL_RELAY=0: in Node)' : 'in Node (BENCH_KERNEL_RELAY=0)'}`);
   console.log(`${REQUESTS_PER_LEVEL} requests per level, new client connection per request. CPU µs per request: all processes (client,`);
-  console.log(`origin, proxy, bridge), the proxy, the bridge; ceiling = req/s if all ${CORES} CPUs did nothing else.`);
-  console.log('concurrency  path           p50 ms     p99 ms  added p50 ms  p50 ratio  req/s  CPU: all  proxy bridge  ceiling');
+  console.log(`origin, proxy) and the proxy; ceiling = req/s if all ${CORES} CPUs did nothing else.`);
+  console.log('concurrency  path           p50 ms     p99 ms  added p50 ms  p50 ratio  req/s  CPU: all  proxy  ceiling');
   const addedP50: Record<string, number[]> = {};
   for (const concurrency of CONCURRENCY_LEVELS) {
     let d50 = 0;
@@ -341,7 +370,7 @@ async function main(): Promise<void> {
       console.log(
         `${(name === 'direct' ? String(concurrency) : '').padStart(11)}  ${name.padEnd(13)} ${ms(p50)}  ${ms(percentile(result.sorted, 0.99), 9)}  ` +
           `${added[0]!.padStart(12)}  ${added[1]!.padStart(9)}  ${result.perSecond.toFixed(0).padStart(5)}    ${perRequest(cpu.total)} ${perRequest(cpu.proxy)} ` +
-          `${perRequest(cpu.bridge)}  ${micros((CORES * 1e6 * REQUESTS_PER_LEVEL) / cpu.total, 7)}`,
+          ` ${micros((CORES * 1e6 * REQUESTS_PER_LEVEL) / cpu.total, 7)}`,
       );
     }
   }
@@ -358,8 +387,8 @@ async function main(): Promise<void> {
         return upload(await open(name, target), started, payload);
       });
       (rates[name] ??= []).push(result);
-      const sum = (uploadCpu[name] ??= { total: 0, proxy: 0, bridge: 0 });
-      for (const key of ['total', 'proxy', 'bridge'] as const) sum[key] += cpu[key];
+      const sum = (uploadCpu[name] ??= { total: 0, proxy: 0 });
+      for (const key of ['total', 'proxy'] as const) sum[key] += cpu[key];
     }
   }
   const mebibytes = (UPLOAD_RUNS * UPLOAD_BYTES) / (1024 * 1024);
@@ -373,7 +402,7 @@ async function main(): Promise<void> {
     const cpu = uploadCpu[name]!;
     console.log(
       `  ${name.padEnd(13)} ${MBs.toFixed(0).padStart(5)} MB/s  ratio ${ratios[name]!.toFixed(2)}x  CPU: all ${perMiB(cpu.total)}  ` +
-        `proxy ${perMiB(cpu.proxy)}  bridge ${perMiB(cpu.bridge)}  ceiling ${micros((CORES * 1.048576e6 * mebibytes) / cpu.total)}`,
+        `proxy ${perMiB(cpu.proxy)}  ceiling ${micros((CORES * 1.048576e6 * mebibytes) / cpu.total)}`,
     );
   }
   for (const { name } of paths.slice(1)) {
@@ -382,7 +411,7 @@ async function main(): Promise<void> {
     console.log(`goals, ${name}: throughput >= ${GOAL_THROUGHPUT_RATIO}x ${throughputMet ? 'met' : 'NOT met'}; added p50 <= ${GOAL_ADDED_P50_MS} ms: ${latencyMet.join(', ')}`);
   }
 
-  await ask(bridge, 'stop');
+  await ask(worker, 'stop');
   const events = await ask(proxy, 'stop');
   console.log(`events: ${events.events} given to the store, ${events.stored} stored, ${events.fallback} in the fallback log`);
   await ask(origins, 'stop');
@@ -392,5 +421,5 @@ async function main(): Promise<void> {
 const role = process.argv[2];
 if (role === ROLE_ORIGINS) await serveOrigins();
 else if (role === ROLE_PROXY) await serveProxy(process.argv[3]!, Number(process.argv[4]), Number(process.argv[5]));
-else if (role === ROLE_BRIDGE) await serveBridge(process.argv[3]!);
+else if (role === ROLE_WORKER) holdListener();
 else await main();

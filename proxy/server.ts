@@ -1,7 +1,10 @@
 /**
- * The per-turn egress proxy: one unix socket per turn, usable only by the turn's worker uid
- * (SO_PEERCRED checked on every accepted connection; the socket is also mode 0600 and owned
- * by that uid when this process can chown it, else mode 0666). Serves HTTP/1.1 forward requests (absolute-form `http://` URIs) and CONNECT;
+ * The per-turn egress proxy. It listens on one unix socket per turn, usable only by the turn's
+ * worker uid (SO_PEERCRED checked on every accepted connection; the socket is also mode 0600
+ * and owned by that uid when this process can chown it, else mode 0666), and serves the
+ * worker's egress listener, 127.0.0.1:<port> inside the worker's network namespace (handed
+ * over by the worker: proxy/worker-listener.ts), where the command's proxy variables point. Serves
+ * HTTP/1.1 forward requests (absolute-form `http://` URIs) and CONNECT;
  * after CONNECT the tunnel is opaque bytes, relayed by the process's kernel relay (splice(2),
  * relay/) when it is ready and Node holds nothing of either socket, else in Node. Every
  * connection and refusal becomes an event.
@@ -91,6 +94,12 @@ export interface TurnProxy {
    * worker's view at launch); the claim names the turn here, before the command can connect.
    */
   attribute(turn: TurnIdentity, logger: Logger): void;
+  /**
+   * Serves a listening socket received from the worker (proxy/worker-listener.ts; this proxy owns
+   * the fd from now on, and closes it on failure too). Connections on it are not peer-checked:
+   * only the worker's own network namespace can reach it. Once per proxy.
+   */
+  serveWorkerListener(fd: number): Promise<Result<{}, 'listen_failed'>>;
   /** Destroys every connection, stops listening and removes the socket. */
   close(): Promise<void>;
 }
@@ -109,6 +118,33 @@ const POOL_IDLE_MS = 2000;
 const POOL_PER_AUTHORITY = 8;
 /** Methods a request may be sent again for, on a fresh connection, when a reused one failed before any answer (RFC 9110 9.2.2, without a body). */
 const RETRYABLE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+function listening(server: net.Server, where: string | { fd: number }): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(where, () => {
+      server.removeListener('error', reject);
+      resolve();
+    });
+  });
+}
+
+/**
+ * Node closes an fd it had opened as a handle when listen() then fails, and leaves one it
+ * could not open: close `fd` only while it is still the same socket, never a number reused since.
+ */
+function closeIfStill(fd: number, inode: bigint): void {
+  try {
+    if (fs.fstatSync(fd, { bigint: true }).ino === inode) fs.closeSync(fd);
+  } catch {
+    // Already closed.
+  }
+}
+
+function closed(server: net.Server): Promise<void> {
+  return new Promise<void>((resolve) => server.close(() => resolve()));
+}
+
 function validateOptions(options: TurnProxyOptions): string | null {
   if (!path.isAbsolute(options.socketPath)) return 'socketPath must be absolute';
   if (Buffer.byteLength(options.socketPath) > MAX_SOCKET_PATH) return `socketPath must be at most ${MAX_SOCKET_PATH} bytes`;
@@ -139,6 +175,7 @@ class TurnProxyServer implements TurnProxy {
   private readonly exchanges = new Set<Exchange>();
   private readonly http: http.Server;
   private readonly listener: net.Server;
+  private workerListener: net.Server | null = null;
   private readonly resolver: Resolver;
   private readonly connectTimeoutMs: number;
   private readonly events: EventQueue;
@@ -164,7 +201,7 @@ class TurnProxyServer implements TurnProxy {
       const detail = `malformed request (${(error as NodeJS.ErrnoException).code ?? 'parse error'})`;
       this.refuseRaw(socket as net.Socket, { status: 400, refusal: { reason: 'invalid_request', detail, host: '', port: null } });
     });
-    this.listener = net.createServer({ allowHalfOpen: true, pauseOnConnect: true }, (socket) => this.accept(socket));
+    this.listener = net.createServer({ allowHalfOpen: true, pauseOnConnect: true }, (socket) => this.acceptFromSocketPath(socket));
   }
 
   attribute(turn: TurnIdentity, logger: Logger): void {
@@ -183,18 +220,34 @@ class TurnProxyServer implements TurnProxy {
 
   async listen(): Promise<Result<{}, 'listen_failed'>> {
     try {
-      await new Promise<void>((resolve, reject) => {
-        this.listener.once('error', reject);
-        this.listener.listen(this.socketPath, () => {
-          this.listener.removeListener('error', reject);
-          resolve();
-        });
-      });
+      await listening(this.listener, this.socketPath);
       this.restrictSocket();
       return ok({});
     } catch (error) {
       this.listener.close();
       return fail('listen_failed', `cannot listen on ${this.socketPath}: ${(error as Error).message}`);
+    }
+  }
+
+  async serveWorkerListener(fd: number): Promise<Result<{}, 'listen_failed'>> {
+    let socketInode: bigint;
+    try {
+      socketInode = fs.fstatSync(fd, { bigint: true }).ino;
+    } catch (error) {
+      return fail('listen_failed', `the worker listener (fd ${fd}) is not open: ${(error as Error).message}`);
+    }
+    if (this.closed || this.workerListener !== null) {
+      fs.closeSync(fd);
+      return fail('listen_failed', this.closed ? 'the proxy is closed' : 'the proxy already serves a worker listener');
+    }
+    const server = net.createServer({ allowHalfOpen: true, pauseOnConnect: true }, (socket) => this.acceptFromWorkerListener(socket));
+    this.workerListener = server;
+    try {
+      await listening(server, { fd });
+      return ok({});
+    } catch (error) {
+      closeIfStill(fd, socketInode);
+      return fail('listen_failed', `cannot serve the worker listener (fd ${fd}): ${(error as Error).message}`);
     }
   }
 
@@ -217,7 +270,7 @@ class TurnProxyServer implements TurnProxy {
     this.pool.closeAll();
     for (const socket of this.accepted) socket.destroy();
     this.http.close();
-    await new Promise<void>((resolve) => this.listener.close(() => resolve()));
+    await Promise.all([this.listener, this.workerListener].map((server) => (server ? closed(server) : null)));
     await Promise.all(recorded);
     this.events.close();
     fs.rmSync(this.socketPath, { force: true });
@@ -254,13 +307,9 @@ class TurnProxyServer implements TurnProxy {
     return { reason, detail, host: recordedAuthority(url.replace(/^[a-z]+:\/\//i, '')), port: null };
   }
 
-  private accept(socket: net.Socket): void {
-    if (this.closed) {
-      socket.destroy();
-      return;
-    }
-    this.accepted.add(socket);
-    socket.once('close', () => this.accepted.delete(socket));
+  /** A connection to the unix socket: only the turn's worker uid is served. */
+  private acceptFromSocketPath(socket: net.Socket): void {
+    if (!this.track(socket)) return;
     const peer = peerUid(socket);
     if (!peer.ok || peer.uid !== this.options.allowedPeerUid) {
       const detail = peer.ok ? `peer uid ${peer.uid} is not the turn's worker uid` : peer.detail;
@@ -268,6 +317,28 @@ class TurnProxyServer implements TurnProxy {
       this.options.logger.warn('egress peer refused', { peerUid: peer.ok ? peer.uid : null, peerPid: peer.ok ? peer.pid : null });
       return;
     }
+    this.serveClient(socket);
+  }
+
+  /** A connection to the worker listener: it comes from the worker's network namespace, that is from the turn. */
+  private acceptFromWorkerListener(socket: net.Socket): void {
+    if (!this.track(socket)) return;
+    socket.setNoDelay(true);
+    this.serveClient(socket);
+  }
+
+  /** False (and the socket destroyed) once the proxy is closed. */
+  private track(socket: net.Socket): boolean {
+    if (this.closed) {
+      socket.destroy();
+      return false;
+    }
+    this.accepted.add(socket);
+    socket.once('close', () => this.accepted.delete(socket));
+    return true;
+  }
+
+  private serveClient(socket: net.Socket): void {
     if (this.clients.size >= this.options.caps.maxConnections) {
       const detail = `more than ${this.options.caps.maxConnections} concurrent connections`;
       this.refuseRaw(socket, { status: 403, refusal: { reason: 'cap_exceeded', detail, host: '', port: null } });
@@ -590,6 +661,7 @@ export async function startTurnProxy(options: TurnProxyOptions): Promise<Result<
     socketPath: server.socketPath,
     stats: () => server.stats(),
     attribute: (turn, logger) => server.attribute(turn, logger),
+    serveWorkerListener: (fd) => server.serveWorkerListener(fd),
     close: () => server.close(),
   };
 }

@@ -1,5 +1,5 @@
 /**
- * The worker's inherited-fd check. The identity helper closes every fd but 0-3 before exec,
+ * The worker's inherited-fd check. The identity helper closes every fd but 0-4 before exec,
  * and the supervisor opens everything close-on-exec, so any other host fd here is a leak
  * (an open directory fd alone defeats the filesystem view). Node has already opened its own
  * fds when the first line of JS runs, and it even marks some inherited fds close-on-exec,
@@ -7,12 +7,13 @@
  *
  *   0, 1, 2   any kind (the command's stdio)
  *   3         must be a socket (the protocol fd)
- *   4+        only objects that carry no path and no host resource: anon inodes of the kinds
+ *   4         must be a socket (the listener channel, worker/egress-listener.ts)
+ *   5+        only objects that carry no path and no host resource: anon inodes of the kinds
  *             Node/libuv create (eventpoll, eventfd, signalfd, timerfd, and io_uring: a Node
  *             linked against libuv >= 1.45, such as Debian 13's nodejs, opens one ring per
  *             event loop at start), and pipes whose both ends this process holds (libuv's
  *             self-pipes). A ring cannot be inherited from the host: the helper closes every
- *             fd above 3 before exec and the supervisor marks its own fds close-on-exec.
+ *             fd above 4 before exec and the supervisor marks its own fds close-on-exec.
  *
  * Anything else (a file, a directory, a socket, a device, a lone pipe end) is
  * refused. docs/worker-protocol.md records the residual: a host pipe leaked with both ends
@@ -23,6 +24,8 @@ import { errnoName, lastErrno, libc } from '../core/libc.js';
 import { fail, ok, type Result } from '../core/result.js';
 
 export const PROTOCOL_FD = 3;
+export const LISTENER_CHANNEL_FD = 4;
+const REQUIRED_SOCKETS = [PROTOCOL_FD, LISTENER_CHANNEL_FD];
 const NODE_ANON_INODES = new Set([
   'anon_inode:[eventpoll]',
   'anon_inode:[eventfd]',
@@ -65,7 +68,7 @@ export function findUnexpectedFds(fds: readonly OpenFd[]): OpenFd[] {
   }
   return fds.filter(({ fd, target }) => {
     if (fd <= 2) return false;
-    if (fd === PROTOCOL_FD) return !target.startsWith('socket:');
+    if (REQUIRED_SOCKETS.includes(fd)) return !target.startsWith('socket:');
     if (NODE_ANON_INODES.has(target)) return false;
     return !(target.startsWith('pipe:') && pipeUses.get(target) === 2);
   });
@@ -74,13 +77,13 @@ export function findUnexpectedFds(fds: readonly OpenFd[]): OpenFd[] {
 export function checkInheritedFds(): Result<{ fds: OpenFd[] }, 'unexpected_fds'> {
   const listed = listOpenFds();
   if (!listed.ok) return fail('unexpected_fds', listed.detail);
-  if (!listed.fds.some((f) => f.fd === PROTOCOL_FD)) {
-    return fail('unexpected_fds', `protocol fd ${PROTOCOL_FD} is not open`);
+  for (const [fd, name] of [[PROTOCOL_FD, 'protocol'], [LISTENER_CHANNEL_FD, 'listener channel']] as const) {
+    if (!listed.fds.some((f) => f.fd === fd)) return fail('unexpected_fds', `${name} fd ${fd} is not open`);
   }
   const unexpected = findUnexpectedFds(listed.fds);
   if (unexpected.length > 0) {
     const list = unexpected.map((f) => `${f.fd} -> ${f.target}`).join(', ');
-    return fail('unexpected_fds', `only fds 0-2, the protocol socket on fd 3 and Node's own anon inodes and self-pipes may be open; found ${list}`);
+    return fail('unexpected_fds', `only fds 0-2, the protocol socket on fd 3, the listener channel on fd 4 and Node's own anon inodes and self-pipes may be open; found ${list}`);
   }
   return ok({ fds: listed.fds });
 }

@@ -1,20 +1,22 @@
 /**
  * The worker entry (dist/worker/main.js): the first code that runs as the worker uid.
- * fd 0-2 are the command's stdio, fd 3 the protocol socket (docs/worker-protocol.md).
+ * fd 0-2 are the command's stdio, fd 3 the protocol socket, fd 4 the listener channel
+ * (docs/worker-protocol.md).
  *
- * Sequence: check inherited fds -> install the seccomp filter -> listen with the egress bridge
- * -> report `ready` -> read the launch message (a prepared worker waits here until a turn
- * claims it) -> point the bridge at the turn's proxy socket (or close it: no egress) -> start
- * the command in a new session -> report `started` -> forward resize/signal -> report `exit`
- * and exit 0.
+ * Sequence: check inherited fds -> install the seccomp filter -> open the egress listener
+ * (127.0.0.1 in this network namespace; never accepted on here) and send a copy to the
+ * supervisor on fd 4 -> report `ready` -> read the launch message (a prepared worker waits
+ * here until a turn claims it; the turn's proxy serves the listener before it is sent) ->
+ * close this copy ->
+ * start the command in a new session, its proxy variables pointing at the listener -> report
+ * `started` -> forward resize/signal -> report `exit` and exit 0.
  * Any failure before the command starts answers `error` with a stable code and exits 1.
  */
 import { checkInheritedFds, markCloseOnExec, PROTOCOL_FD } from './fds.js';
-import { kernelRelay, type RelayReport } from '../relay/kernel-relay.js';
-import { startEgressBridge, type EgressBridge } from './bridge.js';
+import { closeEgressListener, handOverEgressListener, openEgressListener } from './egress-listener.js';
 import { openChannel, expectLaunch, type Channel } from './channel.js';
 import { startCommand, type RunningCommand } from './command.js';
-import { MAX_RELAY_FAILURE_CHARS, type ForwardableSignal, type LaunchMessage, type WorkerErrorCode } from './protocol.js';
+import type { ForwardableSignal, LaunchMessage, WorkerErrorCode } from './protocol.js';
 import { childrenRusage } from './rusage.js';
 import { compilePolicy } from './seccomp/policy.js';
 import { installSeccompFilter } from './seccomp/install.js';
@@ -31,11 +33,6 @@ async function refuse(channel: Channel, code: WorkerErrorCode, detail: string): 
   await channel.send({ type: 'error', code, detail: detail.slice(0, MAX_ERROR_DETAIL_CHARS) });
   await channel.close();
   return 1;
-}
-
-/** The relay's report as the exit message carries it: the failure cut to the protocol's bound. */
-function relayReportForExit(report: RelayReport): RelayReport {
-  return { ...report, failure: report.failure?.slice(0, MAX_RELAY_FAILURE_CHARS) ?? null };
 }
 
 function proxyEnv(port: number): Record<string, string> {
@@ -69,10 +66,8 @@ function followControl(channel: Channel, command: RunningCommand): void {
 }
 
 /** The proxy variables win over same-named variables of the launch environment. */
-function commandEnv(launch: LaunchMessage, bridge: EgressBridge): Record<string, string> {
-  if (!launch.egress) return launch.env;
-  bridge.target(launch.egress.socketPath);
-  return { ...launch.env, ...proxyEnv(bridge.port) };
+function commandEnv(launch: LaunchMessage, egressPort: number): Record<string, string> {
+  return launch.egress ? { ...launch.env, ...proxyEnv(egressPort) } : launch.env;
 }
 
 function flushStdout(): Promise<void> {
@@ -90,41 +85,33 @@ async function main(): Promise<number> {
   if (!compiled.ok) return refuse(channel, 'seccomp_failed', compiled.detail);
   const installed = installSeccompFilter(compiled.program);
   if (!installed.ok) return refuse(channel, 'seccomp_failed', `${installed.reason}: ${installed.detail}`);
-  // Listening costs nothing while the worker waits, and a turn without egress closes it again.
-  // The relay thread starts after the filter, so the filter binds it too.
-  const kernel = kernelRelay();
-  const listening = await startEgressBridge({ kernel });
-  if (!listening.ok) return refuse(channel, 'egress_failed', listening.detail);
-  const bridge = listening;
+  // Connections wait in the listener's backlog until the proxy serves it; before the launch
+  // no command exists that could make one.
+  const listener = openEgressListener();
+  if (!listener.ok) return refuse(channel, 'egress_failed', listener.detail);
+  // Before `ready`: the supervisor takes the copy when it reads `ready` or later, never waiting for it.
+  const handedOver = handOverEgressListener(listener);
+  if (!handedOver.ok) return refuse(channel, 'egress_failed', handedOver.detail);
   await channel.send({ type: 'ready' });
 
   const launched = expectLaunch(await channel.next());
+  // The proxy holds its own copy by now (or none: no egress, and connections are refused).
+  closeEgressListener(listener);
   if (!launched.ok) return refuse(channel, launched.reason, launched.detail);
   const launch = launched.launch;
-  if (!launch.egress) {
-    await bridge.close();
-    void kernel.stop();
-  }
 
-  const started = await startCommand({ argv: launch.argv, cwd: launch.cwd, env: commandEnv(launch, bridge), tty: launch.tty });
-  if (!started.ok) {
-    await bridge.close();
-    return refuse(channel, 'spawn_failed', started.detail);
-  }
+  const started = await startCommand({ argv: launch.argv, cwd: launch.cwd, env: commandEnv(launch, listener.port), tty: launch.tty });
+  if (!started.ok) return refuse(channel, 'spawn_failed', started.detail);
   const command = started.command;
   await channel.send({ type: 'started', pid: command.pid });
   followControl(channel, command);
 
   const exit = await command.exited;
-  // Before the exit report: the supervisor closes the proxy on it, and should find every
-  // connection of the command already closed on this side.
-  await bridge.close();
   const usage = childrenRusage();
   // getrusage on a valid buffer cannot fail; if it does, the worker has no honest exit record.
   if (!usage.ok) throw new CodedError(usage.reason, usage.detail);
   if (launch.tty) await flushStdout();
-  const bridgeRelay = launch.egress ? relayReportForExit(kernel.report()) : null;
-  await channel.send({ type: 'exit', exitCode: exit.exitCode, signal: exit.signal, rusage: usage.rusage, bridgeRelay });
+  await channel.send({ type: 'exit', exitCode: exit.exitCode, signal: exit.signal, rusage: usage.rusage });
   await channel.close();
   return 0;
 }

@@ -6,15 +6,12 @@
  * docs/worker-protocol.md is the prose version.
  */
 import { fail, ok, type Result } from '../core/result.js';
-import type { RelayReport, RelayState } from '../relay/kernel-relay.js';
 
 export const PROTOCOL_VERSION = 1;
 /** Bounds a launch message: argv+env are capped well below the kernel's execve limit. */
 export const MAX_LINE_BYTES = 1024 * 1024;
 export const MAX_ARGV_ENTRIES = 4096;
 export const MAX_ENV_ENTRIES = 4096;
-/** sun_path is 108 bytes including the terminating NUL. */
-export const MAX_SOCKET_PATH_BYTES = 107;
 
 /** Signals the supervisor may forward to the command's process group. */
 export const FORWARDABLE_SIGNALS = [
@@ -34,7 +31,8 @@ export interface LaunchMessage {
   cwd: string;
   env: Record<string, string>;
   tty: TtySize | null;
-  egress: { socketPath: string } | null;
+  /** True: the supervisor took the worker's egress listener and its proxy serves it; the command gets the proxy variables. */
+  egress: boolean;
 }
 export interface ResizeMessage {
   type: 'resize';
@@ -52,7 +50,10 @@ export interface Rusage {
   systemCpuUsec: number;
   maxRssKiB: number;
 }
-/** The worker is booted, its fds checked and its seccomp filter installed; it waits for `launch`. */
+/**
+ * The worker is booted, its fds checked, its seccomp filter installed and its egress listener
+ * handed to the supervisor (fd 4, worker/egress-listener.ts); it waits for `launch`.
+ */
 export interface ReadyMessage {
   type: 'ready';
 }
@@ -65,8 +66,6 @@ export interface ExitMessage {
   exitCode: number | null;
   signal: string | null;
   rusage: Rusage;
-  /** The report of the worker's kernel relay (its bridge's tunnels); null for a turn without egress. */
-  bridgeRelay: RelayReport | null;
 }
 /** Stable codes of the worker's `error` message; see docs/worker-protocol.md. */
 export const WORKER_ERROR_CODES = [
@@ -173,15 +172,6 @@ function absolutePath(value: unknown, field: string, maxBytes?: number): Check<s
   return checked;
 }
 
-function egress(value: unknown): Check<{ socketPath: string }> {
-  if (!isObject(value)) return invalid('launch.egress', 'must be an object or null');
-  const known = onlyFields(value, 'launch.egress', ['socketPath']);
-  if (!known.ok) return known;
-  const socketPath = absolutePath(value.socketPath, 'launch.egress.socketPath', MAX_SOCKET_PATH_BYTES);
-  if (!socketPath.ok) return socketPath;
-  return ok({ value: { socketPath: socketPath.value } });
-}
-
 function launch(m: Fields): Check<LaunchMessage> {
   const known = onlyFields(m, 'launch', ['type', 'v', 'argv', 'cwd', 'env', 'tty', 'egress']);
   if (!known.ok) return known;
@@ -194,9 +184,8 @@ function launch(m: Fields): Check<LaunchMessage> {
   if (!e.ok) return e;
   const tty = nullOr(m.tty, (v) => ttySize(v, 'launch.tty'));
   if (!tty.ok) return tty;
-  const eg = nullOr(m.egress, egress);
-  if (!eg.ok) return eg;
-  return ok({ value: { type: 'launch', v: 1, argv: a.value, cwd: cwd.value, env: e.value, tty: tty.value, egress: eg.value } });
+  if (typeof m.egress !== 'boolean') return invalid('launch.egress', 'must be a boolean');
+  return ok({ value: { type: 'launch', v: 1, argv: a.value, cwd: cwd.value, env: e.value, tty: tty.value, egress: m.egress } });
 }
 
 function resize(m: Fields): Check<ResizeMessage> {
@@ -228,39 +217,6 @@ function rusage(value: unknown): Check<Rusage> {
   return ok({ value: out as Rusage });
 }
 
-const RELAY_STATES: readonly RelayState[] = ['starting', 'ready', 'failed', 'stopped'];
-/** The worker cuts a relay failure to this many characters; the parser allows their UTF-8 bytes. */
-export const MAX_RELAY_FAILURE_CHARS = 1000;
-
-function relayRefusals(value: unknown): Check<RelayReport['refused']> {
-  if (!isObject(value)) return invalid('exit.bridgeRelay.refused', 'must be an object');
-  const known = onlyFields(value, 'exit.bridgeRelay.refused', ['relay_not_ready', 'not_adoptable']);
-  if (!known.ok) return known;
-  const notReady = count(value.relay_not_ready, 'exit.bridgeRelay.refused.relay_not_ready');
-  if (!notReady.ok) return notReady;
-  const notAdoptable = count(value.not_adoptable, 'exit.bridgeRelay.refused.not_adoptable');
-  if (!notAdoptable.ok) return notAdoptable;
-  return ok({ value: { relay_not_ready: notReady.value, not_adoptable: notAdoptable.value } });
-}
-
-function bridgeRelay(value: unknown): Check<RelayReport | null> {
-  if (value === null) return ok({ value: null });
-  if (!isObject(value)) return invalid('exit.bridgeRelay', 'must be an object or null');
-  const known = onlyFields(value, 'exit.bridgeRelay', ['state', 'failure', 'adopted', 'open', 'refused']);
-  if (!known.ok) return known;
-  const state = RELAY_STATES.find((s) => s === value.state);
-  if (state === undefined) return invalid('exit.bridgeRelay.state', `must be one of ${RELAY_STATES.join(', ')}`);
-  const failure = nullOr(value.failure, (v) => cleanString(v, 'exit.bridgeRelay.failure', MAX_RELAY_FAILURE_CHARS * 4));
-  if (!failure.ok) return failure;
-  const adopted = count(value.adopted, 'exit.bridgeRelay.adopted');
-  if (!adopted.ok) return adopted;
-  const open = count(value.open, 'exit.bridgeRelay.open');
-  if (!open.ok) return open;
-  const refused = relayRefusals(value.refused);
-  if (!refused.ok) return refused;
-  return ok({ value: { state, failure: failure.value, adopted: adopted.value, open: open.value, refused: refused.value } });
-}
-
 function ready(m: Fields): Check<ReadyMessage> {
   const known = onlyFields(m, 'ready', ['type']);
   if (!known.ok) return known;
@@ -276,7 +232,7 @@ function started(m: Fields): Check<StartedMessage> {
 }
 
 function exit(m: Fields): Check<ExitMessage> {
-  const known = onlyFields(m, 'exit', ['type', 'exitCode', 'signal', 'rusage', 'bridgeRelay']);
+  const known = onlyFields(m, 'exit', ['type', 'exitCode', 'signal', 'rusage']);
   if (!known.ok) return known;
   const exitCode = nullOr(m.exitCode, (v) => intIn(v, 'exit.exitCode', 0, 255));
   if (!exitCode.ok) return exitCode;
@@ -287,9 +243,7 @@ function exit(m: Fields): Check<ExitMessage> {
   }
   const usage = rusage(m.rusage);
   if (!usage.ok) return usage;
-  const relay = bridgeRelay(m.bridgeRelay);
-  if (!relay.ok) return relay;
-  return ok({ value: { type: 'exit', exitCode: exitCode.value, signal: sig.value, rusage: usage.value, bridgeRelay: relay.value } });
+  return ok({ value: { type: 'exit', exitCode: exitCode.value, signal: sig.value, rusage: usage.value } });
 }
 
 function error(m: Fields): Check<ErrorMessage> {

@@ -20,7 +20,8 @@
 #include "temp.h"
 #include "view.h"
 
-#define PROTOCOL_FD 3
+/* The worker's fds: 0-2 stdio, 3 the protocol socket, 4 the listener channel. */
+#define LISTENER_CHANNEL_FD 4
 #define DEFAULT_HOSTNAME "turnhost"
 
 /* Opens each component of `relative` (canonical, no "." or "..") beneath `dirfd` with
@@ -178,12 +179,30 @@ static int enter_namespaces(const struct helper_config *c, const struct descript
   return 0;
 }
 
-/* Node (and other callers) may leave 0-2 close-on-exec; the worker needs 0-3 open. */
+/* The listener channel the supervisor gives the worker at fd 4 is a unix SOCK_SEQPACKET
+ * socket; whatever else a caller left there is closed like any fd above it. */
+static bool is_listener_channel(int fd) {
+  int domain = 0;
+  int type = 0;
+  socklen_t length = sizeof(domain);
+  if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) != 0 || length != sizeof(domain)) {
+    return false;
+  }
+  length = sizeof(type);
+  if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) != 0 || length != sizeof(type)) {
+    return false;
+  }
+  return domain == AF_UNIX && type == SOCK_SEQPACKET;
+}
+
+/* Node (and other callers) may leave 0-2 close-on-exec; the worker needs 0-3 open, and 4 when
+ * it is the listener channel (the worker refuses to run without one: not the helper's to judge). */
 static int keep_only_worker_fds(struct failure *f) {
-  if (close_range(PROTOCOL_FD + 1, ~0u, 0) != 0) {
+  int first_closed = is_listener_channel(LISTENER_CHANNEL_FD) ? LISTENER_CHANNEL_FD + 1 : LISTENER_CHANNEL_FD;
+  if (close_range((unsigned int)first_closed, ~0u, 0) != 0) {
     return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "close_range: %s", strerror(errno));
   }
-  for (int fd = 0; fd <= PROTOCOL_FD; fd++) {
+  for (int fd = 0; fd < first_closed; fd++) {
     if (fcntl(fd, F_SETFD, 0) != 0) {
       return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "clearing FD_CLOEXEC on %d: %s", fd,
                        strerror(errno));

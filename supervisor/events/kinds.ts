@@ -92,7 +92,6 @@ export const EVENT_KINDS: EventKindRegistry = new Map<string, EventKind>([
       durationMs: count,
       usage: object,
       limitHits: stringArray,
-      bridgeRelay: orNull(object),
     }),
   ],
   ['worker_host_refusal', defineKind(1, { mode, requirement: string, trigger: oneOf('turn', 'boot', 'check') })],

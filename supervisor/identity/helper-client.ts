@@ -518,11 +518,13 @@ export async function runHelperReclaim(
 export function spawnHelperLaunch(
   helper: HelperLocation,
   descriptor: HelperLaunchDescriptor,
-  options: { stdio?: 'pipe' } = {},
+  options: { stdio?: 'pipe'; listenerChannelFd?: number } = {},
 ): { child: ChildProcess; protocol: net.Socket } {
   const bytes = encodeDescriptor({ ...descriptor, op: 'launch' });
   const stdio = options.stdio ?? 'pipe';
-  const child = spawn(helper.path, helperArgs(helper), { stdio: [stdio, stdio, stdio, 'pipe'], env: {} });
+  // fd 4, the worker's listener channel (proxy/worker-listener.ts), when the helper starts the worker.
+  const channel = options.listenerChannelFd === undefined ? [] : [options.listenerChannelFd];
+  const child = spawn(helper.path, helperArgs(helper), { stdio: [stdio, stdio, stdio, 'pipe', ...channel], env: {} });
   const protocol = protocolSocket(child);
   protocol.write(bytes);
   return { child, protocol };

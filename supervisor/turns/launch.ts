@@ -40,6 +40,7 @@ import type { TurnManagerDeps } from './manager.js';
 import type { UidPool } from './uid-pool.js';
 import {
   attestStartedWorker,
+  serveEgressListener,
   DEFAULT_COMMAND_PATH,
   isPreparedWorkerName,
   killIfPermitted,
@@ -340,7 +341,7 @@ export async function launchTurn(
     cwd: request.cwd,
     env: { ...commandEnv(deps, request), TMPDIR: claimed.temp.path }, // issue 6: TMPDIR = turn temp
     tty: request.tty ?? null,
-    egress: { socketPath: claimed.proxy.socketPath },
+    egress: true,
   };
   env.records.insert(record, claimed.cgroup.paths);
   const turn = trackTurn({
@@ -408,7 +409,7 @@ function trackTurn(inputs: TrackInputs): { running: RunningTurn; startedOrEnded:
   let stopReason: 'cancelled' | 'timeout' | null = null;
   let exitMessage: ExitMessage | null = null;
   let workerError: string | null = null;
-  let attestationFailure: string | null = null;
+  let launchRefusal: string | null = null;
   let launchSent = false;
   let stderrTail = worker.stderrTail;
   let rootsOpen = true; // issue 6: host writes stop when the worker exits
@@ -420,15 +421,20 @@ function trackTurn(inputs: TrackInputs): { running: RunningTurn; startedOrEnded:
     if (encoded.ok && !protocol.destroyed) protocol.write(encoded.line);
   };
 
-  /** The launch message goes only to a worker attested for this turn. */
-  const sendLaunch = (): void => {
+  /**
+   * The launch message goes only to a worker attested for this turn, once its turn proxy serves
+   * the worker's egress listener.
+   */
+  const sendLaunch = async (): Promise<void> => {
     if (launchSent || stopReason) return;
     launchSent = true;
     const attested = inputs.attested ? ok({}) : attestStartedWorker(worker);
-    if (attested.ok) return send(inputs.launch);
-    attestationFailure = attested.detail;
-    appendHostRefusal(env, record, request, attested.detail);
-    log.warn('turn refused: worker attestation failed', { detail: attested.detail });
+    const served = attested.ok ? await serveEgressListener(worker) : attested;
+    if (stopReason) return;
+    if (served.ok) return send(inputs.launch);
+    launchRefusal = served.detail;
+    appendHostRefusal(env, record, request, served.detail);
+    log.warn(attested.ok ? 'turn refused: the egress listener was not served' : 'turn refused: worker attestation failed', { detail: served.detail });
     killWorker();
   };
 
@@ -448,7 +454,7 @@ function trackTurn(inputs: TrackInputs): { running: RunningTurn; startedOrEnded:
       }
       const message = parsed.message;
       if (message.type === 'ready') {
-        sendLaunch();
+        void sendLaunch();
       } else if (message.type === 'started') {
         record.state = 'running';
         env.records.update(record);
@@ -522,7 +528,7 @@ function trackTurn(inputs: TrackInputs): { running: RunningTurn; startedOrEnded:
       stopReason,
       exitMessage,
       workerError,
-      refusal: attestationFailure ?? (exitMessage || record.state === 'running' ? null : refusal?.detail ?? null),
+      refusal: launchRefusal ?? (exitMessage || record.state === 'running' ? null : refusal?.detail ?? null),
       workerExitCode: exitCode,
       stats,
       durationMs: Date.now() - started,
@@ -540,7 +546,6 @@ function trackTurn(inputs: TrackInputs): { running: RunningTurn; startedOrEnded:
         durationMs: result.durationMs,
         usage: result.usage,
         limitHits: result.limitHits,
-        bridgeRelay: result.bridgeRelay ?? null,
       }),
     );
     log.info('turn finished', { status: result.status, exitCode: result.exitCode, durationMs: result.durationMs });
@@ -549,7 +554,7 @@ function trackTurn(inputs: TrackInputs): { running: RunningTurn; startedOrEnded:
     return result;
   })();
 
-  if (inputs.attested) sendLaunch();
+  if (inputs.attested) void sendLaunch();
   // A claimed prepared worker's stream was paused while it waited.
   protocol.resume();
 
@@ -634,6 +639,5 @@ function buildResult(inputs: ResultInputs): TurnResult {
     usage,
     limitHits,
     ...(detail ? { detail } : {}),
-    ...(exitMessage ? { bridgeRelay: exitMessage.bridgeRelay } : {}),
   };
 }

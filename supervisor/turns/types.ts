@@ -59,12 +59,6 @@ export interface TurnResult {
   limitHits: LimitHit[];
   /** For launch_refused / internal_error: the requirement or the failure, in words. */
   detail?: string;
-  /**
-   * The worker's kernel relay (its bridge's CONNECT tunnels) as the worker reported it at exit:
-   * refused hand-offs were relayed in Node. Null for a turn without egress; absent when the
-   * worker sent no exit report.
-   */
-  bridgeRelay?: RelayReport | null;
 }
 
 export interface TurnRecord {

@@ -16,6 +16,7 @@ import { createTurnCgroup, type TurnCgroup } from '../../cgroup/turn-cgroup.js';
 import { startTurnProxy, type TurnProxy } from '../../proxy/server.js';
 import type { EgressPolicy } from '../../proxy/policy.js';
 import { LineDecoder, parseWorkerMessage } from '../../worker/protocol.js';
+import { closeChannelEnd, openListenerChannel, receiveWorkerListener } from '../../proxy/worker-listener.js';
 import { listOpenFds, markCloseOnExec } from '../../worker/fds.js';
 import {
   parseHelperRefusal,
@@ -152,6 +153,8 @@ export interface StartedWorker {
   turn: TurnAttribution | null;
   /** Helper and worker stderr before a turn took the worker (a helper refusal is read from it). */
   stderrTail: Buffer;
+  /** The supervisor's end of the listener channel (proxy/worker-listener.ts); null once the listener was taken. */
+  listenerChannel: number | null;
 }
 
 type StartFailure = { ok: false; refusal: string } | { ok: false; outcome: LaunchOutcome };
@@ -261,6 +264,17 @@ export async function startWorker(
   }
 
   const fingerprint = viewFingerprint(view);
+  const opened = openListenerChannel();
+  if (!opened.ok) {
+    await releases.run();
+    return { ok: false, refusal: `the listener channel: ${opened.detail}` };
+  }
+  const channel = opened;
+  worker.listenerChannel = channel.supervisorFd;
+  releases.add(() => {
+    if (worker.listenerChannel !== null && worker.listenerChannel !== undefined) closeChannelEnd(worker.listenerChannel);
+    worker.listenerChannel = null;
+  });
   let spawned: { child: ChildProcess; protocol: net.Socket };
   try {
     spawned =
@@ -278,13 +292,16 @@ export async function startWorker(
             temp: temp.temp.path,
             socket: proxy.socketPath,
             protect: view.protect,
-          })
-        : spawnSharedWorker(deps, spec.cwd);
+          }, { listenerChannelFd: channel.workerFd })
+        : spawnSharedWorker(deps, spec.cwd, channel.workerFd);
   } catch (error) {
+    closeChannelEnd(channel.workerFd);
     await releases.run();
     const detail = `worker spawn: ${(error as Error).message}`;
     return { ok: false, outcome: { ok: false, reason: 'worker_host_unsupported', detail, requirement: (error as Error).message } };
   }
+  // The worker holds its end now.
+  closeChannelEnd(channel.workerFd);
   // Whoever tracks the worker adds its own handling; an unheard 'error' would end this process.
   spawned.child.on('error', (error) => deps.logger.warn('worker process error', { worker: name, detail: error.message }));
   if (probe.identity !== 'separate_uid') {
@@ -334,6 +351,21 @@ export function attestStartedWorker(worker: StartedWorker): Result {
 }
 
 /** The host entries the prepared worker's view was built from are the ones there now. */
+/**
+ * Gives the worker's egress listener to its turn proxy: the copy the worker sent before
+ * `ready`, checked (proxy/worker-listener.ts). Before the launch message, which tells the
+ * worker to close its own copy and point the command at it. Once per worker.
+ */
+export async function serveEgressListener(worker: StartedWorker): Promise<Result> {
+  const channel = worker.listenerChannel;
+  if (channel === null) return fail('listener_refused', "the worker's egress listener was already taken");
+  worker.listenerChannel = null;
+  const received = receiveWorkerListener(channel);
+  closeChannelEnd(channel);
+  if (!received.ok) return received;
+  return worker.proxy.serveWorkerListener(received.fd);
+}
+
 export function viewStillCurrent(worker: StartedWorker): Result {
   if (viewFingerprint(worker.view) === worker.view.fingerprint) return ok({});
   return fail('view_changed', 'the workspace or a protected path changed since the worker was launched');
@@ -433,7 +465,7 @@ export async function prepareWorker(env: LaunchEnvironment, spec: WorkerSpec): P
 }
 
 /** shared_uid: the same worker entry, as the supervisor's uid, in new net/ipc/uts namespaces. */
-function spawnSharedWorker(deps: TurnManagerDeps, cwd: string): { child: ChildProcess; protocol: net.Socket } {
+function spawnSharedWorker(deps: TurnManagerDeps, cwd: string, listenerChannelFd: number): { child: ChildProcess; protocol: net.Socket } {
   // No helper closes fds here, and fds can appear after the start-up pass (libraries, a test
   // runner's hooks): mark again right before the spawn.
   const marked = markInheritedFdsCloseOnExec();
@@ -443,7 +475,7 @@ function spawnSharedWorker(deps: TurnManagerDeps, cwd: string): { child: ChildPr
   const child = spawn(
     'unshare',
     [...unshare, '--', '/bin/sh', '-c', 'ip link set lo up && exec "$0" "$@"', deps.worker.node, deps.worker.entry],
-    { stdio: ['pipe', 'pipe', 'pipe', 'pipe'], cwd, env: WORKER_ENV },
+    { stdio: ['pipe', 'pipe', 'pipe', 'pipe', listenerChannelFd], cwd, env: WORKER_ENV },
   );
   const protocol = child.stdio[3] as net.Socket;
   return { child, protocol };

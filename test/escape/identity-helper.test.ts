@@ -4,6 +4,7 @@
  * hardened setuid copy for the non-root caller cases.
  */
 import t, { type Test } from 'tap';
+import { closeChannelEnd, openListenerChannel } from '../../proxy/worker-listener.js';
 import { execFileSync, spawnSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
@@ -203,6 +204,29 @@ t.test('an fd the caller leaks beyond 3 never reaches the worker', async (t) => 
     t.same(parseReport(run.stdout).get('fd'), ['0', '1', '2', '3']);
   } finally {
     for (const fd of [descriptorFd, ...leakedFds]) fs.closeSync(fd);
+  }
+});
+
+t.test('fd 4 reaches the worker only as a unix SOCK_SEQPACKET socket, the listener channel', async (t) => {
+  const descriptorFile = path.join(dir, 'channel-descriptor');
+  fs.writeFileSync(descriptorFile, launchLines([]));
+  const descriptorFd = fs.openSync(descriptorFile, 'r');
+  const channel = openListenerChannel();
+  if (!channel.ok) throw new Error(channel.detail);
+  const secret = path.join(dir, 'root-only-secret-2');
+  fs.writeFileSync(secret, 'secret', { mode: 0o600 });
+  const leaked = fs.openSync(secret, 'r');
+  try {
+    const run = spawnSync(asanHelper, ['--config', configPath], {
+      stdio: ['ignore', 'pipe', 'pipe', descriptorFd, channel.workerFd, leaked],
+      encoding: 'utf8',
+    });
+    t.equal(run.status, 0, run.stderr);
+    t.same(parseReport(run.stdout).get('fd'), ['0', '1', '2', '3', '4'], 'the channel passes, the file after it does not');
+  } finally {
+    for (const fd of [descriptorFd, leaked]) fs.closeSync(fd);
+    closeChannelEnd(channel.workerFd);
+    closeChannelEnd(channel.supervisorFd);
   }
 });
 

@@ -16,7 +16,7 @@ const harness = await createTurnHarness({
 });
 t.teardown(() => harness.close());
 
-/** Asks the proxy (through the worker's loopback bridge) for a host no allowlist names: a refusal proves the socket is reachable, and nothing leaves the machine. */
+/** Asks the proxy (through the worker's egress listener, which the turn proxy serves) for a host no allowlist names: a refusal proves the proxy is reachable, and nothing leaves the machine. */
 const ASK_PROXY =
   'port=${HTTP_PROXY##*:}; exec 3<>/dev/tcp/127.0.0.1/$port && printf "GET http://turnhost-denied.invalid/ HTTP/1.1\\r\\nHost: turnhost-denied.invalid\\r\\nConnection: close\\r\\n\\r\\n" >&3 && head -n 1 <&3';
 

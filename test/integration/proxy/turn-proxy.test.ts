@@ -2,7 +2,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import t, { type Test } from 'tap';
-import { startEgressBridge } from '../../../worker/bridge.js';
+import { openEgressListener } from '../../../worker/egress-listener.js';
 import {
   RELAY_MODES,
   relayFor,
@@ -73,31 +73,40 @@ for (const relay of RELAY_MODES) {
       t.equal(event?.payload.bytesDown, answer.length, 'bytesDown: what came back through the tunnel');
     });
 
-    t.test('through the worker bridge: forward and CONNECT both arrive', async (t) => {
+    t.test("through a worker's egress listener: forward and CONNECT both arrive", async (t) => {
       const origin = await startHttpOrigin();
       const h = await startHarness({ relay, egress: { ...LOOPBACK, allowlist: [`${ORIGIN_NAME}:${origin.port}`] } });
       const kernel = await relayFor(relay);
-      const bridge = await startEgressBridge({ socketPath: h.socketPath, kernel });
-      if (!bridge.ok) throw new Error(bridge.detail);
+      // A listener of this process's namespace, given to the proxy directly: the hand-over and
+      // its namespace check are proxy/worker-listener.ts's (test/escape/worker-listener.test.ts).
+      const listener = openEgressListener();
+      if (!listener.ok) throw new Error(listener.detail);
+      const served = await h.proxy.serveWorkerListener(listener.fd);
+      t.ok(served.ok, 'served');
+      let closed = false;
       t.teardown(async () => {
-        await bridge.close();
-        await h.close();
+        if (!closed) await h.close();
         await origin.close();
       });
       const adoptedBefore = kernel?.report().adopted ?? 0;
       const authority = `${ORIGIN_NAME}:${origin.port}`;
-      const forwarded = await exchange({ port: bridge.port }, forwardRequest(authority, '/via-bridge'));
+      const forwarded = await exchange({ port: listener.port }, forwardRequest(authority, '/via-listener'));
       t.equal(forwarded.status, 200);
-      t.match(forwarded.body, /origin:GET \/via-bridge/);
-      const { response, socket } = await openTunnel({ port: bridge.port }, authority);
+      t.match(forwarded.body, /origin:GET \/via-listener/);
+      const { response, socket } = await openTunnel({ port: listener.port }, authority);
       t.equal(response.status, 200);
-      socket.write('GET /bridge-tunnel HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
-      t.match((await readAll(socket)).toString(), /origin:GET \/bridge-tunnel/);
+      socket.write('GET /listener-tunnel HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+      t.match((await readAll(socket)).toString(), /origin:GET \/listener-tunnel/);
       socket.destroy();
-      const denied = await exchange({ port: bridge.port }, forwardRequest('elsewhere.example.test:80'));
+      const denied = await exchange({ port: listener.port }, forwardRequest('elsewhere.example.test:80'));
       t.equal(denied.status, 403, 'the proxy still decides');
-      // The tunnel was spliced twice, in the bridge and in the proxy; forward requests stay in Node.
-      if (kernel) t.equal(kernel.report().adopted - adoptedBefore, 2, 'the bridge and the proxy spliced the tunnel');
+      if (kernel) t.equal(kernel.report().adopted - adoptedBefore, 1, 'the proxy spliced the tunnel; forward requests stay in Node');
+      await h.close();
+      closed = true;
+      const after = await new Promise<string>((resolve) => {
+        net.connect(listener.port, '127.0.0.1').on('connect', () => resolve('connected')).on('error', (e: NodeJS.ErrnoException) => resolve(e.code ?? 'error'));
+      });
+      t.equal(after, 'ECONNREFUSED', 'the proxy closed the listener with the turn');
     });
 
     t.test('a 64 MiB upload through CONNECT arrives byte-exact', async (t) => {

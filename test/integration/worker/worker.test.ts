@@ -11,6 +11,9 @@ import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { listOpenFds, markCloseOnExec } from '../../../worker/fds.js';
 import { LineDecoder, parseWorkerMessage, type WorkerMessage } from '../../../worker/protocol.js';
+import { closeChannelEnd, openListenerChannel } from '../../../proxy/worker-listener.js';
+import { receiveFd } from '../../../core/scm-rights.js';
+import { boundInet4 } from '../../../core/inet4.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 const workerEntry = path.join(root, 'dist/worker/main.js');
@@ -23,6 +26,8 @@ if (inherited.ok) for (const { fd } of inherited.fds) if (fd > 2) markCloseOnExe
 
 interface Worker {
   child: ChildProcess;
+  /** The supervisor's end of the listener channel (closed when the worker is done). */
+  channel: number;
   messages: WorkerMessage[];
   stdout: () => string;
   next: (type: WorkerMessage['type']) => Promise<WorkerMessage>;
@@ -30,16 +35,21 @@ interface Worker {
   done: Promise<number | null>;
 }
 
-function startWorker(launch: object | null, extraStdio: (number | 'pipe')[] = []): Worker {
+/** `fd4`: what the worker gets as fd 4 (by default the listener channel, as the supervisor gives it). */
+function startWorker(launch: object | null, extraStdio: (number | 'pipe')[] = [], fd4?: number | 'none'): Worker {
+  const channel = openListenerChannel();
+  if (!channel.ok) throw new Error(channel.detail);
+  const fourth = fd4 === 'none' ? [] : [fd4 ?? channel.workerFd];
   // `env -i` gives the worker the empty environment the helper gives it, and drops the
   // NODE_OPTIONS tap's process tracking injects into every spawn.
   const child = spawn('/usr/bin/env', ['-i', process.execPath, workerEntry], {
-    stdio: ['pipe', 'pipe', 'pipe', 'pipe', ...extraStdio],
+    stdio: ['pipe', 'pipe', 'pipe', 'pipe', ...fourth, ...extraStdio],
     uid: WORKER_UID,
     gid: WORKER_UID,
     cwd: '/',
     env: {},
   });
+  closeChannelEnd(channel.workerFd);
   const messages: WorkerMessage[] = [];
   const waiters: (() => void)[] = [];
   let out = '';
@@ -71,13 +81,14 @@ function startWorker(launch: object | null, extraStdio: (number | 'pipe')[] = []
     });
   const done = new Promise<number | null>((resolve) => child.on('close', (code) => {
     for (const wake of waiters.splice(0)) wake();
+    closeChannelEnd(channel.supervisorFd);
     resolve(code);
   }));
-  return { child, messages, stdout: () => out, next, send, done };
+  return { child, channel: channel.supervisorFd, messages, stdout: () => out, next, send, done };
 }
 
 function launchOf(argv: string[], extra: Record<string, unknown> = {}): object {
-  return { type: 'launch', v: 1, argv, cwd: '/', env: { PATH: PATH_ENV }, tty: null, egress: null, ...extra };
+  return { type: 'launch', v: 1, argv, cwd: '/', env: { PATH: PATH_ENV }, tty: null, egress: false, ...extra };
 }
 
 /** Resolves once `predicate` holds for the worker's output. */
@@ -106,7 +117,6 @@ t.test('pipes mode: output, exit code, rusage, exact env, only fds 0-2, seccomp'
   t.equal(exit.exitCode, 3);
   t.equal(exit.signal, null);
   t.ok(exit.rusage.maxRssKiB > 0, 'rusage reports the child\'s max RSS');
-  t.equal(exit.bridgeRelay, null, 'a launch without egress reports no bridge relay');
   const lines = w.stdout().split('\n');
   // sh adds PWD itself; nothing else may appear besides what the launch carried.
   t.same(lines.filter((l) => /^[A-Za-z_][A-Za-z0-9_]*=/.test(l)).sort(), ['PATH=' + PATH_ENV, 'PWD=/', 'TURN_VAR=v1']);
@@ -173,9 +183,24 @@ t.test('a leaked directory fd makes the worker refuse before reading the launch'
   const error = await w.next('error');
   t.equal(await w.done, 1);
   t.equal(error.type === 'error' && error.code, 'unexpected_fds');
-  t.match(error.type === 'error' && error.detail, /4 -> \//);
+  t.match(error.type === 'error' && error.detail, /5 -> \//);
   t.notOk(w.messages.some((m) => m.type === 'started'));
   t.notMatch(w.stdout(), /should not run/);
+});
+
+t.test('fd 4 must be the listener channel: missing or not a socket, the worker refuses', async (t) => {
+  const missing = startWorker(launchOf(['/bin/echo', 'should not run']), [], 'none');
+  const noChannel = await missing.next('error');
+  t.equal(await missing.done, 1);
+  // Node opens its own fds at the lowest free numbers, so a missing fd 4 shows as one of them there.
+  t.match(noChannel, { code: 'unexpected_fds', detail: /listener channel fd 4 is not open|4 -> anon_inode/ });
+  const dir = fs.openSync(os.tmpdir(), fs.constants.O_RDONLY | fs.constants.O_DIRECTORY);
+  const directory = startWorker(launchOf(['/bin/echo', 'should not run']), [], dir);
+  fs.closeSync(dir);
+  const notSocket = await directory.next('error');
+  t.equal(await directory.done, 1);
+  t.match(notSocket, { code: 'unexpected_fds', detail: /4 -> \// });
+  t.notMatch(missing.stdout() + directory.stdout(), /should not run/);
 });
 
 t.test('refusals before the command starts carry a stable code', async (t) => {
@@ -197,29 +222,54 @@ t.test('refusals before the command starts carry a stable code', async (t) => {
   t.equal(error.type === 'error' && error.code, 'protocol_closed');
 });
 
-t.test('egress: proxy variables point at a bridge to the turn socket', async (t) => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-worker-egress-'));
-  fs.chmodSync(dir, 0o755);
-  const socketPath = path.join(dir, 'proxy.sock');
+/**
+ * The listener the worker sent before `ready`, taken as it arrives (this worker shares the
+ * test's network namespace, so the supervisor's check would refuse it: that check has its own
+ * test, test/escape/worker-listener.test.ts).
+ */
+async function readyListener(w: Worker): Promise<{ fd: number; port: number }> {
+  await w.next('ready');
+  const received = receiveFd(w.channel);
+  if (!received.ok) throw new Error(received.detail);
+  const bound = boundInet4(received.fd);
+  if (!bound.ok) throw new Error(bound.detail);
+  return { fd: received.fd, port: bound.port };
+}
+
+t.test('egress: the worker hands over its listener before ready; the proxy variables point at it', async (t) => {
+  const w = startWorker(null);
+  const listener = await readyListener(w);
   const server = net.createServer((c) => c.once('data', (d) => c.end(`proxy saw ${d.toString().trim()}\n`)));
-  await new Promise<void>((r) => server.listen(socketPath, r));
-  fs.chmodSync(socketPath, 0o777);
-  t.teardown(() => {
-    server.close();
-    fs.rmSync(dir, { recursive: true, force: true });
-  });
+  await new Promise<void>((r) => server.listen({ fd: listener.fd }, r));
+  t.teardown(() => server.close());
   const client = [
     'const u = new URL(process.env.HTTPS_PROXY);',
-    'console.log(process.env.http_proxy === process.env.HTTPS_PROXY, process.env.NO_PROXY);',
+    'console.log(process.env.http_proxy === process.env.HTTPS_PROXY, process.env.NO_PROXY, u.hostname, u.port);',
     'const s = require("net").connect(Number(u.port), u.hostname, () => s.write("hello\\n"));',
     's.pipe(process.stdout);',
   ].join('');
-  const w = startWorker(launchOf([process.execPath, '-e', client], { egress: { socketPath } }));
+  w.send(launchOf([process.execPath, '-e', client], { egress: true }));
   const exit = await w.next('exit');
   await w.done;
   t.equal(exit.type === 'exit' && exit.exitCode, 0, w.stdout());
-  t.match(w.stdout(), /^true localhost,127\.0\.0\.1$/m);
+  t.match(w.stdout(), new RegExp(`^true localhost,127\\.0\\.0\\.1 127\\.0\\.0\\.1 ${listener.port}$`, 'm'));
   t.match(w.stdout(), /^proxy saw hello$/m);
+});
+
+t.test('egress: without egress the worker closes its listener before the command starts, and sets no proxy variables', async (t) => {
+  const w = startWorker(null);
+  const listener = await readyListener(w);
+  // Nobody serves it: the supervisor's copy is dropped, as for a turn without egress.
+  fs.closeSync(listener.fd);
+  const client = [
+    'console.log("proxy variable", process.env.HTTP_PROXY ?? "none");',
+    `require("net").connect(${listener.port}, "127.0.0.1").on("connect", () => console.log("connected")).on("error", (e) => console.log(e.code));`,
+  ].join('');
+  w.send(launchOf([process.execPath, '-e', client]));
+  await w.next('exit');
+  await w.done;
+  t.match(w.stdout(), /^proxy variable none$/m);
+  t.match(w.stdout(), /^ECONNREFUSED$/m, 'nothing listens on the port any more');
 });
 
 t.test('a malformed control message is refused with a notice; the command keeps running', async (t) => {

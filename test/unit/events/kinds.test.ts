@@ -5,7 +5,7 @@ const valid: Record<string, Record<string, unknown>> = {
   worker_launch: {
     mode: 'ordinary', profile: 'governed', identity: 'shared_uid', workerUid: null, command: 'bash', cgroup: null, limits: {},
   },
-  worker_exit: { status: 'exited', exitCode: 0, signal: null, durationMs: 12.5, usage: {}, limitHits: [], bridgeRelay: null },
+  worker_exit: { status: 'exited', exitCode: 0, signal: null, durationMs: 12.5, usage: {}, limitHits: [] },
   worker_host_refusal: { mode: 'restricted', requirement: 'seccomp', trigger: 'turn' },
   worker_recovered: { cgroup: '/turn-1', usage: {}, killedProcesses: 2 },
   egress_connection: {

@@ -7,7 +7,7 @@ import {
   parseWorkerMessage,
 } from '../../../worker/protocol.js';
 
-const launch = { type: 'launch', v: 1, argv: ['/bin/true'], cwd: '/', env: { PATH: '/bin' }, tty: null, egress: null };
+const launch = { type: 'launch', v: 1, argv: ['/bin/true'], cwd: '/', env: { PATH: '/bin' }, tty: null, egress: false };
 const reason = (r: { ok: boolean; reason?: string; detail?: string }): string => (r.ok ? 'ok' : `${r.reason}: ${r.detail}`);
 
 t.test('launch round-trips and is validated strictly', async (t) => {
@@ -25,8 +25,9 @@ t.test('launch round-trips and is validated strictly', async (t) => {
   t.match(refused({ env: { A: 1 } }), /launch\.env\.A: must be a string/);
   t.match(refused({ tty: { cols: 0, rows: 10 } }), /launch\.tty\.cols/);
   t.match(refused({ tty: { cols: 80, rows: 24, x: 1 } }), /launch\.tty\.x: unknown field/);
-  t.match(refused({ egress: { socketPath: '/' + 'a'.repeat(200) } }), /launch\.egress\.socketPath/);
-  t.equal(refused({ tty: { cols: 80, rows: 24 }, egress: { socketPath: '/run/p.sock' } }), 'ok');
+  t.match(refused({ egress: null }), /launch\.egress: must be a boolean/);
+  t.match(refused({ egress: { socketPath: '/run/p.sock' } }), /launch\.egress: must be a boolean/);
+  t.equal(refused({ tty: { cols: 80, rows: 24 }, egress: true }), 'ok');
 });
 
 t.test('control messages and unknown types', async (t) => {
@@ -42,20 +43,12 @@ t.test('control messages and unknown types', async (t) => {
 
 t.test('worker messages', async (t) => {
   const rusage = { userCpuUsec: 1, systemCpuUsec: 2, maxRssKiB: 3 };
-  const exitOf = (fields: Record<string, unknown>) => reason(parseWorkerMessage(JSON.stringify({ type: 'exit', rusage, bridgeRelay: null, ...fields })));
+  const exitOf = (fields: Record<string, unknown>) => reason(parseWorkerMessage(JSON.stringify({ type: 'exit', rusage, ...fields })));
   t.equal(exitOf({ exitCode: 3, signal: null }), 'ok');
   t.equal(exitOf({ exitCode: null, signal: 'SIGKILL' }), 'ok');
   t.match(exitOf({ exitCode: 1, signal: 'SIGKILL' }), /exactly one/);
   t.match(exitOf({ exitCode: 1, signal: null, rusage: { ...rusage, x: 1 } }), /exit\.rusage\.x/);
-  t.match(reason(parseWorkerMessage(JSON.stringify({ type: 'exit', exitCode: 0, signal: null, rusage }))), /exit\.bridgeRelay: must be an object or null/, 'bridgeRelay is required');
-  const relay = { state: 'ready', failure: null, adopted: 2, open: 0, refused: { relay_not_ready: 1, not_adoptable: 0 } };
-  t.equal(exitOf({ exitCode: 0, signal: null, bridgeRelay: relay }), 'ok');
-  t.equal(exitOf({ exitCode: 0, signal: null, bridgeRelay: { ...relay, state: 'failed', failure: 'eventfd failed: EMFILE' } }), 'ok');
-  t.match(exitOf({ exitCode: 0, signal: null, bridgeRelay: { ...relay, state: 'broken' } }), /exit\.bridgeRelay\.state/);
-  t.match(exitOf({ exitCode: 0, signal: null, bridgeRelay: { ...relay, adopted: -1 } }), /exit\.bridgeRelay\.adopted/);
-  t.match(exitOf({ exitCode: 0, signal: null, bridgeRelay: { ...relay, refused: { relay_not_ready: 0 } } }), /exit\.bridgeRelay\.refused\.not_adoptable/);
-  t.match(exitOf({ exitCode: 0, signal: null, bridgeRelay: { ...relay, extra: 1 } }), /exit\.bridgeRelay\.extra: unknown field/);
-  t.match(exitOf({ exitCode: 0, signal: null, bridgeRelay: { ...relay, failure: 'x'.repeat(5000) } }), /exit\.bridgeRelay\.failure/);
+  t.match(exitOf({ exitCode: 0, signal: null, bridgeRelay: null }), /exit\.bridgeRelay: unknown field/, 'the worker has no relay to report since the bridge is gone');
   t.equal(reason(parseWorkerMessage('{"type":"error","code":"unexpected_fds","detail":"x"}')), 'ok');
   t.match(reason(parseWorkerMessage('{"type":"error","code":"made_up","detail":"x"}')), /error\.code/);
   t.equal(reason(parseWorkerMessage('{"type":"started","pid":42}')), 'ok');

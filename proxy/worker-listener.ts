@@ -1,0 +1,149 @@
+/**
+ * The supervisor's end of the worker's listener hand-over. Before spawning a worker the
+ * supervisor makes a unix SOCK_SEQPACKET pair; the worker gets one end as fd 4, sends a copy of
+ * its egress listener on it before `ready` (worker/egress-listener.ts) and closes it. The
+ * supervisor takes that one message and refuses (closing what came) anything but a TCP socket
+ * listening on 127.0.0.1 that lives in a network namespace other than the supervisor's own.
+ *
+ * Why that is enough to serve it without a peer check: loopback belongs to its namespace, so
+ * every connection accepted on it comes from a process inside the namespace it was created in.
+ * The worker creates it at boot, before anything but its own code runs, and a worker can create
+ * sockets only in its own namespace; a socket of the host's namespace (the one place where
+ * other processes could reach it) is what the namespace check refuses.
+ *
+ * Unlike copying the fd out of the worker (pidfd_getfd), this needs no privilege over the
+ * worker: it works for the packaged non-root supervisor and workers of other uids.
+ */
+import { AF_INET, boundInet4 } from '../core/inet4.js';
+import { errnoName, lastErrno, libc } from '../core/libc.js';
+import { fail, ok, type Result } from '../core/result.js';
+import { receiveFd } from '../core/scm-rights.js';
+import { LISTENER_HANDOVER_PAYLOAD } from '../worker/egress-listener.js';
+
+const AF_UNIX = 1;
+const SOCK_STREAM = 1;
+const SOCK_DGRAM = 2;
+const SOCK_SEQPACKET = 5;
+const SOCK_CLOEXEC = 0o2000000;
+const SOL_SOCKET = 1;
+const SO_TYPE = 3;
+const SO_ACCEPTCONN = 30;
+const SO_PROTOCOL = 38;
+const SO_DOMAIN = 39;
+const SO_NETNS_COOKIE = 71;
+const IPPROTO_TCP = 6;
+
+interface ChannelSys {
+  socket(domain: number, type: number, protocol: number): number;
+  socketpair(domain: number, type: number, protocol: number, fds: Int32Array): number;
+  getsockopt(fd: number, level: number, name: number, value: Buffer, length: Buffer): number;
+  close(fd: number): number;
+}
+
+let sys: ChannelSys | undefined;
+
+function bindings(): ChannelSys {
+  if (sys) return sys;
+  const lib = libc();
+  sys = {
+    socket: lib.func('int socket(int, int, int)'),
+    socketpair: lib.func('int socketpair(int, int, int, _Out_ int *sv)'),
+    getsockopt: lib.func('int getsockopt(int, int, int, void *, void *)'),
+    close: lib.func('int close(int)'),
+  };
+  return sys;
+}
+
+export interface ListenerChannel {
+  /** Kept by the supervisor (close-on-exec). */
+  supervisorFd: number;
+  /** Given to the worker as fd 4, then closed here (close-on-exec until the spawn dup2()s it). */
+  workerFd: number;
+}
+
+export function openListenerChannel(): Result<ListenerChannel, 'channel_failed'> {
+  const fds = new Int32Array(2);
+  if (bindings().socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) !== 0) {
+    return fail('channel_failed', `socketpair(AF_UNIX, SOCK_SEQPACKET) failed: ${errnoName(lastErrno())}`);
+  }
+  return ok({ supervisorFd: fds[0]!, workerFd: fds[1]! });
+}
+
+export function closeChannelEnd(fd: number): void {
+  bindings().close(fd);
+}
+
+type Refused = Result<never, 'listener_refused'>;
+
+function refused(detail: string): Refused {
+  return fail('listener_refused', `the worker's egress listener: ${detail}`);
+}
+
+function socketOption(fd: number, name: number, size: 4 | 8): bigint | null {
+  const value = Buffer.alloc(size);
+  const length = Buffer.alloc(4);
+  length.writeUInt32LE(size);
+  if (bindings().getsockopt(fd, SOL_SOCKET, name, value, length) !== 0 || length.readUInt32LE() !== size) return null;
+  return size === 4 ? BigInt(value.readInt32LE()) : value.readBigUInt64LE();
+}
+
+function intOption(fd: number, name: number): number | null {
+  const value = socketOption(fd, name, 4);
+  return value === null ? null : Number(value);
+}
+
+function checkListeningTcp(fd: number): Result<{ port: number }, 'listener_refused'> {
+  if (intOption(fd, SO_DOMAIN) !== AF_INET) return refused('not an AF_INET socket');
+  if (intOption(fd, SO_TYPE) !== SOCK_STREAM || intOption(fd, SO_PROTOCOL) !== IPPROTO_TCP) return refused('not a TCP socket');
+  if (intOption(fd, SO_ACCEPTCONN) !== 1) return refused('not listening');
+  const bound = boundInet4(fd);
+  if (!bound.ok) return refused(bound.detail);
+  if (bound.address !== '127.0.0.1') return refused(`bound to ${bound.address}:${bound.port}, not 127.0.0.1`);
+  return ok({ port: bound.port });
+}
+
+let ownNamespaceCookie: bigint | null = null;
+
+/** The cookie of this process's network namespace (it never changes namespace). */
+function ownNamespace(): Result<{ cookie: bigint }, 'listener_refused'> {
+  if (ownNamespaceCookie !== null) return ok({ cookie: ownNamespaceCookie });
+  const probe = bindings().socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (probe < 0) return refused(`no socket to read our own namespace: ${errnoName(lastErrno())}`);
+  const cookie = socketOption(probe, SO_NETNS_COOKIE, 8);
+  bindings().close(probe);
+  if (cookie === null) return refused('SO_NETNS_COOKIE is unavailable (Linux >= 5.14 required)');
+  ownNamespaceCookie = cookie;
+  return ok({ cookie });
+}
+
+function checkOtherNamespace(fd: number): Result<{}, 'listener_refused'> {
+  const own = ownNamespace();
+  if (!own.ok) return own;
+  const cookie = socketOption(fd, SO_NETNS_COOKIE, 8);
+  if (cookie === null) return refused(`its network namespace is unknown: ${errnoName(lastErrno())}`);
+  if (cookie === own.cookie) return refused("it lives in the supervisor's network namespace, not the worker's");
+  return ok({});
+}
+
+function checkListener(fd: number): Result<{ port: number }, 'listener_refused'> {
+  const tcp = checkListeningTcp(fd);
+  if (!tcp.ok) return tcp;
+  const namespace = checkOtherNamespace(fd);
+  return namespace.ok ? tcp : namespace;
+}
+
+/**
+ * The listener the worker sent (never waits: the worker sends before `ready`), as a
+ * close-on-exec fd this process owns, and its port; or why not, with whatever came closed.
+ */
+export function receiveWorkerListener(supervisorFd: number): Result<{ fd: number; port: number }, 'listener_refused'> {
+  const received = receiveFd(supervisorFd);
+  if (!received.ok) return refused(received.detail);
+  const fd = received.fd;
+  const checked = received.payload.equals(LISTENER_HANDOVER_PAYLOAD) ? checkListener(fd) : refused('the message is not a listener hand-over');
+  if (!checked.ok) {
+    bindings().close(fd);
+    return checked;
+  }
+  return ok({ fd, port: checked.port });
+}
