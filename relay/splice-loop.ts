@@ -28,6 +28,7 @@ import {
   SPLICE_F_MOVE,
   SPLICE_F_NONBLOCK,
   spliceSys,
+  type SpliceSys,
 } from './splice-sys.js';
 
 /** A new pipe's capacity: the most initial bytes a side may be given. */
@@ -108,7 +109,6 @@ interface Tunnel {
 const other = (side: SideIndex): SideIndex => (side === 0 ? 1 : 0);
 
 export class SpliceLoop {
-  private readonly sys = spliceSys();
   private readonly epfd: number;
   private readonly tunnels = new Map<number, Tunnel>();
   private readonly events = Buffer.alloc(MAX_EVENTS * EPOLL_EVENT_SIZE);
@@ -123,6 +123,8 @@ export class SpliceLoop {
     private readonly wakeFd: number,
     private readonly nextCommand: () => RelayCommand | undefined,
     private readonly report: (report: TunnelReport) => void,
+    /** The system calls; a scripted stand-in lets a test drive one exact sequence of splice results. */
+    private readonly sys: SpliceSys = spliceSys(),
   ) {
     this.epfd = this.sys.epollCreate();
     if (this.epfd < 0) throw new Error(`epoll_create1 failed: ${errnoName(this.sys.errno())}`);
@@ -259,21 +261,14 @@ export class SpliceLoop {
         tunnel.lastActivity = this.now;
         continue;
       }
-      if (dir.eof) {
-        if (!dir.shut) {
-          dir.shut = true;
-          // Fails only when the peer is already gone, and then there is nobody to tell.
-          this.sys.shutdown(to.fd, SHUT_WR);
-        }
-        return true;
-      }
+      if (dir.eof) break;
       // One byte past the allowance is read so that exceeding it is seen, and never sent.
       const allowance = tunnel.budget ? Math.min(dir.capacity, tunnel.budget.remaining() + 1) : dir.capacity;
       const got = this.sys.splice(from.fd, dir.pipeWrite, allowance, SPLICE_FLAGS);
       if (got < 0) return this.blockedOrFailed(tunnel, index);
       if (got === 0) {
         dir.eof = true;
-        continue;
+        break;
       }
       tunnel.lastActivity = this.now;
       if (tunnel.budget?.charge(got).over) {
@@ -281,6 +276,13 @@ export class SpliceLoop {
         return false;
       }
       dir.inPipe = got;
+    }
+    // After the loop, not in it: an EOF seen in the last round, or a pipe emptied in it after the
+    // EOF, leaves nothing for epoll to wake this direction for (watch() stops reading at EOF).
+    if (dir.eof && dir.inPipe === 0 && !dir.shut) {
+      dir.shut = true;
+      // Fails only when the peer is already gone, and then there is nobody to tell.
+      this.sys.shutdown(to.fd, SHUT_WR);
     }
     return true;
   }

@@ -1,0 +1,76 @@
+/**
+ * The splice loop's bookkeeping, driven through one exact sequence of system-call results by a
+ * scripted SpliceSys: sequences real sockets produce only now and then.
+ */
+import t from 'tap';
+import { SpliceLoop, type RelayCommand, type TunnelReport } from '../../../relay/splice-loop.js';
+import { EAGAIN, SHUT_WR, type SpliceSys } from '../../../relay/splice-sys.js';
+
+const WAKE_FD = 5;
+const CLIENT = 10;
+const UPSTREAM = 11;
+const CHUNK = 262144;
+
+/**
+ * A client that has sent seven full pipe loads and its EOF, an upstream whose first write takes
+ * half a load (so reads fall on odd rounds and the EOF on the last of a wake's 16), and an
+ * upstream that has not answered yet.
+ */
+function scriptedSys(shutdowns: [number, number][]): SpliceSys {
+  const fromClient = [...Array(7).fill(CHUNK), 0];
+  let firstWrite = true;
+  let errno = 0;
+  let nextFd = 100;
+  const eagain = (): number => {
+    errno = EAGAIN;
+    return -1;
+  };
+  return {
+    epollCreate: () => 3,
+    epollCtl: () => 0,
+    epollWait: () => {
+      throw new Error('the loop waited: the stop command was not read');
+    },
+    splice: (fdIn, fdOut, length) => {
+      if (fdIn === CLIENT) return fromClient.length > 0 ? Math.min(fromClient.shift()!, length) : eagain();
+      if (fdIn === UPSTREAM) return eagain();
+      if (fdOut === UPSTREAM) {
+        if (!firstWrite) return length;
+        firstWrite = false;
+        return length / 2;
+      }
+      return eagain();
+    },
+    pipe: (fds) => {
+      fds[0] = nextFd++;
+      fds[1] = nextFd++;
+      return 0;
+    },
+    eventfd: () => WAKE_FD,
+    read: () => 8,
+    write: (_fd, _buffer, length) => length,
+    shutdown: (fd, how) => {
+      shutdowns.push([fd, how]);
+      return 0;
+    },
+    close: () => 0,
+    dupCloexec: (fd) => fd,
+    setPipeSize: () => CHUNK,
+    readyNow: () => 0,
+    errno: () => errno,
+  };
+}
+
+t.test("an EOF read in a wake's last round is passed on at once", async (t) => {
+  const shutdowns: [number, number][] = [];
+  // Both commands are read before the loop first waits: the adopt serves the tunnel once, then the loop stops.
+  const commands: RelayCommand[] = [
+    { op: 'adopt', id: 1, fds: [CLIENT, UPSTREAM], initial: [null, null], budget: null, idleTimeoutMs: 0 },
+    { op: 'stop' },
+  ];
+  const reports: TunnelReport[] = [];
+  const loop = new SpliceLoop(WAKE_FD, () => commands.shift(), (report) => reports.push(report), scriptedSys(shutdowns));
+  loop.run();
+  t.same(shutdowns, [[UPSTREAM, SHUT_WR]], "the client's EOF reached the upstream in the same wake");
+  t.match(reports, [{ id: 1, outcome: 'aborted', bytes: [7 * CHUNK, 0], eofFrom: [true, false] }]);
+});
