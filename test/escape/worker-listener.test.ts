@@ -14,7 +14,7 @@ import { promisify } from 'node:util';
 import t, { type Test } from 'tap';
 import { closeChannelEnd, openListenerChannel, receiveWorkerListener, type ListenerChannel } from '../../proxy/worker-listener.js';
 import { ORIGIN_NAME, startHarness, startHttpOrigin } from '../integration/proxy/fixtures/harness.js';
-import { REPO_ROOT } from '../support/turn-harness.js';
+import { createTurnHarness, REPO_ROOT, runTurn } from '../support/turn-harness.js';
 
 const DIST = path.join(REPO_ROOT, 'dist');
 /** What the holder sends on each channel, in order (channel i is its fd 4 + i). */
@@ -185,4 +185,15 @@ t.test('a message with two fds is refused and both are closed', async (t) => {
   closeChannelEnd(channel.supervisorFd);
   t.match(received, { ok: false, detail: /carries 2 file descriptors/ });
   t.equal(openFds(), before - 1, 'only the channel end was closed: both received fds were closed again');
+});
+
+t.test('a worker that hands over anything but its listener gets no turn: launch_refused, the command never runs', async (t) => {
+  const harness = await createTurnHarness({ slot: 79, workerEntry: path.join(REPO_ROOT, 'test/escape/fixtures/decoy-listener-worker.mjs') });
+  t.teardown(() => harness.close());
+  const run = await runTurn(harness, { argv: ['/bin/sh', '-c', 'echo the-command-ran'] });
+  t.equal(run.result.status, 'launch_refused');
+  t.match(run.result.detail, /the worker's egress listener: not an AF_INET socket/);
+  t.notMatch(run.stdout, /the-command-ran/);
+  const refusals = harness.events.query({ turn: run.id, kind: 'worker_host_refusal' });
+  t.match(refusals.ok && refusals.events[0]?.payload, { requirement: /egress listener/ });
 });

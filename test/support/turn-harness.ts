@@ -50,6 +50,8 @@ export interface HarnessOptions {
   supervisorIsRoot?: boolean;
   /** Size of the helper's worker uid range (default 64). */
   uidCount?: number;
+  /** The worker entry to run instead of dist/worker/main.js (a file under the repository: the view shows only that). */
+  workerEntry?: string;
 }
 
 /** The worker uid range of a harness in `slot`: fixed, so a test can watch it before creating the harness. */
@@ -86,7 +88,7 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
       callerGroup: 'root',
       cgroupRoots: subtreeTurnRoots(prepared.subtree),
       workerExec: process.execPath,
-      workerArgs: [WORKER_ENTRY],
+      workerArgs: [options.workerEntry ?? WORKER_ENTRY],
       viewPaths: [REPO_ROOT], // the worker entry, its modules and the native test programs
       tempRoots: [config.turns.tempRoot],
     });
@@ -123,7 +125,7 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
       env: {},
       ...(helper ? { helperProbe: () => runHelperProbe(helper), helperView: (request) => runHelperView(helper, request) } : {}),
     },
-    worker: { node: process.execPath, entry: WORKER_ENTRY },
+    worker: { node: process.execPath, entry: options.workerEntry ?? WORKER_ENTRY },
     env: {},
     cgroupSubtreeName: subtreeName,
     ...(options.supervisorIsRoot === undefined ? {} : { supervisorIsRoot: options.supervisorIsRoot }),
