@@ -7,9 +7,8 @@
  * (127.0.0.1 in this network namespace; never accepted on here) and send a copy to the
  * supervisor on fd 4 -> report `ready` -> read the launch message (a prepared worker waits
  * here until a turn claims it; the turn's proxy serves the listener before it is sent) ->
- * close this copy ->
- * start the command in a new session, its proxy variables pointing at the listener -> report
- * `started` -> forward resize/signal -> report `exit` and exit 0.
+ * close this copy -> start the command in a new session, its proxy variables pointing at the
+ * listener -> report `started` -> forward resize/signal -> report `exit` and exit 0.
  * Any failure before the command starts answers `error` with a stable code and exits 1.
  */
 import { checkInheritedFds, markCloseOnExec, PROTOCOL_FD } from './fds.js';

@@ -272,8 +272,8 @@ export async function startWorker(
   const channel = opened;
   worker.listenerChannel = channel.supervisorFd;
   releases.add(() => {
-    if (worker.listenerChannel !== null && worker.listenerChannel !== undefined) closeChannelEnd(worker.listenerChannel);
-    worker.listenerChannel = null;
+    const untaken = takeListenerChannel(worker);
+    if (untaken !== null) closeChannelEnd(untaken);
   });
   let spawned: { child: ChildProcess; protocol: net.Socket };
   try {
@@ -295,13 +295,13 @@ export async function startWorker(
           }, { listenerChannelFd: channel.workerFd })
         : spawnSharedWorker(deps, spec.cwd, channel.workerFd);
   } catch (error) {
-    closeChannelEnd(channel.workerFd);
     await releases.run();
     const detail = `worker spawn: ${(error as Error).message}`;
     return { ok: false, outcome: { ok: false, reason: 'worker_host_unsupported', detail, requirement: (error as Error).message } };
+  } finally {
+    // The worker holds its end now (or never will).
+    closeChannelEnd(channel.workerFd);
   }
-  // The worker holds its end now.
-  closeChannelEnd(channel.workerFd);
   // Whoever tracks the worker adds its own handling; an unheard 'error' would end this process.
   spawned.child.on('error', (error) => deps.logger.warn('worker process error', { worker: name, detail: error.message }));
   if (probe.identity !== 'separate_uid') {
@@ -350,22 +350,28 @@ export function attestStartedWorker(worker: StartedWorker): Result {
   return attestWorker({ pid: child.pid, identity: worker.identity, uid: worker.uid, gid: worker.uid, cgroupPaths: worker.cgroup.paths });
 }
 
-/** The host entries the prepared worker's view was built from are the ones there now. */
+/** The supervisor's end of the listener channel, once: later calls (and a release after the hand-over) get null. */
+function takeListenerChannel(worker: Pick<Partial<StartedWorker>, 'listenerChannel'>): number | null {
+  const channel = worker.listenerChannel ?? null;
+  worker.listenerChannel = null;
+  return channel;
+}
+
 /**
  * Gives the worker's egress listener to its turn proxy: the copy the worker sent before
  * `ready`, checked (proxy/worker-listener.ts). Before the launch message, which tells the
  * worker to close its own copy and point the command at it. Once per worker.
  */
 export async function serveEgressListener(worker: StartedWorker): Promise<Result> {
-  const channel = worker.listenerChannel;
+  const channel = takeListenerChannel(worker);
   if (channel === null) return fail('listener_refused', "the worker's egress listener was already taken");
-  worker.listenerChannel = null;
   const received = receiveWorkerListener(channel);
   closeChannelEnd(channel);
   if (!received.ok) return received;
   return worker.proxy.serveWorkerListener(received.fd);
 }
 
+/** The host entries the prepared worker's view was built from are the ones there now. */
 export function viewStillCurrent(worker: StartedWorker): Result {
   if (viewFingerprint(worker.view) === worker.view.fingerprint) return ok({});
   return fail('view_changed', 'the workspace or a protected path changed since the worker was launched');
