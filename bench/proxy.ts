@@ -10,7 +10,7 @@
  * (`unshare --net`, root needed) and the client connects from inside it (setns, per connection). Client, origins,
  * proxy and worker are separate processes, as in production, and the proxy records its events in a real event store (SQLite, synchronous = FULL) in a
  * temporary directory. Throughput goes through CONNECT. Goals: throughput >= 0.8x direct,
- * added p50 (proxied p50 - direct p50 at the same concurrency) <= 1 ms.
+ * added p50 (proxied p50 - direct p50 at the same concurrency, in the same interleaved round) <= 1 ms.
  * Run: npx tsx bench/proxy.ts   (BENCH_REQUESTS shrinks the latency runs while tuning)
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -40,6 +40,7 @@ const ROLE_WORKER = '--hold-listener';
 const CONCURRENCY_LEVELS = [1, 16, 128];
 const REQUESTS_PER_LEVEL = Number(process.env.BENCH_REQUESTS ?? 4000);
 const WARMUP_REQUESTS = 300;
+const LATENCY_ROUNDS = 5;
 const UPLOAD_BYTES = 64 * 1024 * 1024;
 const UPLOAD_CHUNK = 1024 * 1024;
 const UPLOAD_RUNS = 9;
@@ -88,7 +89,7 @@ function timedRequest(target: Target, request: string): Promise<number> {
   });
 }
 
-async function latencies(target: Target, request: string, concurrency: number, total: number): Promise<{ sorted: number[]; perSecond: number }> {
+async function latencies(target: Target, request: string, concurrency: number, total: number): Promise<{ sorted: number[]; elapsedMs: number }> {
   const results: number[] = [];
   const started = performance.now();
   let issued = 0;
@@ -99,7 +100,7 @@ async function latencies(target: Target, request: string, concurrency: number, t
     }
   };
   await Promise.all(Array.from({ length: concurrency }, worker));
-  return { sorted: results.sort((a, b) => a - b), perSecond: total / ((performance.now() - started) / 1000) };
+  return { sorted: results.sort((a, b) => a - b), elapsedMs: performance.now() - started };
 }
 
 const percentile = (sorted: number[], p: number): number => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!;
@@ -325,6 +326,45 @@ async function withCpu<T>(roles: { origins: Role; proxy: Role }, work: () => Pro
   return { result, cpu: { total: client + origins + proxy, proxy } };
 }
 
+interface PathLatencies {
+  sorted: number[];
+  elapsedMs: number;
+  cpu: CpuSpent;
+  /** Per round: this path's p50 minus direct's p50 in the same round. */
+  addedByRound: number[];
+}
+
+/**
+ * One concurrency level: LATENCY_ROUNDS rounds, each running every path in turn (the order
+ * reversed every other round), so that a change in the machine's speed during the run (seen
+ * on shared build machines: 2x within minutes) shifts every path alike.
+ */
+async function latencyLevel(
+  roles: { origins: Role; proxy: Role },
+  paths: { name: string; target: Target; request: string }[],
+  concurrency: number,
+): Promise<Record<string, PathLatencies>> {
+  const level: Record<string, PathLatencies> = {};
+  for (const { name } of paths) level[name] = { sorted: [], elapsedMs: 0, cpu: { total: 0, proxy: 0 }, addedByRound: [] };
+  const perRound = Math.ceil(REQUESTS_PER_LEVEL / LATENCY_ROUNDS);
+  for (let round = 0; round < LATENCY_ROUNDS; round++) {
+    const p50s: Record<string, number> = {};
+    const order = round % 2 === 0 ? paths : [...paths].reverse();
+    for (const { name, target, request } of order) {
+      const { result, cpu } = await withCpu(roles, () => latencies(target, request, concurrency, perRound));
+      const sum = level[name]!;
+      sum.sorted.push(...result.sorted);
+      sum.elapsedMs += result.elapsedMs;
+      sum.cpu.total += cpu.total;
+      sum.cpu.proxy += cpu.proxy;
+      p50s[name] = percentile(result.sorted, 0.5);
+    }
+    for (const { name } of paths) if (name !== 'direct') level[name]!.addedByRound.push(p50s[name]! - p50s.direct!);
+  }
+  for (const sum of Object.values(level)) sum.sorted.sort((a, b) => a - b);
+  return level;
+}
+
 const CORES = os.cpus().length;
 const ms = (value: number, width = 7): string => value.toFixed(3).padStart(width);
 const micros = (value: number, width = 6): string => value.toFixed(0).padStart(width);
@@ -354,23 +394,28 @@ async function main(): Promise<void> {
   const load = os.loadavg().map((l) => l.toFixed(2)).join(' ');
   console.log(`egress proxy benchmark, ${new Date().toISOString()}, load average ${load}, ${CORES} CPUs`);
   console.log(`CONNECT tunnels relayed ${USE_KERNEL_RELAY ? 'by the kernel relay (splice; BENCH_KERNEL_RELAY=0: in Node)' : 'in Node (BENCH_KERNEL_RELAY=0)'}`);
-  console.log(`${REQUESTS_PER_LEVEL} requests per level, new client connection per request. CPU µs per request: all processes (client,`);
-  console.log(`origin, proxy) and the proxy; ceiling = req/s if all ${CORES} CPUs did nothing else.`);
+  console.log(`${REQUESTS_PER_LEVEL} requests per level and path, new client connection per request, in ${LATENCY_ROUNDS} interleaved rounds;`);
+  console.log('added p50: median over the rounds of (p50 - direct p50 in the same round). CPU µs per request: all processes');
+  console.log(`(client, origin, proxy) and the proxy; ceiling = req/s if all ${CORES} CPUs did nothing else.`);
   console.log('concurrency  path           p50 ms     p99 ms  added p50 ms  p50 ratio  req/s  CPU: all  proxy  ceiling');
   const addedP50: Record<string, number[]> = {};
   for (const concurrency of CONCURRENCY_LEVELS) {
-    let d50 = 0;
-    for (const { name, target, request } of paths) {
-      const { result, cpu } = await withCpu(roles, () => latencies(target, request, concurrency, REQUESTS_PER_LEVEL));
-      const p50 = percentile(result.sorted, 0.5);
-      if (name === 'direct') d50 = p50;
-      else (addedP50[name] ??= []).push(p50 - d50);
-      const perRequest = (value: number): string => micros(value / REQUESTS_PER_LEVEL);
-      const added = name === 'direct' ? ['', ''] : [ms(p50 - d50, 12), `${(p50 / d50).toFixed(2)}x`];
+    const level = await latencyLevel(roles, paths, concurrency);
+    const directP50 = percentile(level.direct!.sorted, 0.5);
+    for (const { name } of paths) {
+      const { sorted, elapsedMs, cpu, addedByRound } = level[name]!;
+      const p50 = percentile(sorted, 0.5);
+      const count = sorted.length;
+      const perRequest = (value: number): string => micros(value / count);
+      let added = ['', ''];
+      if (name !== 'direct') {
+        (addedP50[name] ??= []).push(median(addedByRound));
+        added = [ms(median(addedByRound), 12), `${(p50 / directP50).toFixed(2)}x`];
+      }
       console.log(
-        `${(name === 'direct' ? String(concurrency) : '').padStart(11)}  ${name.padEnd(13)} ${ms(p50)}  ${ms(percentile(result.sorted, 0.99), 9)}  ` +
-          `${added[0]!.padStart(12)}  ${added[1]!.padStart(9)}  ${result.perSecond.toFixed(0).padStart(5)}    ${perRequest(cpu.total)} ${perRequest(cpu.proxy)} ` +
-          ` ${micros((CORES * 1e6 * REQUESTS_PER_LEVEL) / cpu.total, 7)}`,
+        `${(name === 'direct' ? String(concurrency) : '').padStart(11)}  ${name.padEnd(13)} ${ms(p50)}  ${ms(percentile(sorted, 0.99), 9)}  ` +
+          `${added[0]!.padStart(12)}  ${added[1]!.padStart(9)}  ${(count / (elapsedMs / 1000)).toFixed(0).padStart(5)}    ${perRequest(cpu.total)} ${perRequest(cpu.proxy)} ` +
+          ` ${micros((CORES * 1e6 * count) / cpu.total, 7)}`,
       );
     }
   }
