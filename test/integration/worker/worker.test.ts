@@ -107,7 +107,7 @@ t.before(() => {
 });
 
 t.test('pipes mode: output, exit code, rusage, exact env, only fds 0-2, seccomp', async (t) => {
-  const script = 'env; ls /proc/$$/fd | tr "\\n" " "; echo; grep -E "^(Seccomp|NoNewPrivs|Uid):" /proc/self/status; exit 3';
+  const script = 'env; ls -m /proc/$$/fd; grep -E "^(Seccomp|NoNewPrivs|Uid):" /proc/self/status; exit 3';
   const w = startWorker(launchOf(['/bin/sh', '-c', script], { env: { PATH: PATH_ENV, TURN_VAR: 'v1' } }));
   const started = await w.next('started');
   t.equal(started.type === 'started' && started.pid > 0, true);
@@ -120,7 +120,7 @@ t.test('pipes mode: output, exit code, rusage, exact env, only fds 0-2, seccomp'
   const lines = w.stdout().split('\n');
   // sh adds PWD itself; nothing else may appear besides what the launch carried.
   t.same(lines.filter((l) => /^[A-Za-z_][A-Za-z0-9_]*=/.test(l)).sort(), ['PATH=' + PATH_ENV, 'PWD=/', 'TURN_VAR=v1']);
-  t.match(w.stdout(), /^0 1 2 $/m, 'the command holds only fds 0-2');
+  t.match(w.stdout(), /^0, 1, 2\r?$/m, 'the command holds only fds 0-2');
   t.match(w.stdout(), /^Seccomp:\s+2$/m);
   t.match(w.stdout(), /^NoNewPrivs:\s+1$/m);
   t.match(w.stdout(), new RegExp(`^Uid:\\s+${WORKER_UID}\\s`, 'm'));
@@ -147,13 +147,13 @@ t.test('pty mode: output, resize, and the size given at launch', async (t) => {
 });
 
 t.test('pty mode: input from the worker stdin reaches the command', async (t) => {
-  const w = startWorker(launchOf(['/bin/sh', '-c', 'read line; echo "got:$line"; ls /proc/$$/fd | tr "\\n" " "'], { tty: { cols: 80, rows: 24 } }));
+  const w = startWorker(launchOf(['/bin/sh', '-c', 'read line; echo "got:$line"; ls -m /proc/$$/fd'], { tty: { cols: 80, rows: 24 } }));
   await w.next('started');
   w.child.stdin?.write('typed\n');
   const exit = await w.next('exit');
   await w.done;
   t.match(w.stdout(), /got:typed/);
-  t.match(w.stdout(), /^0 1 2 $/m, 'the command holds only fds 0-2');
+  t.match(w.stdout(), /^0, 1, 2\r?$/m, 'the command holds only fds 0-2');
   t.equal(exit.type === 'exit' && exit.exitCode, 0);
 });
 
