@@ -7,6 +7,7 @@
  * Pty mode: the pty output is copied to the worker's stdout, the worker's stdin to the pty.
  */
 import { spawn as spawnChild } from 'node:child_process';
+import { EventEmitter } from 'node:events';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -122,6 +123,42 @@ function startPipes(spec: CommandSpec, file: string): Promise<Result<{ command: 
   });
 }
 
+/** The most a drain reads: a pty holds about 17 KiB (its 64 KiB buffer limit, in allocation units, and 4 KiB in the line discipline). */
+const MAX_PTY_DRAIN_BYTES = 1024 * 1024;
+
+/** node-pty (1.1, pinned) keeps the master fd and libuv's stream on it in these fields. */
+function ptyMaster(term: IPty): Result<{ fd: number; stream: NodeJS.EventEmitter }, 'spawn_failed'> {
+  const internals = term as unknown as { _fd?: unknown; _socket?: unknown };
+  const fd = internals._fd;
+  const stream = internals._socket;
+  if (typeof fd !== 'number' || !(stream instanceof EventEmitter)) {
+    return fail('spawn_failed', "node-pty's master fd or stream is not where worker/command.ts expects it (node-pty 1.1)");
+  }
+  return ok({ fd, stream });
+}
+
+/**
+ * libuv ends a stream when epoll reports POLLHUP right after a read that did not fill its
+ * buffer. A pty master reads at most 4 KiB at a time and reports POLLHUP as soon as the last
+ * slave fd is closed, while up to ~17 KiB of the command's output may still be in the pty; that
+ * tail was lost. At that 'end' no writer is left, so reading the non-blocking master until it
+ * fails (EIO once drained, or EAGAIN) ends; MAX_PTY_DRAIN_BYTES bounds it regardless.
+ */
+function drainPtyMaster(fd: number, forward: (chunk: Buffer) => void): void {
+  const buffer = Buffer.alloc(65536);
+  for (let drained = 0; drained < MAX_PTY_DRAIN_BYTES; ) {
+    let count: number;
+    try {
+      count = fs.readSync(fd, buffer, 0, Math.min(buffer.length, MAX_PTY_DRAIN_BYTES - drained), null);
+    } catch {
+      return;
+    }
+    if (count === 0) return;
+    forward(Buffer.from(buffer.subarray(0, count)));
+    drained += count;
+  }
+}
+
 async function startPty(spec: CommandSpec, file: string, size: TtySize): Promise<Result<{ command: RunningCommand }, 'spawn_failed'>> {
   // Loaded only for pty turns: importing node-pty costs ~40 ms of every launch.
   const { default: pty } = await import('node-pty');
@@ -132,12 +169,20 @@ async function startPty(spec: CommandSpec, file: string, size: TtySize): Promise
   } catch (err) {
     return fail('spawn_failed', `pty spawn ${file}: ${(err as Error).message}`);
   }
-  term.onData((data: string | Buffer) => {
+  const forwardOutput = (data: string | Buffer): void => {
     if (!process.stdout.write(data)) {
       term.pause();
       process.stdout.once('drain', () => term.resume());
     }
-  });
+  };
+  const master = ptyMaster(term);
+  if (!master.ok) {
+    term.kill('SIGKILL');
+    return master;
+  }
+  term.onData(forwardOutput);
+  // Before node-pty closes the master on this end: what libuv left in the pty is read first.
+  master.stream.prependListener('end', () => drainPtyMaster(master.fd, forwardOutput));
   const forwardInput = (chunk: Buffer): void => term.write(chunk as unknown as string);
   process.stdin.on('data', forwardInput);
   let running = true;

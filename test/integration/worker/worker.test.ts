@@ -157,6 +157,44 @@ t.test('pty mode: input from the worker stdin reaches the command', async (t) =>
   t.equal(exit.type === 'exit' && exit.exitCode, 0);
 });
 
+/** The kernel state letter of `pid` (Z: a zombie nobody has reaped yet), or null once it is gone. */
+function processState(pid: number): string | null {
+  try {
+    return /^\d+ \(.*\) (\S)/.exec(fs.readFileSync(`/proc/${pid}/stat`, 'utf8'))?.[1] ?? null;
+  } catch {
+    return null;
+  }
+}
+
+/** Resolves when `condition` holds, checking every few milliseconds (what is awaited has no event to wait on). */
+async function until(condition: () => boolean): Promise<void> {
+  while (!condition()) await new Promise((resolve) => setTimeout(resolve, 5));
+}
+
+t.test('pty mode: output still in the pty when the command exits is all delivered', async (t) => {
+  // libuv ends a stream when epoll reports POLLHUP after a read that did not fill its buffer;
+  // a pty master reads at most 4 KiB at a time and reports POLLHUP as soon as the command is
+  // gone, so output the worker had not read yet was cut off. The worker is stopped while the
+  // command writes 8000 bytes (a pty holds 12-17 KiB: 8 KiB of buffers and 4 KiB in the line discipline) and exits: the whole output is then
+  // still in the pty.
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-pty-drain-'));
+  fs.chmodSync(dir, 0o755);
+  const go = path.join(dir, 'go');
+  const script = `while [ ! -e ${go} ]; do sleep 0.01; done; head -c 8000 /dev/zero | tr '\\0' x; exit 0`;
+  const w = startWorker(launchOf(['/bin/sh', '-c', script], { tty: { cols: 80, rows: 24 } }));
+  const started = await w.next('started');
+  if (started.type !== 'started') throw new Error('not started');
+  process.kill(w.child.pid!, 'SIGSTOP');
+  fs.writeFileSync(go, '');
+  await until(() => processState(started.pid) === 'Z');
+  process.kill(w.child.pid!, 'SIGCONT');
+  const exit = await w.next('exit');
+  await w.done;
+  fs.rmSync(dir, { recursive: true, force: true });
+  t.equal(exit.type === 'exit' && exit.exitCode, 0);
+  t.equal((w.stdout().match(/x/g) ?? []).length, 8000, 'every byte the command wrote');
+});
+
 t.test('pty mode: a forwarded signal kills the command and exit reports it', async (t) => {
   const w = startWorker(launchOf(['/bin/sleep', '1000'], { tty: { cols: 80, rows: 24 } }));
   await w.next('started');
