@@ -123,7 +123,7 @@ function startPipes(spec: CommandSpec, file: string): Promise<Result<{ command: 
   });
 }
 
-/** The most a drain reads: a pty holds about 17 KiB (its 64 KiB buffer limit, in allocation units, and 4 KiB in the line discipline). */
+/** The most a drain reads: a pty holds 12-17 KiB (8 KiB of buffers and 4 KiB in the line discipline). */
 const MAX_PTY_DRAIN_BYTES = 1024 * 1024;
 
 /** node-pty (1.1, pinned) keeps the master fd and libuv's stream on it in these fields. */
@@ -140,7 +140,7 @@ function ptyMaster(term: IPty): Result<{ fd: number; stream: NodeJS.EventEmitter
 /**
  * libuv ends a stream when epoll reports POLLHUP right after a read that did not fill its
  * buffer. A pty master reads at most 4 KiB at a time and reports POLLHUP as soon as the last
- * slave fd is closed, while up to ~17 KiB of the command's output may still be in the pty; that
+ * slave fd is closed, while up to 17 KiB of the command's output may still be in the pty; that
  * tail was lost. At that 'end' no writer is left, so reading the non-blocking master until it
  * fails (EIO once drained, or EAGAIN) ends; MAX_PTY_DRAIN_BYTES bounds it regardless.
  */
