@@ -104,7 +104,7 @@ vm_boot() {
   local timeout=$1 serial=$RUN_DIR/serial.log shown=0 lines
   : >"$serial"
   qemu-system-x86_64 \
-    -nodefaults -machine q35,accel=tcg -cpu "${TURNHOST_VM_CPU_MODEL:-max}" -smp "${TURNHOST_VM_CPUS:-2}" -m "${TURNHOST_VM_MEMORY_MB:-2048}" \
+    -nodefaults -machine q35 -accel "tcg,thread=${TURNHOST_VM_TCG_THREAD:-single}" -cpu "${TURNHOST_VM_CPU_MODEL:-max}" -smp "${TURNHOST_VM_CPUS:-2}" -m "${TURNHOST_VM_MEMORY_MB:-2048}" \
     -nographic -monitor none -serial "file:$serial" -nic none -no-reboot \
     -kernel "$IMAGE/vmlinuz" -initrd "$IMAGE/initrd.img" \
     -append "console=ttyS0 panic=-1 loglevel=4 systemd.show_status=1 systemd.log_color=0" \
