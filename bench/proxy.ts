@@ -53,6 +53,10 @@ const USE_KERNEL_RELAY = process.env.BENCH_KERNEL_RELAY !== '0';
 type Target = { path: string } | { port: number; namespace?: number };
 type Message = Record<string, number>;
 type Role = { child: ChildProcess; first: Message };
+/** The child processes whose CPU time is counted (the worker only waits). */
+type Roles = { origins: Role; proxy: Role };
+/** A way to the origin: its client-side target and the request sent along it. */
+type BenchPath = { name: string; target: Target; request: string };
 
 const CLONE_NEWNET = 0x40000000;
 const setns = libc().func('int setns(int, int)') as (fd: number, type: number) => number;
@@ -315,7 +319,7 @@ interface CpuSpent {
 }
 
 /** Runs `work` and returns its result with the CPU each process spent meanwhile. */
-async function withCpu<T>(roles: { origins: Role; proxy: Role }, work: () => Promise<T>): Promise<{ result: T; cpu: CpuSpent }> {
+async function withCpu<T>(roles: Roles, work: () => Promise<T>): Promise<{ result: T; cpu: CpuSpent }> {
   const children = [roles.origins, roles.proxy];
   const before = await Promise.all(children.map((r) => ask(r, 'cpu')));
   const clientBefore = cpuMicros();
@@ -340,8 +344,8 @@ interface PathLatencies {
  * on shared build machines: 2x within minutes) shifts every path alike.
  */
 async function latencyLevel(
-  roles: { origins: Role; proxy: Role },
-  paths: { name: string; target: Target; request: string }[],
+  roles: Roles,
+  paths: BenchPath[],
   concurrency: number,
 ): Promise<Record<string, PathLatencies>> {
   const level: Record<string, PathLatencies> = {};
@@ -382,7 +386,7 @@ async function main(): Promise<void> {
   closeChannelEnd(channel.supervisorFd);
   const workerNamespace = fs.openSync(`/proc/${worker.first.pid}/ns/net`, 'r');
   const roles = { origins, proxy };
-  const paths: { name: string; target: Target; request: string }[] = [
+  const paths: BenchPath[] = [
     { name: 'direct', target: { port: httpPort }, request: `GET / HTTP/1.1\r\nHost: 127.0.0.1:${httpPort}\r\nConnection: close\r\n\r\n` },
     { name: 'proxy', target: { path: socketPath }, request: '' },
     { name: 'listener', target: { port: worker.first.port!, namespace: workerNamespace }, request: '' },
@@ -409,8 +413,9 @@ async function main(): Promise<void> {
       const perRequest = (value: number): string => micros(value / count);
       let added = ['', ''];
       if (name !== 'direct') {
-        (addedP50[name] ??= []).push(median(addedByRound));
-        added = [ms(median(addedByRound), 12), `${(p50 / directP50).toFixed(2)}x`];
+        const addedMedian = median(addedByRound);
+        (addedP50[name] ??= []).push(addedMedian);
+        added = [ms(addedMedian, 12), `${(p50 / directP50).toFixed(2)}x`];
       }
       console.log(
         `${(name === 'direct' ? String(concurrency) : '').padStart(11)}  ${name.padEnd(13)} ${ms(p50)}  ${ms(percentile(sorted, 0.99), 9)}  ` +
