@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Installs what building and testing turnhost needs on a fresh Debian/Ubuntu machine (as root).
 # Used by the README's quick start, `make run` and CI. Idempotent.
+#
+# Packages go in with --no-install-recommends, so every tool or runtime the build and the tests
+# run must be named here (or be a Depends of a package named here): a recommendation is skipped,
+# and a machine where it was installed by hand hides the gap. To check the list, run the tests
+# under process accounting (`accton`), then `dpkg -S` the binary of each command `lastcomm` shows.
 set -euo pipefail
 
 APT_PACKAGES=(
@@ -11,12 +16,19 @@ APT_PACKAGES=(
   passwd            # useradd/userdel for the helper's caller tests
   bubblewrap        # bench/launch baseline
   clang             # libFuzzer target for the helper's descriptor parser
+  libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes clang links it with (only a recommendation of clang)
+  llvm-14           # llvm-symbolizer: readable sanitizer reports (only a recommendation of clang)
+  git               # the software identity (commit) in status, and the packaging tests
+  curl              # the worker egress tests' client inside a turn
+  adduser           # the deb's maintainer scripts, run by the packaging tests
   lintian           # packaging tests: the deb must be lintian-clean
   systemd           # systemd-analyze verify/security on the unit (offline)
   man-db            # packaging tests render the man page
   qemu-system-x86   # the VM tier (make vm-test): real systemd and cgroup v2
   debootstrap       # the VM tier's guest root filesystem
   busybox-static    # the VM tier's initramfs
+  xz-utils          # the VM tier: unpacking the guest kernel's modules (.ko.xz)
+  zstd              # the VM tier: the same for kernels whose modules are .ko.zst
 )
 
 missing=()
