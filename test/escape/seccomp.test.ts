@@ -27,6 +27,17 @@ const DENIED = [
 ];
 const ALLOWED = ['getpid', 'clone_plain', 'fork', 'socket_inet', 'socket_unix', 'personality_query', 'ioctl_tiocgwinsz'];
 const KILLED = ['x32_getpid', 'i386_getpid'];
+
+/**
+ * A kernel built or booted without IA32 emulation (`ia32_emulation=0`, or no
+ * CONFIG_IA32_EMULATION) faults `int 0x80` with SIGSEGV before seccomp sees it: on such a
+ * kernel the foreign ABI cannot run at all, filtered or not. Each ABI is checked unfiltered
+ * first; only one the kernel serves must be killed by the filter.
+ */
+function kernelServes(name: string): boolean {
+  const run = spawnSync(probe, [name], { encoding: 'utf8' });
+  return run.signal === null;
+}
 /** Allowed for libuv's own rings; the command can neither create nor obtain one, so it meets EBADF. */
 const NO_RING = ['io_uring_enter'];
 const EBADF = 9;
@@ -64,6 +75,9 @@ t.test('under the default filter', async (t) => {
   for (const name of DENIED) t.equal(byName.get(name)?.stdout, `${name} errno=${EPERM}`, `${name} -> EPERM`);
   t.equal(byName.get('clone3')?.stdout, `clone3 errno=${ENOSYS}`, 'clone3 -> ENOSYS so libc falls back to clone');
   for (const name of ALLOWED) t.equal(byName.get(name)?.stdout, `${name} ok`, `${name} still works`);
-  for (const name of KILLED) t.equal(byName.get(name)?.signal, 'SIGSYS', `${name}: foreign syscall ABI kills the process`);
+  for (const name of KILLED) {
+    if (kernelServes(name)) t.equal(byName.get(name)?.signal, 'SIGSYS', `${name}: foreign syscall ABI kills the process`);
+    else t.not(byName.get(name)?.signal ?? null, null, `${name}: the kernel has no entry for this ABI, and the call does not run filtered either`);
+  }
   for (const name of NO_RING) t.equal(byName.get(name)?.stdout, `${name} errno=${EBADF}`, `${name}: no ring to enter`);
 });
