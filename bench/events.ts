@@ -10,7 +10,8 @@ import { performance } from 'node:perf_hooks';
 import { createLogger } from '../core/log.js';
 import { openDatabase } from '../supervisor/db/open.js';
 import { openEventStore } from '../supervisor/events/store.js';
-import type { EventInput, EventQuery, EventStore } from '../supervisor/events/types.js';
+import type { EventQuery, EventStore } from '../supervisor/events/types.js';
+import type { EventInput } from '../core/events.js';
 
 /** BENCH_EVENTS shrinks the run while tuning; the reported figures use the default. */
 const TOTAL_EVENTS = Number(process.env.BENCH_EVENTS ?? 1_000_000);

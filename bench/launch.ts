@@ -23,8 +23,8 @@ import { createTurnCgroup, listTurnCgroups, prepareCgroupSubtree, removeCgroupSu
 import { createMemoryLogger } from '../core/log.js';
 import { buildTurnPolicy } from '../proxy/policy.js';
 import { startTurnProxy } from '../proxy/server.js';
-import { closeChannelEnd, openListenerChannel } from '../proxy/worker-listener.js';
-import { kernelRelay } from '../relay/kernel-relay.js';
+import { closeChannelEnd, openListenerChannel } from '../supervisor/turns/listener-channel.js';
+import { kernelRelay } from '../proxy/relay/kernel-relay.js';
 import { closeRoot, openRoot } from '../supervisor/fs/guard.js';
 import { createTurnTemp, purgeTurnTemp } from '../supervisor/fs/turn-temp.js';
 import { runHelperProbe } from '../supervisor/identity/helper-client.js';
@@ -52,7 +52,7 @@ interface TurnHarness {
   close(): Promise<void>;
 }
 interface HarnessModule {
-  createTurnHarness(options: { slot: number; configure?: (config: TurnhostConfig) => void }): Promise<TurnHarness>;
+  createTurnHarness: (options: { slot: number; configure?: (config: TurnhostConfig) => void }) => Promise<TurnHarness>;
   WORKER_ENTRY: string;
 }
 
@@ -64,7 +64,7 @@ const HARNESS_MODULE = ['..', 'test', 'support', 'turn-harness.js'].join('/');
 const { createTurnHarness, WORKER_ENTRY } = (await import(HARNESS_MODULE)) as HarnessModule;
 const PREPARED_WORKERS_MODULE = ['..', 'test', 'support', 'prepared-workers.js'].join('/');
 const { workerProcesses } = (await import(PREPARED_WORKERS_MODULE)) as {
-  workerProcesses(harness: Pick<TurnHarness, 'uidRange'>): Array<{ pid: number; uid: number }>;
+  workerProcesses: (harness: Pick<TurnHarness, 'uidRange'>) => Array<{ pid: number; uid: number }>;
 };
 
 interface Figures {
@@ -164,7 +164,7 @@ function cliCases(cwd: string): Case[] {
   const config = process.env.BENCH_CLI_CONFIG;
   const server = process.env.BENCH_CLI_SERVER;
   if (!config || !server) return [];
-  const cli = path.join(path.dirname(WORKER_ENTRY), '../supervisor/cli.js');
+  const cli = path.join(path.dirname(WORKER_ENTRY), '../supervisor/cli/main.js');
   return [
     { label: 'turnhost --help (CLI start only)', body: () => runToExit(process.execPath, [cli, '--help']) },
     {
@@ -239,7 +239,7 @@ async function compareLaunchers(harness: TurnHarness, cold: TurnHarness): Promis
   return full;
 }
 
-/** Each phase of the launch sequence alone, through the functions launch.ts calls. */
+/** Each phase of the launch sequence alone, through the functions the turn lifecycle calls. */
 async function timePhases(harness: TurnHarness, full: Figures | undefined): Promise<void> {
   const { config } = harness;
   const helperPath = config.identityHelper.path;
@@ -328,7 +328,7 @@ function openFdCount(): number {
 }
 
 /**
- * Issue 4's cleanup check, on the real pipeline: no leaf, worker process or fd left behind
+ * The cleanup check, on the real pipeline: no leaf, worker process or fd left behind
  * but the prepared workers, which are counted apart.
  */
 function reportCleanup(harness: TurnHarness, slot: number): void {

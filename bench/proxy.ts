@@ -6,7 +6,7 @@
  *   listener      client -> TCP 127.0.0.1 (the worker's egress listener) -> proxy -> origin
  * The second is what a command in a turn uses: a "worker" process opens the listener
  * (worker/egress-listener.ts) and hands it to the proxy over the listener channel, as in a
- * turn (proxy/worker-listener.ts); here the worker runs in a network namespace of its own
+ * turn (supervisor/turns/listener-channel.ts); here the worker runs in a network namespace of its own
  * (`unshare --net`, root needed) and the client connects from inside it (setns, per connection). Client, origins,
  * proxy and worker are separate processes, as in production, and the proxy records its events in a real event store (SQLite, synchronous = FULL) in a
  * temporary directory. Throughput goes through CONNECT. Goals: throughput >= 0.8x direct,
@@ -24,13 +24,14 @@ import { fileURLToPath } from 'node:url';
 import { libc } from '../core/libc.js';
 import { createLogger } from '../core/log.js';
 import { openEventStore } from '../supervisor/events/store.js';
-import type { EventInput, EventSink, EventStore } from '../supervisor/events/types.js';
+import type { EventStore } from '../supervisor/events/types.js';
+import type { EventInput, EventSink } from '../core/events.js';
 import { buildTurnPolicy, DEFAULT_INFERENCE_HOSTS } from '../proxy/policy.js';
 import { startTurnProxy } from '../proxy/server.js';
-import { kernelRelay, type KernelRelay } from '../relay/kernel-relay.js';
+import { kernelRelay, type KernelRelay } from '../proxy/relay/kernel-relay.js';
 import { handOverEgressListener, openEgressListener } from '../worker/egress-listener.js';
-import { closeChannelEnd, openListenerChannel, receiveWorkerListener } from '../proxy/worker-listener.js';
-import { LISTENER_CHANNEL_FD } from '../worker/fds.js';
+import { closeChannelEnd, openListenerChannel, receiveWorkerListener } from '../supervisor/turns/listener-channel.js';
+import { LISTENER_CHANNEL_FD } from '../worker/protocol.js';
 
 const ORIGIN = 'origin.bench.test';
 const TURN_ID = 'bench';
@@ -168,13 +169,12 @@ function cpuMicros(): number {
 
 /** Answers every `cpu` message with this process's CPU time; `stop` answers with `report()` and exits. */
 function serveControl(report: () => Promise<Message>): void {
-  process.on('message', async (message: { op: 'cpu' | 'stop' }) => {
+  process.on('message', (message: { op: 'cpu' | 'stop' }) => {
     if (message.op === 'cpu') {
       process.send!({ cpuMicros: cpuMicros() });
       return;
     }
-    const final = await report();
-    process.send!(final, () => process.exit(0));
+    void report().then((final) => process.send!(final, () => process.exit(0)));
   });
 }
 
@@ -451,7 +451,7 @@ async function main(): Promise<void> {
     const perMiB = (value: number): string => micros(value / mebibytes);
     const cpu = uploadCpu[name]!;
     console.log(
-      `  ${name.padEnd(13)} ${MBs.toFixed(0).padStart(5)} MB/s  ratio ${ratios[name]!.toFixed(2)}x  CPU: all ${perMiB(cpu.total)}  ` +
+      `  ${name.padEnd(13)} ${MBs.toFixed(0).padStart(5)} MB/s  ratio ${ratios[name].toFixed(2)}x  CPU: all ${perMiB(cpu.total)}  ` +
         `proxy ${perMiB(cpu.proxy)}  ceiling ${micros((CORES * 1.048576e6 * mebibytes) / cpu.total)}`,
     );
   }

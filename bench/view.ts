@@ -1,5 +1,5 @@
 /**
- * Cost of the masked worker view (issue 6): the identity helper's `view` operation in the host
+ * Cost of the masked worker view: the identity helper's `view` operation in the host
  * tree (fork, identity drop, one access check) as the baseline, next to the same operation
  * building the governed and the strict view, and a `launch` of /bin/true in each profile.
  * Root, after `make -C identity-helper all`: `npx tsx bench/view.ts [rounds=60]`.

@@ -3,7 +3,8 @@
  * stats read, and removed; the turn manager records `worker_recovered` for each entry.
  */
 import type { Result } from '../core/result.js';
-import { listTurnCgroups, openTurnCgroup, type CgroupSubtree, type TurnCgroupStats } from './turn-cgroup.js';
+import { listTurnCgroups, openTurnCgroup } from './turn-cgroup.js';
+import { type CgroupSubtree, type TurnCgroupStats } from './types.js';
 
 export interface ReapedTurnCgroup {
   turnId: string;

@@ -5,81 +5,19 @@
  * joins before exec. See docs/cgroups.md.
  */
 import { fail, ok, type Result } from '../core/result.js';
-import type { LimitHit } from '../supervisor/turns/types.js';
-import type { ResolvedLimits } from '../supervisor/limits/types.js';
-import type { CgroupController, CgroupLayout } from './types.js';
+import type { LimitHit, ResolvedLimits } from '../core/limits.js';
+import type {
+  CgroupLayout,
+  CgroupLimits,
+  CgroupSubtree,
+  PrepareFailure,
+  TurnCgroup,
+  TurnCgroupCounters,
+  TurnCgroupLeaves,
+} from './types.js';
 import { hostCgroupFs, isValidCgroupName, isValidTurnId, type CgroupFs } from './files.js';
 import { createV2Leaf, openV2Leaf, prepareV2Subtree } from './v2.js';
 import { createV1Leaves, openV1Leaves, prepareV1Subtree } from './v1.js';
-
-export type CgroupBackend = 'cgroup_v2' | 'cgroup_v1';
-export type CgroupLimits = Partial<Record<CgroupController, number>>;
-export type ControllerReasons = Partial<Record<CgroupController, string>>;
-
-export interface CgroupSubtreeV2 {
-  backend: 'cgroup_v2';
-  /** The delegated cgroup; holds `supervisor` (our processes) and the turns parent. */
-  ownDir: string;
-  turnsDir: string;
-  controllers: CgroupController[];
-  unavailable: ControllerReasons;
-  fs: CgroupFs;
-}
-
-export type V1HierarchyName = CgroupController | 'cpuacct' | 'freezer';
-
-export interface V1TurnHierarchy {
-  controller: V1HierarchyName;
-  /** `<own v1 cgroup>/<name>`: the parent of this hierarchy's turn leaves. */
-  turnsDir: string;
-  memsw?: boolean;
-}
-
-export interface CgroupSubtreeV1 {
-  backend: 'cgroup_v1';
-  hierarchies: V1TurnHierarchy[];
-  unavailable: ControllerReasons;
-  fs: CgroupFs;
-}
-
-export type CgroupSubtree = CgroupSubtreeV2 | CgroupSubtreeV1;
-
-export interface TurnCgroupCounters {
-  cpuUsec: number | null;
-  nrThrottled: number | null;
-  throttledUsec: number | null;
-  memoryPeakBytes: number | null;
-  oomKills: number | null;
-  pidsPeak: number | null;
-  pidsCurrent: number | null;
-  /** Forks refused at pids.max. */
-  pidsMaxEvents: number | null;
-}
-
-export interface TurnCgroupStats extends TurnCgroupCounters {
-  limitHits: LimitHit[];
-}
-
-/** What a backend hands back; `TurnCgroup` adds the derived limit hits. */
-export interface TurnCgroupLeaves {
-  turnId: string;
-  backend: CgroupBackend;
-  /** Directories the identity helper joins: one for v2, one per hierarchy for v1. */
-  paths: string[];
-  applied: CgroupLimits;
-  /** Requested limits this backend could not apply, with the reason. */
-  absent: ControllerReasons;
-  /** Kills every process in the turn and waits (bounded) until the cgroup is empty. */
-  kill(): Result<{ killedProcesses: number }>;
-  counters(): TurnCgroupCounters;
-  isEmpty(): boolean;
-  /** Removes every leaf directory; fails while processes remain. */
-  remove(): Result;
-}
-
-export interface TurnCgroup extends Omit<TurnCgroupLeaves, 'counters'> {
-  stats(): TurnCgroupStats;
-}
 
 export interface PrepareOptions {
   /** Name of the turns parent (v2, default `turns`) or v1 subtree dir (default `turnhost`). */
@@ -87,12 +25,6 @@ export interface PrepareOptions {
   fs?: CgroupFs;
 }
 
-export type PrepareFailure =
-  | 'no_cgroup_backend'
-  | 'cgroup_not_delegated'
-  | 'invalid_name'
-  | 'cgroup_setup_failed'
-  | 'cgroup_path_refused';
 
 /** v2 when every usable controller sits in cgroup2; v1 when the controllers sit in v1. */
 export function prepareCgroupSubtree(
@@ -141,11 +73,13 @@ export function limitHitsFrom(counters: TurnCgroupCounters): LimitHit[] {
 }
 
 function withStats(leaves: TurnCgroupLeaves): TurnCgroup {
-  const { counters, ...rest } = leaves;
+  // `counters` stays on the object at run time; the type no longer offers it.
+  const rest: Omit<TurnCgroupLeaves, 'counters'> = leaves;
   return {
     ...rest,
     stats() {
-      const read = counters();
+      // Through `leaves`: a backend's counters may read its own fields.
+      const read = leaves.counters();
       return { ...read, limitHits: limitHitsFrom(read) };
     },
   };

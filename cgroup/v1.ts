@@ -20,16 +20,7 @@ import {
   type CgroupFs,
 } from './files.js';
 import { CPU_PERIOD_USEC, cpuQuotaUsec } from './v2.js';
-import type {
-  CgroupLimits,
-  CgroupSubtreeV1,
-  ControllerReasons,
-  PrepareFailure,
-  TurnCgroupCounters,
-  TurnCgroupLeaves,
-  V1HierarchyName,
-  V1TurnHierarchy,
-} from './turn-cgroup.js';
+import type { CgroupLimits, CgroupSubtreeV1, ControllerReasons, PrepareFailure, TurnCgroupCounters, TurnCgroupLeaves, V1HierarchyName, V1TurnHierarchy } from './types.js';
 
 const CONTROLLERS: CgroupController[] = ['memory', 'pids', 'cpu'];
 const KILL_WAIT_MS = 2_000;

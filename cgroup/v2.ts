@@ -16,14 +16,7 @@ import {
   waitUntil,
   type CgroupFs,
 } from './files.js';
-import type {
-  CgroupLimits,
-  CgroupSubtreeV2,
-  ControllerReasons,
-  PrepareFailure,
-  TurnCgroupCounters,
-  TurnCgroupLeaves,
-} from './turn-cgroup.js';
+import type { CgroupLimits, CgroupSubtreeV2, ControllerReasons, PrepareFailure, TurnCgroupCounters, TurnCgroupLeaves } from './types.js';
 
 const CONTROLLERS: CgroupController[] = ['memory', 'pids', 'cpu'];
 export const CPU_PERIOD_USEC = 100_000;

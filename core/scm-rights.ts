@@ -57,9 +57,9 @@ interface Message {
 
 /** A zeroed message with its pointers set: `payloadLength` bytes of payload, `controlLength` of control. */
 function message(payloadLength: number, controlLength: number): Message {
-  const memory = koffi.alloc('uint8_t', SIZE);
-  const base = koffi.address(memory) as bigint;
-  const bytes = Buffer.from(koffi.view(memory, SIZE) as ArrayBuffer);
+  const memory: unknown = koffi.alloc('uint8_t', SIZE);
+  const base = koffi.address(memory);
+  const bytes = Buffer.from(koffi.view(memory, SIZE));
   bytes.fill(0);
   bytes.writeBigUInt64LE(base + BigInt(IOV_OFFSET), 16);
   bytes.writeBigUInt64LE(1n, 24);
@@ -80,7 +80,7 @@ export function sendFd(socketFd: number, fd: number, payload: Buffer): Result<{}
     m.bytes.writeInt32LE(SOL_SOCKET, CONTROL_OFFSET + 8);
     m.bytes.writeInt32LE(SCM_RIGHTS, CONTROL_OFFSET + 12);
     m.bytes.writeInt32LE(fd, CONTROL_OFFSET + CMSG_HEADER);
-    const sent = Number(bindings().sendmsg(socketFd, m.memory, MSG_NOSIGNAL));
+    const sent = bindings().sendmsg(socketFd, m.memory, MSG_NOSIGNAL);
     if (sent < 0) return fail('send_failed', `sendmsg failed: ${errnoName(lastErrno())}`);
     if (sent !== payload.length) return fail('send_failed', `sendmsg sent ${sent} of ${payload.length} bytes`);
     return ok({});
@@ -113,7 +113,7 @@ function closeAll(fds: number[]): void {
 export function receiveFd(socketFd: number): Result<{ fd: number; payload: Buffer }, ReceiveFailure> {
   const m = message(MAX_PAYLOAD, CONTROL_SPACE);
   try {
-    const received = Number(bindings().recvmsg(socketFd, m.memory, MSG_DONTWAIT | MSG_CMSG_CLOEXEC));
+    const received = bindings().recvmsg(socketFd, m.memory, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (received < 0) {
       const errno = lastErrno();
       return fail('nothing_received', errno === EAGAIN ? 'no message is waiting' : `recvmsg failed: ${errnoName(errno)}`);

@@ -5,7 +5,7 @@
  * queued); `close()` commits what is queued, and every later event is appended at once, so
  * the turn's events are all in the store when its proxy has closed.
  */
-import type { AppendResult, EventInput, EventSink } from '../supervisor/events/types.js';
+import type { AppendResult, EventInput, EventSink } from '../core/events.js';
 
 export const FLUSH_AFTER_MS = 50;
 const MAX_PENDING = 256;

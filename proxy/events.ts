@@ -3,8 +3,8 @@
  * host, port, method, path without query, byte counts, duration, outcome, scope. Header values,
  * query strings and bodies have no field to go into.
  */
-import { serverTurnEvent, type TurnAttribution } from '../supervisor/events/turn-event.js';
-import type { EventInput } from '../supervisor/events/types.js';
+import { serverTurnEvent, type TurnAttribution } from '../core/events.js';
+import type { EventInput } from '../core/events.js';
 import type { Scope } from './policy.js';
 
 export type TurnIdentity = TurnAttribution;

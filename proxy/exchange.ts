@@ -4,7 +4,7 @@
  */
 import type net from 'node:net';
 import { performance } from 'node:perf_hooks';
-import type { KernelTunnel, TunnelEnd } from '../relay/kernel-relay.js';
+import type { KernelTunnel, TunnelEnd } from './relay/kernel-relay.js';
 import type { ConnectionOutcome } from './events.js';
 import type { Authority } from './host.js';
 import type { Scope } from './policy.js';

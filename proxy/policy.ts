@@ -5,8 +5,7 @@
  * allowlist allows nothing.
  */
 import { fail, ok, type Result } from '../core/result.js';
-import type { TurnhostConfig } from '../supervisor/config/types.js';
-import type { WorkerMode } from '../supervisor/probes/types.js';
+import type { WorkerMode } from '../core/modes.js';
 import { canonicalHost, parsePort } from './host.js';
 import { parseCidr, type Cidr } from './ip-class.js';
 
@@ -108,6 +107,17 @@ export function decide(policy: EgressPolicy, host: string, port: number): Result
   return ok({ scope: policy.inference.some((p) => patternMatches(p, host, port)) ? 'inference' : 'tool' });
 }
 
+/** The operator's egress settings a turn's policy is built from. */
+export interface EgressConfig {
+  allowlist: readonly string[];
+  denylist: readonly string[];
+  /** CIDRs the proxy may dial although their address class is normally refused. */
+  allowAddressRanges: readonly string[];
+  inferenceHosts: readonly string[];
+  /** Hosts a turn request may add to its allowlist (patterns, same syntax). Empty: none. */
+  turnAdditionsAllowed: readonly string[];
+}
+
 export interface TurnPolicyRequest {
   mode: WorkerMode;
   /** The turn request's extra allow entries (`TurnRequest.egressAllow`). */
@@ -119,7 +129,7 @@ export interface TurnPolicyRequest {
  * `restricted`: the inference hosts only; additions are refused.
  */
 export function buildTurnPolicy(
-  egress: TurnhostConfig['egress'],
+  egress: EgressConfig,
   request: TurnPolicyRequest,
 ): Result<{ policy: EgressPolicy }, 'invalid_pattern' | 'invalid_cidr' | 'addition_not_permitted'> {
   const inference = parsePatterns(egress.inferenceHosts, 'egress.inferenceHosts');

@@ -3,7 +3,7 @@
  * worker uid (SO_PEERCRED checked on every accepted connection; the socket is also mode 0600
  * and owned by that uid when this process can chown it, else mode 0666), and serves the
  * worker's egress listener, 127.0.0.1:<port> inside the worker's network namespace (handed
- * over by the worker: proxy/worker-listener.ts), where the command's proxy variables point. Serves
+ * over by the worker: supervisor/turns/listener-channel.ts), where the command's proxy variables point. Serves
  * HTTP/1.1 forward requests (absolute-form `http://` URIs) and CONNECT;
  * after CONNECT the tunnel is opaque bytes, relayed by the process's kernel relay (splice(2),
  * relay/) when it is ready and Node holds nothing of either socket, else in Node. Every
@@ -13,10 +13,11 @@ import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
+import type { Duplex } from 'node:stream';
 import type { Logger } from '../core/log.js';
 import { fail, ok, type Result } from '../core/result.js';
-import { ByteBudget } from '../relay/byte-budget.js';
-import { kernelRelay, type KernelRelay } from '../relay/kernel-relay.js';
+import { ByteBudget } from './relay/byte-budget.js';
+import { kernelRelay, type KernelRelay } from './relay/kernel-relay.js';
 import { resolveAndCheck, dialChecked, systemResolver, type Resolver } from './dialer.js';
 import { EventQueue, type EgressEventSink } from './event-queue.js';
 import {
@@ -95,7 +96,7 @@ export interface TurnProxy {
    */
   attribute(turn: TurnIdentity, logger: Logger): void;
   /**
-   * Serves a listening socket received from the worker (proxy/worker-listener.ts; this proxy owns
+   * Serves a listening socket received from the worker (supervisor/turns/listener-channel.ts; this proxy owns
    * the fd from now on, and closes it on failure too). Connections on it are not peer-checked:
    * only the worker's own network namespace can reach it. Once per proxy.
    */
@@ -193,13 +194,18 @@ class TurnProxyServer implements TurnProxy {
     });
     this.http = http.createServer({ maxHeaderSize: MAX_HEADER_BYTES, requestTimeout: 0, keepAlive: true });
     this.http.on('request', (req, res) => void this.handleForward(req, res));
-    this.http.on('connect', (req, socket, head) => void this.handleConnect(req, socket as net.Socket, head));
+    this.http.on('connect', (req, socket, head) => {
+      const client = netSocket(socket);
+      if (client) void this.handleConnect(req, client, head);
+    });
     this.http.on('upgrade', (req, socket) => {
-      this.refuseRaw(socket as net.Socket, { status: 403, refusal: this.refusalFor(req, 'unsupported_upgrade', 'protocol upgrades are not relayed') });
+      const client = netSocket(socket);
+      if (client) this.refuseRaw(client, { status: 403, refusal: this.refusalFor(req, 'unsupported_upgrade', 'protocol upgrades are not relayed') });
     });
     this.http.on('clientError', (error, socket) => {
       const detail = `malformed request (${(error as NodeJS.ErrnoException).code ?? 'parse error'})`;
-      this.refuseRaw(socket as net.Socket, { status: 400, refusal: { reason: 'invalid_request', detail, host: '', port: null } });
+      const client = netSocket(socket);
+      if (client) this.refuseRaw(client, { status: 400, refusal: { reason: 'invalid_request', detail, host: '', port: null } });
     });
     this.listener = net.createServer({ allowHalfOpen: true, pauseOnConnect: true }, (socket) => this.acceptFromSocketPath(socket));
   }
@@ -270,7 +276,7 @@ class TurnProxyServer implements TurnProxy {
     this.pool.closeAll();
     for (const socket of this.accepted) socket.destroy();
     this.http.close();
-    await Promise.all([this.listener, this.workerListener].map((server) => (server ? closed(server) : null)));
+    await Promise.all([this.listener, this.workerListener].map((server) => (server ? closed(server) : Promise.resolve())));
     await Promise.all(recorded);
     this.events.close();
     fs.rmSync(this.socketPath, { force: true });
@@ -664,4 +670,11 @@ export async function startTurnProxy(options: TurnProxyOptions): Promise<Result<
     serveWorkerListener: (fd) => server.serveWorkerListener(fd),
     close: () => server.close(),
   };
+}
+
+/** The server's connections are net sockets (it creates no others); anything else is closed unserved. */
+function netSocket(stream: Duplex): net.Socket | null {
+  if (stream instanceof net.Socket) return stream;
+  stream.destroy();
+  return null;
 }

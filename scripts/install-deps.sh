@@ -16,6 +16,7 @@ APT_PACKAGES=(
   passwd            # useradd/userdel for the helper's caller tests
   bubblewrap        # bench/launch baseline
   clang             # libFuzzer target for the helper's descriptor parser
+  clang-format      # make lint: the helper's C style (.clang-format)
   libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes clang links it with (only a recommendation of clang)
   llvm-14           # llvm-symbolizer: readable sanitizer reports (only a recommendation of clang)
   git               # the software identity (commit) in status, and the packaging tests

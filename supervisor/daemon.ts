@@ -12,7 +12,7 @@ import { fail, ok, type Result } from '../core/result.js';
 import { loadConfig, type ConfigOverrides, type ConfigSources } from './config/load.js';
 import type { TurnhostConfig } from './config/types.js';
 import { openEventStore } from './events/store.js';
-import { isPinnedScratchName, startScratchPruner } from './fs/scratch.js'; // issue 6
+import { isPinnedScratchName, startScratchPruner } from './fs/scratch.js';
 import type { EventStore } from './events/types.js';
 import { collectHostFacts } from './http/host-facts.js';
 import { startHttp, type HttpServerHandle } from './http/server.js';
@@ -118,7 +118,8 @@ export function createProbeContext(config: TurnhostConfig, logger: Logger, env: 
   const { path: helperPath, configPath } = config.identityHelper;
   if (helperPath !== null) {
     context.helperProbe = () => runHelperProbe({ path: helperPath, configPath });
-    context.helperView = (request) => runHelperView({ path: helperPath, configPath }, request); // issue 6: masked view probe
+    // Each probe verifies the masked view on a sentinel tree through the helper's `view`.
+    context.helperView = (request) => runHelperView({ path: helperPath, configPath }, request);
   }
   return context;
 }
@@ -128,7 +129,7 @@ function isRoot(): boolean {
 }
 
 /**
- * LEAD SEAM (turns): builds the production turn manager. The worker entry, the helper probe in
+ * Builds the production turn manager. The worker entry, the helper probe in
  * the probe context and the database handle are wired here, once, for `serve` and `run --local`.
  */
 export async function createProductionTurnManager(ctx: {
@@ -205,7 +206,7 @@ export async function startDaemon(options: DaemonOptions = {}): Promise<Result<{
   const pruneTimer = setInterval(prune, PRUNE_INTERVAL_MS);
   pruneTimer.unref();
   cleanup.push(() => clearInterval(pruneTimer));
-  // issue 6: the scratch area's byte cap; files named *.pin are pinned (docs/fs-guard.md).
+  // The scratch area's byte cap; files named *.pin are pinned (docs/fs-guard.md).
   const { scratch } = config.fs;
   if (scratch.dir !== null) cleanup.push(startScratchPruner({ dir: scratch.dir, capBytes: scratch.capBytes, intervalSeconds: scratch.pruneIntervalSeconds, isPinned: isPinnedScratchName, sink: store, logger: logger.child({ component: 'scratch' }) }));
 
@@ -214,7 +215,7 @@ export async function startDaemon(options: DaemonOptions = {}): Promise<Result<{
     const built = await createProductionTurnManager({ config, logger, store, probeContext });
     if (built.ok) {
       turns = built.turns;
-      cleanup.push(built.close, () => built.turns.close());
+      cleanup.push(() => built.close(), () => built.turns.close());
     } else {
       logger.error('turn manager unavailable; serving without turn routes', { detail: built.detail });
     }

@@ -10,7 +10,7 @@ import { discoverCgroupLayout } from '../cgroup/discover.js';
 import { prepareCgroupSubtree, subtreeTurnRoots } from '../cgroup/turn-cgroup.js';
 import { defaultConfig } from './config/load.js';
 import { writeHelperConfig } from './identity/helper-config.js';
-import { turnSubtreeName } from './turns/launch.js';
+import { turnSubtreeName } from './turns/launch-environment.js';
 
 /** Far above ordinary users and the usual /etc/subuid allocations (100000 + 65536 * n). */
 const DEV_UID_RANGE = { first: 2_900_000, count: 1000 };
@@ -40,7 +40,7 @@ function main(): number {
     cgroupRoots: subtreeTurnRoots(subtree.subtree),
     workerExec: process.execPath,
     workerArgs: [path.join(repo, 'dist/worker/main.js')],
-    viewPaths: [repo], // issue 6: the strict view keeps the checkout's worker and modules
+    viewPaths: [repo], // the strict view must still show the checkout's worker and its modules
     tempRoots: [tempRoot],
   });
   const configFile = path.join(dataDir, 'turnhost.json');

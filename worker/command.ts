@@ -116,7 +116,10 @@ function startPipes(spec: CommandSpec, file: string): Promise<Result<{ command: 
     child.once('error', (err) => resolve(fail('spawn_failed', `spawn ${file}: ${err.message}`)));
     child.once('spawn', () => {
       const pid = child.pid;
-      if (pid === undefined) return resolve(fail('spawn_failed', `spawn ${file}: no pid`));
+      if (pid === undefined) {
+        resolve(fail('spawn_failed', `spawn ${file}: no pid`));
+        return;
+      }
       const command: RunningCommand = { pid, resize: () => {}, signalGroup: (s) => killGroup(pid, s, running), exited };
       resolve(ok({ command }));
     });
@@ -183,7 +186,7 @@ async function startPty(spec: CommandSpec, file: string, size: TtySize): Promise
   term.onData(forwardOutput);
   // Before node-pty closes the master on this end: what libuv left in the pty is read first.
   master.stream.prependListener('end', () => drainPtyMaster(master.fd, forwardOutput));
-  const forwardInput = (chunk: Buffer): void => term.write(chunk as unknown as string);
+  const forwardInput = (chunk: Buffer): void => term.write(chunk);
   process.stdin.on('data', forwardInput);
   let running = true;
   const exited = new Promise<CommandExit>((resolve) => {

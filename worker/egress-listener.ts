@@ -2,7 +2,7 @@
  * The worker's egress listener: a TCP socket listening on 127.0.0.1 inside the worker's
  * loopback-only network namespace, on which the worker never accepts. At boot the worker
  * sends a copy to the supervisor over the listener channel (fd 4, SCM_RIGHTS), and the turn's
- * proxy serves it (proxy/worker-listener.ts); at launch the worker closes its own copy. A
+ * proxy serves it (supervisor/turns/listener-channel.ts); at launch the worker closes its own copy. A
  * command's connection to it thus reaches the proxy directly, and it can only come from inside
  * this namespace: loopback belongs to it.
  */
@@ -10,10 +10,7 @@ import { boundInet4, loopbackSockaddr, AF_INET, SOCKADDR_IN_SIZE } from '../core
 import { errnoName, lastErrno, libc } from '../core/libc.js';
 import { fail, ok, type Result } from '../core/result.js';
 import { sendFd } from '../core/scm-rights.js';
-import { LISTENER_CHANNEL_FD } from './fds.js';
-
-/** The one message on the channel; the listener rides with it. */
-export const LISTENER_HANDOVER_PAYLOAD = Buffer.from('egress-listener');
+import { LISTENER_CHANNEL_FD, LISTENER_HANDOVER_PAYLOAD } from './protocol.js';
 
 const SOCK_STREAM = 1;
 const SOCK_NONBLOCK = 0o4000;

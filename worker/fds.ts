@@ -19,12 +19,11 @@
  * refused. docs/worker-protocol.md records the residual: a host pipe leaked with both ends
  * would pass this check.
  */
-import fs from 'node:fs';
-import { errnoName, lastErrno, libc } from '../core/libc.js';
+import { listOpenFds, type OpenFd } from '../core/fds.js';
 import { fail, ok, type Result } from '../core/result.js';
+import { LISTENER_CHANNEL_FD, PROTOCOL_FD } from './protocol.js';
 
-export const PROTOCOL_FD = 3;
-export const LISTENER_CHANNEL_FD = 4;
+
 const REQUIRED_SOCKETS = [PROTOCOL_FD, LISTENER_CHANNEL_FD];
 const NODE_ANON_INODES = new Set([
   'anon_inode:[eventpoll]',
@@ -33,32 +32,6 @@ const NODE_ANON_INODES = new Set([
   'anon_inode:[timerfd]',
   'anon_inode:[io_uring]',
 ]);
-
-export interface OpenFd {
-  fd: number;
-  target: string;
-}
-
-/** The open fds of this process and what they point to, read from /proc/self/fd. */
-export function listOpenFds(): Result<{ fds: OpenFd[] }, 'fd_list_failed'> {
-  let names: string[];
-  try {
-    names = fs.readdirSync('/proc/self/fd');
-  } catch (err) {
-    return fail('fd_list_failed', `cannot list /proc/self/fd: ${(err as Error).message}`);
-  }
-  const fds: OpenFd[] = [];
-  for (const name of names) {
-    try {
-      fds.push({ fd: Number(name), target: fs.readlinkSync(`/proc/self/fd/${name}`) });
-    } catch (err) {
-      // The directory fd readdirSync used is closed by now; nothing else closes on its own.
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue;
-      return fail('fd_list_failed', `cannot read /proc/self/fd/${name}: ${(err as Error).message}`);
-    }
-  }
-  return ok({ fds: fds.sort((a, b) => a.fd - b.fd) });
-}
 
 /** Pure rule over a listing, so tests can exercise it with made-up tables. */
 export function findUnexpectedFds(fds: readonly OpenFd[]): OpenFd[] {
@@ -102,18 +75,4 @@ export function checkInheritedFds(list: FdLister = listOpenFds): Result<{ fds: O
   }
   const found = persistent.map((f) => `${f.fd} -> ${f.target}`).join(', ');
   return fail('unexpected_fds', `only fds 0-2, the protocol socket on fd 3, the listener channel on fd 4 and Node's own anon inodes and self-pipes may be open; found ${found}`);
-}
-
-const F_SETFD = 2;
-const FD_CLOEXEC = 1;
-let fcntl: ((fd: number, cmd: number, ...rest: unknown[]) => number) | undefined;
-
-/**
- * The protocol fd must not reach the command: node-pty's forkpty child and libuv's spawn
- * close nothing themselves, they rely on FD_CLOEXEC.
- */
-export function markCloseOnExec(fd: number): Result<{}, 'fcntl_failed'> {
-  fcntl ??= libc().func('int fcntl(int, int, ...)') as (fd: number, cmd: number, ...rest: unknown[]) => number;
-  if (fcntl(fd, F_SETFD, 'int', FD_CLOEXEC) !== 0) return fail('fcntl_failed', `fcntl(${fd}, F_SETFD): ${errnoName(lastErrno())}`);
-  return ok({});
 }

@@ -11,7 +11,9 @@
  * listener -> report `started` -> forward resize/signal -> report `exit` and exit 0.
  * Any failure before the command starts answers `error` with a stable code and exits 1.
  */
-import { checkInheritedFds, markCloseOnExec, PROTOCOL_FD } from './fds.js';
+import { markCloseOnExec } from '../core/fds.js';
+import { checkInheritedFds } from './fds.js';
+import { PROTOCOL_FD } from './protocol.js';
 import { closeEgressListener, handOverEgressListener, openEgressListener } from './egress-listener.js';
 import { openChannel, expectLaunch, type Channel } from './channel.js';
 import { startCommand, type RunningCommand } from './command.js';

@@ -8,6 +8,12 @@
 import { fail, ok, type Result } from '../core/result.js';
 
 export const PROTOCOL_VERSION = 1;
+
+/** The worker's fds beyond stdio: this protocol's socket, and the listener channel. */
+export const PROTOCOL_FD = 3;
+export const LISTENER_CHANNEL_FD = 4;
+/** The one message on the listener channel; the worker's egress listener rides with it. */
+export const LISTENER_HANDOVER_PAYLOAD = Buffer.from('egress-listener');
 /** Bounds a launch message: argv+env are capped well below the kernel's execve limit. */
 export const MAX_LINE_BYTES = 1024 * 1024;
 export const MAX_ARGV_ENTRIES = 4096;

@@ -1,5 +1,36 @@
-/* identity-helper: validates a launch descriptor on fd 3 against its own root-owned config
- * and runs one operation (probe, launch, view, kill). See docs/identity-helper-protocol.md. */
+/* identity-helper: the only privileged code of turnhost (docs/identity-helper-protocol.md).
+ *
+ * Theory of operation
+ * -------------------
+ * Who runs it: the supervisor, as user `turnhost` through the setuid-root bit (4750
+ * root:turnhost), or directly when the supervisor itself is root. The caller is trusted for
+ * nothing: it may ask, and the root-owned config (uid range, cgroup roots, temp roots, view
+ * paths, the worker program, the caller group) decides. No environment variable is read.
+ *
+ * Its fds: 0-2 become the worker's stdio; 3 carries the descriptor (`key value` lines up to
+ * `end`), read one byte at a time so the rest of the socket stays unread for the worker's
+ * protocol; 4, when it is a unix SOCK_SEQPACKET socket, is the worker's listener channel.
+ *
+ * Every run, in this order: fds 0-3 open → argv (none, or `--config PATH` from real uid 0)
+ * → config loaded and validated → caller in `caller_group` → descriptor parsed (every key
+ * checked for the op) → one operation:
+ *
+ *   probe    fork a child that takes the worker identity, report what it holds (ids, groups,
+ *            capabilities, no_new_privs): the receipt of a separate uid.
+ *   launch   (launch.c) the worker uid from the range → join the turn cgroup leaves → lower
+ *            the rlimits → hand the turn temp to the worker uid → new net/ipc/uts/mount
+ *            namespaces, the filesystem view (view.c), lo up, the hostname → drop to the worker
+ *            uid/gid with no groups, no capabilities (bounding set too), no_new_privs → close
+ *            every fd but 0-4 → reset signals → chdir → execve the configured worker. From the
+ *            exec on the process is the worker and nothing of the helper remains.
+ *   view     the same view in a forked child, then access(2) as the worker for each path: the
+ *            probe's proof that the view holds.
+ *   kill     SIGKILL every process whose real uid is the worker uid (a fallback; the cgroup
+ *            kill is exact).
+ *   reclaim  (temp.c) give a turn temp the worker owned back to the caller before its purge.
+ *
+ * Any refusal prints one `identity-helper: <reason>` line on stderr and exits with the code
+ * of its reason (failure.h); nothing is half-done that outlives the process. */
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>

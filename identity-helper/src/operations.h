@@ -1,4 +1,5 @@
-/* The read-only operations: probe, view and kill. */
+/* The operations besides launch (launch.h) and reclaim (temp.h): probe and view, which change
+ * nothing, and kill, which signals the worker uid's processes. */
 #ifndef IDENTITY_HELPER_OPERATIONS_H
 #define IDENTITY_HELPER_OPERATIONS_H
 

@@ -13,8 +13,8 @@ import type net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { MessageChannel, Worker } from 'node:worker_threads';
-import { errnoName } from '../core/libc.js';
-import { fail, ok, type Result } from '../core/result.js';
+import { errnoName } from '../../core/libc.js';
+import { fail, ok, type Result } from '../../core/result.js';
 import type { ByteBudget } from './byte-budget.js';
 import { PIPE_CAPACITY, type RelayCommand, type TunnelReport } from './splice-loop.js';
 import { detachSockets } from './socket-handoff.js';
@@ -256,7 +256,7 @@ function unavailableRelay(detail: string): KernelRelay {
       return fail('relay_not_ready', `the kernel relay is failed: ${detail}`);
     },
     state: () => 'failed',
-    settled: async () => 'failed',
+    settled: () => Promise.resolve('failed'),
     report: () => ({ state: 'failed', failure: detail, adopted: 0, open: 0, refused: { ...refused } }),
     stop: async () => {},
   };

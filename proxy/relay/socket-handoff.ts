@@ -5,7 +5,7 @@
  * (unread or unwritten bytes, a seen EOF): those bytes would be lost to the relay.
  */
 import type net from 'node:net';
-import { fail, ok, type Result } from '../core/result.js';
+import { fail, ok, type Result } from '../../core/result.js';
 import { spliceSys } from './splice-sys.js';
 
 interface StreamHandleInternals {

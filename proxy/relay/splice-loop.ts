@@ -11,7 +11,7 @@
  * tunnel ends when both directions have done so, or when a side whose peer is gone (EPOLLHUP)
  * has nothing left to send. Every fd of a tunnel is closed exactly once, in `end`, which also reports it.
  */
-import { errnoName } from '../core/libc.js';
+import { errnoName } from '../../core/libc.js';
 import { ByteBudget } from './byte-budget.js';
 import {
   EAGAIN,

@@ -2,7 +2,7 @@
  * The system calls the kernel relay uses, declared once (x86_64, glibc). Loaded in whichever
  * thread calls `spliceSys()`: koffi bindings belong to their isolate.
  */
-import { lastErrno, libc } from '../core/libc.js';
+import { lastErrno, libc } from '../../core/libc.js';
 
 export const EPOLLIN = 0x001;
 export const EPOLLOUT = 0x004;

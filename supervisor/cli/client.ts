@@ -7,6 +7,7 @@ import http from 'node:http';
 import WebSocket from 'ws';
 import { loadConfig, parseHostPort, type ConfigOverrides } from '../config/load.js';
 import { readTokenFile } from '../http/token.js';
+import { rawText } from '../http/websocket.js';
 import { CliExit, EXIT } from './exit-codes.js';
 
 export type ServerTarget = { kind: 'tcp'; host: string; port: number } | { kind: 'unix'; path: string };
@@ -145,7 +146,7 @@ function holdEvents(ws: WebSocket): OpenedSocket {
   let closeListener: ((code: number) => void) | undefined;
   let closedWith: number | undefined;
   ws.on('message', (data) => {
-    const text = data.toString();
+    const text = rawText(data);
     if (messageListener) messageListener(text);
     else queued.push(text);
   });
@@ -188,7 +189,7 @@ export function openWebSocket(connection: Connection, path: string): Promise<Ope
         try {
           expectOk({ status: res.statusCode ?? 0, body }, `WebSocket ${path.split('?')[0]}`);
         } catch (error) {
-          reject(error);
+          reject(error instanceof Error ? error : new Error(String(error)));
         }
       });
     });

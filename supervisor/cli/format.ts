@@ -1,7 +1,7 @@
 /** Human-readable tables for `status`, `check` and `events`. `--json` bypasses all of this. */
 import type { GovernanceEvent } from '../events/types.js';
 import type { ModeAvailability, WorkerHostStatus } from '../probes/types.js';
-import type { RelayReport } from '../../relay/kernel-relay.js';
+import type { RelayReport } from '../../proxy/relay/kernel-relay.js';
 
 function table(rows: Array<[string, string]>): string {
   const width = Math.max(...rows.map(([label]) => label.length));

@@ -6,14 +6,14 @@
 import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import type { ConfigOverrides } from './config/load.js';
-import type { EventPage, GovernanceEvent } from './events/types.js';
-import type { WorkerHostStatus } from './probes/types.js';
-import type { TurnRequest } from './turns/types.js';
-import { apiRequest, expectOk, openWebSocket, resolveConnection, type Connection } from './cli/client.js';
-import { CliExit, EXIT } from './cli/exit-codes.js';
-import { formatEvent, formatStatus, formatWorkerHost } from './cli/format.js';
-import { runLocal, runRemote } from './cli/run.js';
+import type { ConfigOverrides } from '../config/load.js';
+import type { EventPage, GovernanceEvent } from '../events/types.js';
+import type { WorkerHostStatus } from '../probes/types.js';
+import type { TurnRequest } from '../turns/types.js';
+import { apiRequest, expectOk, openWebSocket, resolveConnection, type Connection } from './client.js';
+import { CliExit, EXIT } from './exit-codes.js';
+import { formatEvent, formatStatus, formatWorkerHost } from './format.js';
+import { runLocal, runRemote } from './run.js';
 
 const USAGE = `usage: turnhost <command> [options]
 
@@ -105,7 +105,7 @@ async function serve(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
   if (socket !== undefined) overrides.socket = socket === 'none' ? null : socket;
   if (logLevel !== undefined) overrides.logLevel = logLevel;
   // The daemon (express, SQLite, systeminformation) loads only for `serve`: client commands stay quick.
-  const { startDaemon } = await import('./daemon.js');
+  const { startDaemon } = await import('../daemon.js');
   const started = await startDaemon({ configPath: str(values, 'config'), env, overrides });
   if (!started.ok) {
     const code = started.reason === 'config_invalid' ? EXIT.usage : EXIT.failed;
@@ -253,7 +253,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
   }
 }
 
-/** Runs the CLI and sets the process exit code; `bin/turnhost` and `node dist/supervisor/cli.js` both call it. */
+/** Runs the CLI and sets the process exit code; `bin/turnhost` and `node dist/supervisor/cli/main.js` both call it. */
 export function runCli(argv: string[]): void {
   main(argv).then(
     (code) => {

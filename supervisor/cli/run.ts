@@ -101,6 +101,8 @@ function drive(attachment: TurnAttachment, options: { tty: boolean; json: boolea
       if (rawMode) stdin.setRawMode(false);
       stdin.off('data', onInput);
       stdin.pause();
+      // A file or pipe on stdin is no socket and has no unref.
+      // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition
       stdin.unref?.();
       process.stdout.off('resize', onResize);
       for (const signal of FORWARDED_SIGNALS) process.off(signal, onSignal);

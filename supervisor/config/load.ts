@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { fail, ok, type Result } from '../../core/result.js';
-import type { LimitName } from '../probes/types.js';
+import type { LimitName } from '../../core/limits.js';
 import {
   absolutePath,
   arrayOf,
@@ -213,7 +213,7 @@ export function parseHostPort(value: string): { host: string; port: number } | n
   const host = match[1] ?? match[2] ?? '';
   const port = Number(match[3]);
   if (port > 65535) return null;
-  if (match[1] !== undefined && net.isIPv6(host) === false) return null;
+  if (match[1] !== undefined && !net.isIPv6(host)) return null;
   return { host, port };
 }
 

@@ -2,7 +2,8 @@
  * The supervisor's configuration after loading and validation (`supervisor/config/load.ts`).
  * Every key is documented in docs/configuration.md. Units are explicit in the names.
  */
-import type { LimitName, ProtectedPathMode } from '../probes/types.js';
+import type { ProtectedPathMode } from '../probes/types.js';
+import type { LimitName } from '../../core/limits.js';
 import type { LogLevel } from '../../core/log.js';
 
 /** Limit values as written by operators: numbers, or strings with units ("512M", "1.5"). */

@@ -15,17 +15,9 @@ import {
   type FallbackRecord,
 } from './fallback-log.js';
 import { EVENT_KINDS, type EventKindRegistry } from './kinds.js';
-import type {
-  AppendResult,
-  EventActor,
-  EventInput,
-  EventPage,
-  EventQuery,
-  EventStore,
-  EventStoreStatus,
-  GovernanceEvent,
-  WorkerProfile,
-} from './types.js';
+import type { EventPage, EventQuery, EventStore, EventStoreStatus, GovernanceEvent } from './types.js';
+import type { WorkerProfile } from '../../core/modes.js';
+import type { AppendResult, EventActor, EventInput } from '../../core/events.js';
 
 export interface EventStoreOptions {
   databasePath: string;
@@ -194,10 +186,13 @@ class SqliteEventStore implements EventStore {
 
   private validate(input: EventInput): { ok: true; event: PendingEvent } | { ok: false; detail: string } {
     const bad = (detail: string) => ({ ok: false as const, detail });
+    // Events replayed from the fallback log are parsed JSON: their type is not proven yet.
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition
     if (typeof input !== 'object' || input === null) return bad('event must be an object');
-    const kindName = typeof input.kind === 'string' ? input.kind : '';
+    const rawKind: unknown = input.kind;
+    const kindName = typeof rawKind === 'string' ? rawKind : '';
     const kind = this.kinds.get(kindName);
-    if (!kind) return bad(`kind '${String(input.kind)}' is not a registered event kind`);
+    if (!kind) return bad(`kind '${String(rawKind)}' is not a registered event kind`);
     const where = `${kindName}: `;
     const envelopeError =
       checkId('sessionId', input.sessionId) ??
@@ -394,6 +389,8 @@ function normaliseTimestamp(at: unknown): string | null {
 type CheckedQuery = { ok: true; session?: string; turn?: string; kind?: string; after: number; limit: number };
 
 function validateQuery(query: EventQuery): CheckedQuery | { ok: false; reason: 'invalid_query'; detail: string } {
+  // Queries come from HTTP parameters and other JavaScript callers: checked whatever the type says.
+  // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition
   if (typeof query !== 'object' || query === null) return fail('invalid_query', 'query must be an object');
   for (const parameter of ['session', 'turn', 'kind'] as const) {
     const value = query[parameter];

@@ -4,21 +4,9 @@
  * `EventSink`.
  */
 import type { Result } from '../../core/result.js';
+import type { WorkerProfile } from '../../core/modes.js';
+import type { AppendResult, EventActor, EventInput, EventSink } from '../../core/events.js';
 
-export type EventActor = 'server' | 'worker' | 'user' | 'operator';
-export type WorkerProfile = 'governed' | 'strict';
-
-/** What a mechanism hands to the store. `at` defaults to now (ISO 8601, UTC). */
-export interface EventInput {
-  sessionId: string | null;
-  turnId: string | null;
-  kind: string;
-  actor: EventActor;
-  model: string | null;
-  profile: WorkerProfile | null;
-  payload: Record<string, unknown>;
-  at?: string;
-}
 
 /** A stored event. `schemaVersion` is the kind's version when this event was written. */
 export interface GovernanceEvent {
@@ -48,23 +36,6 @@ export interface EventQuery {
 export interface EventPage {
   events: GovernanceEvent[];
   nextAfter: number | null;
-}
-
-/**
- * `database`: stored with ids. `fallback`: the database write failed and the events were
- * appended to the fallback log, to be replayed at the next start (never lost).
- * `invalid_event`: unknown kind or a payload that fails the kind's validator (a caller bug).
- * `event_lost`: both the database and the fallback log failed; an error line naming the kind
- * (never the payload) was logged.
- */
-export type AppendResult =
-  | { ok: true; stored: 'database'; ids: number[] }
-  | { ok: true; stored: 'fallback'; detail: string }
-  | { ok: false; reason: 'invalid_event'; detail: string }
-  | { ok: false; reason: 'event_lost'; detail: string };
-
-export interface EventSink {
-  append(input: EventInput): AppendResult;
 }
 
 export interface EventStoreStatus {

@@ -4,9 +4,10 @@
  * to its root (as the caller gave it), never a host path. See docs/fs-guard.md ("Host writes").
  */
 import { fail, type Result } from '../../core/result.js';
-import type { EventSink, WorkerProfile } from '../events/types.js';
+import type { WorkerProfile } from '../../core/modes.js';
+import type { EventSink } from '../../core/events.js';
 import { writeFile, type FsRefusal, type RootHandle, type WriteReceipt } from './guard.js';
-import { serverTurnEvent } from '../events/turn-event.js';
+import { serverTurnEvent } from '../../core/events.js';
 
 export type HostWriteTarget = 'workspace' | 'temp';
 

@@ -6,7 +6,7 @@
  */
 import type { Logger } from '../../core/log.js';
 import { CodedError, fail, ok, type Result } from '../../core/result.js';
-import type { EventSink } from '../events/types.js';
+import type { EventSink } from '../../core/events.js';
 import { closeQuietly, openDirBeneath } from './dirs.js';
 import { closeRoot, openRoot, type FsRefusal, type Identity } from './guard.js';
 import { cName, fileType, lstatat, sameIdentity, unlinkat } from './sys.js';
@@ -134,7 +134,7 @@ function toScratchFile(entry: TreeEntry, options: ScratchPruneOptions): ScratchF
 
 function pinnedSafely(options: ScratchPruneOptions, rel: string): boolean {
   try {
-    return options.isPinned(rel) !== false;
+    return options.isPinned(rel);
   } catch (err) {
     options.logger.warn('isPinned threw; keeping the file', { path: rel, error: String(err) });
     return true;

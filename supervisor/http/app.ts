@@ -15,7 +15,7 @@ import { parseEventQuery } from './event-query.js';
 import type { HostFacts } from './host-facts.js';
 import { refuseBody, route } from './routing.js';
 import { registerTurnRoutes } from './turn-routes.js';
-import { registerHostWriteRoute } from './host-write-route.js'; // issue 6
+import { registerHostWriteRoute } from './host-write-route.js';
 
 export interface SoftwareIdentity {
   release: string;
@@ -101,7 +101,7 @@ export function createApp(deps: AppDeps): Express {
   app.use(publicRoutes);
 
   app.use(requireToken(deps.token));
-  // issue 6: ahead of the 1 MiB body cap; the route enforces config.fs.hostWriteMaxBytes itself.
+  // Host writes: ahead of the 1 MiB body cap; the route enforces config.fs.hostWriteMaxBytes itself.
   if (deps.turns !== undefined) registerHostWriteRoute(app, { turns: deps.turns, events: deps.store, maxBytes: deps.config.fs.hostWriteMaxBytes, logger: deps.logger });
   app.use(bodyCap);
 

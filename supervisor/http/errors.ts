@@ -19,7 +19,7 @@ export type ErrorCode =
   | 'store_unavailable'
   | 'upgrade_required'
   | 'internal_error'
-  // issue 6: host writes (supervisor/http/host-write-route.ts); the fs guard's refusal names.
+  // Host writes (supervisor/http/host-write-route.ts): the fs guard's refusal names.
   | 'invalid_path'
   | 'turn_finished'
   | 'exists'
@@ -28,7 +28,7 @@ export type ErrorCode =
   | 'alias_denied'
   | 'not_a_directory';
 
-/** The request body cap of every route (issue 2: 413 above 1 MiB). */
+/** The request body cap of every route: 413 above 1 MiB. */
 export const MAX_BODY_BYTES = 1024 * 1024;
 
 export function sendError(

@@ -1,5 +1,5 @@
 /**
- * Host writes into a running turn's tree (issue 6):
+ * Host writes into a running turn's tree:
  *   PUT /api/turns/:id/files?path=REL&mode=create|replace[&root=workspace|temp][&sha256=HEX]
  * The raw body (any content type, no content encoding) is the file, at most `maxBytes`
  * (config.fs.hostWriteMaxBytes); this route enforces that cap itself and is registered before
@@ -13,7 +13,7 @@
 import type { Request, Response, Router } from 'express';
 import type { Logger } from '../../core/log.js';
 import { fail, ok, type Result } from '../../core/result.js';
-import type { EventSink } from '../events/types.js';
+import type { EventSink } from '../../core/events.js';
 import { validateRelativePath, type FsRefusal } from '../fs/guard.js';
 import { hostWrite, recordHostWriteRefusal, type HostWriteTarget, type HostWriteTurn } from '../fs/host-write.js';
 import type { TurnManager } from '../turns/types.js';

@@ -74,7 +74,10 @@ function streamEvents(ws: WebSocket, store: EventStore, query: EventQuery, logge
   const unsubscribe = store.subscribe((event) => {
     if (!eventMatches(query, event)) return;
     if (!replaying) return send(event);
-    if (pending.length >= MAX_PENDING_EVENTS) return void ws.close(1013, 'client too slow');
+    if (pending.length >= MAX_PENDING_EVENTS) {
+      ws.close(1013, 'client too slow');
+      return;
+    }
     pending.push(event);
   });
   ws.on('close', unsubscribe);
@@ -151,7 +154,7 @@ function attachTurn(ws: WebSocket, attachment: TurnAttachment): void {
     }
   });
   ws.on('message', (data, isBinary) => {
-    const error = isBinary ? 'message: expected JSON text' : applyClientMessage(attachment, data.toString('utf8'));
+    const error = isBinary ? 'message: expected JSON text' : applyClientMessage(attachment, rawText(data));
     if (error !== null) ws.send(JSON.stringify({ type: 'error', code: 'invalid_request', error }));
   });
   ws.on('close', () => attachment.detach());
@@ -186,7 +189,10 @@ export function createUpgradeHandler(deps: UpgradeDeps): UpgradeHandler {
         return wss.handleUpgrade(req, socket, head, (ws) => {
           wss.emit('connection', ws, req);
           const attached = turns.attach(id);
-          if (!attached.ok) return ws.close(1008, 'no such turn');
+          if (!attached.ok) {
+            ws.close(1008, 'no such turn');
+            return;
+          }
           attachTurn(ws, attached.attachment);
         });
       }
@@ -197,4 +203,10 @@ export function createUpgradeHandler(deps: UpgradeDeps): UpgradeHandler {
       wss.close();
     },
   };
+}
+
+/** A text frame's content: ws hands it over as one buffer, fragments, or an ArrayBuffer. */
+export function rawText(data: WebSocket.RawData): string {
+  if (Array.isArray(data)) return Buffer.concat(data).toString('utf8');
+  return Buffer.isBuffer(data) ? data.toString('utf8') : Buffer.from(data).toString('utf8');
 }

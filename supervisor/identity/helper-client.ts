@@ -175,6 +175,7 @@ function protectLines(rules: unknown): string[] {
   }
   return rules.map((rule: Partial<HelperProtectRule>, index) => {
     const field = `protect[${index}]`;
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- the descriptor is checked whatever its type says
     if (!PROTECT_MODES.includes(rule?.mode as HelperProtectMode)) refuse(`${field}.mode`, 'must be read_only, mask_file or mask_directory');
     if (typeof rule.path !== 'string' || !isCanonicalRelativePath(rule.path)) {
       refuse(`${field}.path`, 'must be relative to the workspace, with no empty, "." or ".." components');
@@ -196,6 +197,7 @@ function checkPathList(field: string, values: unknown, max: number): string[] {
 }
 
 function rlimitLines(rlimits: HelperDescriptor['rlimits']): string[] {
+  // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- the descriptor is checked whatever its type says
   if (typeof rlimits !== 'object' || rlimits === null) refuse('rlimits', 'must be an object');
   return Object.entries(rlimits).map(([name, value]) => {
     if (!RLIMIT_NAMES.includes(name as HelperRlimitName)) refuse(`rlimits.${name}`, 'unknown rlimit (nproc, data, fsize, nofile)');
@@ -208,6 +210,7 @@ function rlimitLines(rlimits: HelperDescriptor['rlimits']): string[] {
 }
 
 function envLines(env: HelperDescriptor['env']): string[] {
+  // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- the descriptor is checked whatever its type says
   if (typeof env !== 'object' || env === null) refuse('env', 'must be an object');
   const entries = Object.entries(env);
   if (entries.length > DESCRIPTOR_LIMITS.maxEnv) refuse('env', `at most ${DESCRIPTOR_LIMITS.maxEnv} variables`);
@@ -221,6 +224,7 @@ function envLines(env: HelperDescriptor['env']): string[] {
 
 function checkOpKeys(d: HelperDescriptor): void {
   const rules = OP_KEYS[d.op];
+  // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- the descriptor is checked whatever its type says
   if (rules === undefined) refuse('op', 'must be probe, launch, view, kill or reclaim');
   for (const [key, value] of Object.entries(d)) {
     if (key !== 'op' && value !== undefined && !rules.allowed.has(key)) refuse(key, `not valid for op ${d.op}`);
@@ -245,6 +249,7 @@ function descriptorLines(d: HelperDescriptor): string[] {
   if (d.cwd !== undefined) lines.push(`cwd ${checkPath('cwd', d.cwd)}`);
   if (d.env !== undefined) lines.push(...envLines(d.env));
   if (d.profile !== undefined) {
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- the descriptor is checked whatever its type says
     if (d.profile !== 'governed' && d.profile !== 'strict') refuse('profile', 'must be governed or strict');
     lines.push(`profile ${d.profile}`);
   }
@@ -522,7 +527,7 @@ export function spawnHelperLaunch(
 ): { child: ChildProcess; protocol: net.Socket } {
   const bytes = encodeDescriptor({ ...descriptor, op: 'launch' });
   const stdio = options.stdio ?? 'pipe';
-  // fd 4, the worker's listener channel (proxy/worker-listener.ts), when the helper starts the worker.
+  // fd 4, the worker's listener channel (supervisor/turns/listener-channel.ts), when the helper starts the worker.
   const channel = options.listenerChannelFd === undefined ? [] : [options.listenerChannelFd];
   const child = spawn(helper.path, helperArgs(helper), { stdio: [stdio, stdio, stdio, 'pipe', ...channel], env: {} });
   const protocol = protocolSocket(child);

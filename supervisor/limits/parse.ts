@@ -5,8 +5,8 @@
  */
 import { fail, ok, type Result } from '../../core/result.js';
 import type { LimitSettings } from '../config/types.js';
-import type { LimitName } from '../probes/types.js';
-import type { ResolvedLimits } from './types.js';
+import type { LimitName } from '../../core/limits.js';
+import type { ResolvedLimits } from '../../core/limits.js';
 
 type LimitUnit = 'bytes' | 'cpus' | 'count';
 

@@ -10,7 +10,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { fail, ok, type Result } from '../../core/result.js';
-import type { FacilityStatus, IdentityMode } from './types.js';
+import type { FacilityStatus } from './types.js';
+import type { IdentityMode } from '../../core/modes.js';
 
 export interface SupervisorIds {
   uid: number;

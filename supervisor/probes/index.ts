@@ -12,17 +12,9 @@ import { probeLandlock, probeNetworkNamespaces, probeSeccomp } from './facilitie
 import { probeIdentity, type HelperProbe, type IdentityProbe, type SupervisorIds } from './identity.js';
 import { probeLimits } from './limits.js';
 import { rootServerWarning, supervisorIsRoot } from './root.js';
-import { probeMaskedView, type HelperViewProbe } from './view.js'; // issue 6: masked worker view
-import type {
-  BoundaryFacilities,
-  GovernedStatus,
-  IdentityMode,
-  ModeAvailability,
-  ProbeTrigger,
-  WorkerHostStatus,
-  WorkerLimitsStatus,
-  WorkerMode,
-} from './types.js';
+import { probeMaskedView, type HelperViewProbe } from './view.js';
+import type { BoundaryFacilities, GovernedStatus, ModeAvailability, ProbeTrigger, WorkerHostStatus, WorkerLimitsStatus } from './types.js';
+import type { IdentityMode, WorkerMode } from '../../core/modes.js';
 
 export interface ProbeContext {
   config: TurnhostConfig;
@@ -33,7 +25,7 @@ export interface ProbeContext {
   env?: NodeJS.ProcessEnv;
   /** Runs the qualified identity helper's own probe and answers its receipt. */
   helperProbe?: HelperProbe;
-  /** issue 6: runs the helper's `view`; when given, each mode's masked view is verified on a sentinel tree. */
+  /** Runs the helper's `view`; when given, each mode's masked view is verified on a sentinel tree. */
   helperView?: HelperViewProbe;
 }
 
@@ -55,7 +47,7 @@ interface BoundaryFacts {
   networkNamespaces: BoundaryFacilities['networkNamespaces'];
   landlock: BoundaryFacilities['landlock'];
   limits: WorkerLimitsStatus;
-  /** issue 6: per mode, why its masked view does not hold (absent: holds or not checked). */
+  /** Per mode, why its masked view does not hold (absent: holds or not checked). */
   viewRequirement: Partial<Record<WorkerMode, string>>;
 }
 
@@ -65,7 +57,7 @@ function contextIds(ctx: ProbeContext): SupervisorIds {
 
 const PROFILE_OF: Record<WorkerMode, 'governed' | 'strict'> = { ordinary: 'governed', restricted: 'strict' };
 
-/** issue 6: verified only with a helper view runner and an established worker uid. */
+/** The masked views are verified only with a helper view runner and an established worker uid. */
 async function probeViews(ctx: ProbeContext, identity: IdentityProbe, modes: readonly WorkerMode[]): Promise<BoundaryFacts['viewRequirement']> {
   const { helperView } = ctx;
   const workerUid = identity.workerUid;

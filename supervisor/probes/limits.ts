@@ -6,8 +6,9 @@ import { fail, ok, type Result } from '../../core/result.js';
 import type { CgroupLayout } from '../../cgroup/types.js';
 import type { TurnhostConfig } from '../config/types.js';
 import { LIMITS_ENV, parseLimitSettings, parseLimitsEnv } from '../limits/parse.js';
-import type { ResolvedLimits } from '../limits/types.js';
-import type { CgroupLimitName, LimitName, RlimitName, WorkerLimitsStatus } from './types.js';
+import type { ResolvedLimits } from '../../core/limits.js';
+import type { WorkerLimitsStatus } from './types.js';
+import type { CgroupLimitName, LimitName, RlimitName } from '../../core/limits.js';
 
 const RLIMITS: readonly RlimitName[] = ['processes', 'data', 'file_size', 'open_files'];
 const CGROUP_LIMITS: readonly CgroupLimitName[] = ['memory', 'pids', 'cpu'];

@@ -4,7 +4,7 @@
  * the identity the workers actually get.
  */
 import type { SupervisorIds } from './identity.js';
-import type { IdentityMode } from './types.js';
+import type { IdentityMode } from '../../core/modes.js';
 
 export function supervisorIsRoot(ids: SupervisorIds): boolean {
   return ids.uid === 0 || ids.euid === 0;

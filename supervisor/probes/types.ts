@@ -3,9 +3,10 @@
  * host. Shapes follow the reference contract ("Worker host status", "Root server warning",
  * "Verified worker identity", "Worker resource limits", "Governed availability").
  */
+import type { LimitName } from '../../core/limits.js';
+import type { IdentityMode } from '../../core/modes.js';
+
 export type ProbeTrigger = 'boot' | 'turn' | 'check';
-export type WorkerMode = 'ordinary' | 'restricted';
-export type IdentityMode = 'separate_uid' | 'shared_uid';
 
 export interface ModeAvailability {
   available: boolean;
@@ -15,9 +16,6 @@ export interface ModeAvailability {
   requirement?: string;
 }
 
-export type RlimitName = 'processes' | 'data' | 'file_size' | 'open_files';
-export type CgroupLimitName = 'memory' | 'pids' | 'cpu';
-export type LimitName = RlimitName | CgroupLimitName;
 
 export interface LimitEnforced {
   limit: LimitName;

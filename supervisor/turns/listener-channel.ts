@@ -14,11 +14,11 @@
  * Unlike copying the fd out of the worker (pidfd_getfd), this needs no privilege over the
  * worker: it works for the packaged non-root supervisor and workers of other uids.
  */
-import { AF_INET, boundInet4 } from '../core/inet4.js';
-import { errnoName, lastErrno, libc } from '../core/libc.js';
-import { fail, ok, type Result } from '../core/result.js';
-import { receiveFd } from '../core/scm-rights.js';
-import { LISTENER_HANDOVER_PAYLOAD } from '../worker/egress-listener.js';
+import { AF_INET, boundInet4 } from '../../core/inet4.js';
+import { errnoName, lastErrno, libc } from '../../core/libc.js';
+import { fail, ok, type Result } from '../../core/result.js';
+import { receiveFd } from '../../core/scm-rights.js';
+import { LISTENER_HANDOVER_PAYLOAD } from '../../worker/protocol.js';
 
 const AF_UNIX = 1;
 const SOCK_STREAM = 1;

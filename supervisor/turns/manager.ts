@@ -1,47 +1,21 @@
 /**
- * The turn manager: the only way to start a worker. One launch sequence (launch.ts) runs in a
- * fixed order; this module keeps the running turns, their output, cancel/timeout, and the
- * durable records.
+ * The turn manager: the only way to start a worker. Each turn runs the one lifecycle
+ * (lifecycle.ts); this module keeps the running turns and the recently finished ones, the
+ * prepared-worker pool, and the durable records.
  */
 import { randomBytes } from 'node:crypto';
-import type Database from 'better-sqlite3';
 import { fail, ok } from '../../core/result.js';
-import type { Logger } from '../../core/log.js';
-import { kernelRelayReport } from '../../relay/kernel-relay.js';
-import type { TurnhostConfig } from '../config/types.js';
-import type { EventSink } from '../events/types.js';
-import type { ProbeContext } from '../probes/index.js';
-import { createTurnRecordStore, type TurnRecordStore } from './store.js';
+import { kernelRelayReport } from '../../proxy/relay/kernel-relay.js';
+import { prepareLaunchEnvironment } from './launch-environment.js';
+import { launchTurn, prepareWorker, type Worker } from './lifecycle.js';
 import { createOutputChannel } from './output.js';
+import { createPreparedWorkerPool } from './prepared-workers.js';
+import { recoverInterruptedTurns } from './recovery.js';
+import type { RunningTurn } from './running-turn.js';
+import { createTurnRecordStore, type TurnRecordStore } from './store.js';
+import { workerKey, type WorkerSpec } from './turn-request.js';
 import { validateTurnRequest } from './validate.js';
-import {
-  launchTurn,
-  prepareLaunchEnvironment,
-  recoverInterruptedTurns,
-  type LaunchEnvironment,
-  type RunningTurn,
-} from './launch.js';
-import type { TurnManager, TurnRecord, TurnResult, TurnAttachment } from './types.js';
-
-export interface TurnManagerDeps {
-  config: TurnhostConfig;
-  logger: Logger;
-  events: EventSink;
-  db: Database.Database;
-  probeContext: ProbeContext;
-  /** The worker program: `node` and the compiled worker entry (used directly in shared_uid mode). */
-  worker: { node: string; entry: string };
-  env?: NodeJS.ProcessEnv;
-  /** Where the per-turn runtime directory (proxy sockets) is created; default the OS temp dir. */
-  runtimeParent?: string;
-  /** Name of the turn-cgroup subtree under the supervisor's own cgroup(s); tests use unique names. */
-  cgroupSubtreeName?: string;
-  /**
-   * Default: euid is 0. Chooses only the turn temp's ownership path (launch.ts); a test sets
-   * false to run the non-root path (helper chown at launch, helper reclaim before the purge).
-   */
-  supervisorIsRoot?: boolean;
-}
+import type { TurnAttachment, TurnManager, TurnManagerDeps, TurnRecord, TurnResult } from './types.js';
 
 const RECENT_TURNS_KEPT = 64;
 
@@ -49,7 +23,7 @@ function newTurnId(): string {
   return `turn_${randomBytes(9).toString('base64url')}`;
 }
 
-export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnManager> {
+export function createTurnManager(deps: TurnManagerDeps): Promise<TurnManager> {
   const records: TurnRecordStore = createTurnRecordStore(deps.db);
   const running = new Map<string, RunningTurn>();
   /** Recently finished turns keep their output backlog, so a client that attaches late still gets it. */
@@ -62,8 +36,16 @@ export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnMana
       recent.delete(oldest);
     }
   };
-  const launchEnv: LaunchEnvironment = await prepareLaunchEnvironment(deps, records);
-  await recoverInterruptedTurns(launchEnv);
+  const launchEnv = prepareLaunchEnvironment(deps, records);
+  recoverInterruptedTurns(launchEnv);
+  const pool = createPreparedWorkerPool<Worker, WorkerSpec>({
+    capacity: deps.config.turns.preparedWorkers,
+    idleMs: deps.config.turns.preparedWorkerIdleSeconds * 1000,
+    keyOf: workerKey,
+    prepare: (spec) => prepareWorker(launchEnv, spec),
+    stop: (worker) => worker.retire(),
+    logger: deps.logger.child({ component: 'prepared-workers' }),
+  });
 
   const manager: TurnManager = {
     async create(body) {
@@ -77,7 +59,7 @@ export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnMana
         return fail('capacity_exhausted', `${running.size} turns are running; the limit is ${deps.config.turns.maxConcurrent} (turns.maxConcurrent)`);
 
       const output = createOutputChannel();
-      const launched = await launchTurn(launchEnv, { ...request, turnId: id }, output);
+      const launched = await launchTurn(launchEnv, pool, { ...request, turnId: id }, output);
       if (!launched.ok) return launched;
       const turn = launched.turn;
       running.set(id, turn);
@@ -109,7 +91,7 @@ export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnMana
       return ok({ attachment });
     },
 
-    // issue 6: held roots for host writes (supervisor/http/host-write-route.ts)
+    // Held roots for host writes (supervisor/http/host-write-route.ts).
     roots(id) {
       const turn = running.get(id);
       const target = turn?.hostWriteTarget();
@@ -124,7 +106,7 @@ export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnMana
       return records.get(id)?.result ?? undefined;
     },
 
-    preparedWorkers: () => launchEnv.preparedWorkers.counts(),
+    preparedWorkers: () => pool.counts(),
 
     egressRelay: () => kernelRelayReport(),
 
@@ -132,10 +114,11 @@ export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnMana
       const pending = [...running.values()];
       for (const turn of pending) turn.stop('cancelled');
       await Promise.all(pending.map((t) => t.done));
-      await launchEnv.close();
+      await pool.close();
+      launchEnv.close();
     },
   };
-  return manager;
+  return Promise.resolve(manager);
 }
 
 /** Attaching to a finished turn replays only its exit record. */

@@ -6,15 +6,27 @@
  * prepared worker serves exactly one turn; unclaimed ones are stopped after an idle time, when
  * a turn needs their uid, or at close.
  */
+import { randomBytes } from 'node:crypto';
 import type { Logger } from '../../core/log.js';
 
 /** Prepared workers name their cgroup leaves, temps and runtime directories with it; turn ids never start with it. */
 export const PREPARED_WORKER_PREFIX = 'prepared_';
 
+/** A prepared worker's leaf, temp and runtime directory name; a valid turn-id spelling, never a turn's. */
+export function preparedWorkerName(): string {
+  return `${PREPARED_WORKER_PREFIX}${randomBytes(9).toString('base64url')}`;
+}
+
+export function isPreparedWorkerName(name: string): boolean {
+  return name.startsWith(PREPARED_WORKER_PREFIX);
+}
+
 export interface PoolWorker {
   name: string;
   key: string;
-  spawned: { child: { exitCode: number | null; signalCode: NodeJS.Signals | null; once(event: 'exit', listener: () => void): unknown } };
+  /** The worker process has exited. */
+  readonly ended: boolean;
+  onEnd(listener: () => void): void;
 }
 
 export interface PreparedWorkerPool<W extends PoolWorker, S> {
@@ -85,7 +97,7 @@ export function createPreparedWorkerPool<W extends PoolWorker, S>(options: PoolO
     entry.worker = worker;
     entry.idleTimer = setTimeout(() => retire(entry, 'idle'), options.idleMs);
     entry.idleTimer.unref();
-    worker.spawned.child.once('exit', () => retire(entry, 'exited while idle'));
+    worker.onEnd(() => retire(entry, 'exited while idle'));
     return worker;
   };
 
@@ -95,7 +107,7 @@ export function createPreparedWorkerPool<W extends PoolWorker, S>(options: PoolO
       if (!entry) return null;
       leave(entry, 'taken');
       const worker = await entry.pending;
-      if (worker && (worker.spawned.child.exitCode !== null || worker.spawned.child.signalCode !== null)) {
+      if (worker?.ended) {
         await stop(worker);
         return null;
       }

@@ -2,11 +2,16 @@
  * Turns: the request a host application sends, the record the supervisor keeps, and the
  * manager surface the HTTP routes and the CLI call. Implemented by `supervisor/turns/manager.ts`.
  */
+import type Database from 'better-sqlite3';
+import type { EventSink } from '../../core/events.js';
+import type { LimitHit } from '../../core/limits.js';
+import type { Logger } from '../../core/log.js';
+import type { WorkerMode } from '../../core/modes.js';
 import type { Result } from '../../core/result.js';
-import type { LimitSettings } from '../config/types.js';
-import type { WorkerMode } from '../probes/types.js';
+import type { LimitSettings, TurnhostConfig } from '../config/types.js';
+import type { ProbeContext } from '../probes/index.js';
 import type { HostWriteRoots, HostWriteTurn } from '../fs/host-write.js';
-import type { RelayReport } from '../../relay/kernel-relay.js';
+import type { RelayReport } from '../../proxy/relay/kernel-relay.js';
 
 export interface TurnRequest {
   sessionId: string;
@@ -37,8 +42,6 @@ export type TurnStatus =
   | 'launch_refused'
   | 'internal_error'
   | 'interrupted';
-
-export type LimitHit = 'memory_oom' | 'pids_max' | 'cpu_throttled';
 
 export interface TurnUsage {
   userCpuUsec: number | null;
@@ -97,13 +100,14 @@ export type TurnCreateFailure =
 
 export interface TurnManager {
   /** Validates, probes the mode, launches. Resolves once the worker is running (or refused). */
-  create(request: TurnRequest): Promise<Result<{ turn: TurnRecord }, TurnCreateFailure> & { field?: string }>;
+  /** `request` is validated here (validate.ts): the HTTP body as it came. */
+  create(request: unknown): Promise<Result<{ turn: TurnRecord }, TurnCreateFailure> & { field?: string }>;
   get(id: string): TurnRecord | undefined;
   list(filter?: { sessionId?: string }): TurnRecord[];
   cancel(id: string): Result<{ turn: TurnRecord }, 'not_found' | 'not_running'>;
   attach(id: string): Result<{ attachment: TurnAttachment }, 'not_found'>;
   /**
-   * A running turn's held roots for host writes (issue 6). Valid until the caller next yields
+   * A running turn's held roots for host writes. Valid until the caller next yields
    * to the event loop: use them synchronously. `turn_finished` once the worker has exited.
    */
   roots(id: string): Result<{ roots: HostWriteRoots; turn: HostWriteTurn }, 'not_found' | 'turn_finished'>;
@@ -114,4 +118,25 @@ export interface TurnManager {
   /** The kernel relay the turn proxies hand CONNECT tunnels to (relay/); null before any proxy started. */
   egressRelay(): RelayReport | null;
   close(): Promise<void>;
+}
+
+/** What the turn manager is built from. */
+export interface TurnManagerDeps {
+  config: TurnhostConfig;
+  logger: Logger;
+  events: EventSink;
+  db: Database.Database;
+  probeContext: ProbeContext;
+  /** The worker program: `node` and the compiled worker entry (used directly in shared_uid mode). */
+  worker: { node: string; entry: string };
+  env?: NodeJS.ProcessEnv;
+  /** Where the per-turn runtime directory (proxy sockets) is created; default the OS temp dir. */
+  runtimeParent?: string;
+  /** Name of the turn-cgroup subtree under the supervisor's own cgroup(s); tests use unique names. */
+  cgroupSubtreeName?: string;
+  /**
+   * Default: euid is 0. Chooses only the turn temp's ownership path (worker-temp.ts); a test sets
+   * false to run the non-root path (helper chown at launch, helper reclaim before the purge).
+   */
+  supervisorIsRoot?: boolean;
 }

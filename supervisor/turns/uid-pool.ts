@@ -31,3 +31,23 @@ export function createUidPool(range: { first: number; count: number }): UidPool 
     inUse: () => [...held],
   };
 }
+
+/** A worker uid held until `release`. */
+export interface UidLease {
+  uid: number;
+  release(): void;
+}
+
+/** A uid from the pool of this range (one pool per verified range, made on first use). */
+export function leaseUid(pools: Map<string, UidPool>, range: { first: number; count: number }): Result<UidLease, 'uid_range_exhausted'> {
+  const key = `${range.first}:${range.count}`;
+  let pool = pools.get(key);
+  if (!pool) {
+    pool = createUidPool(range);
+    pools.set(key, pool);
+  }
+  const taken = pool.acquire();
+  if (!taken.ok) return taken;
+  const held = pool;
+  return ok({ uid: taken.uid, release: () => held.release(taken.uid) });
+}

@@ -72,7 +72,7 @@ export function validateTurnRequest(
     return refuse('cwd', `must lie beneath a configured workspace root (turns.workspaceRoots: ${config.turns.workspaceRoots.join(', ') || 'none configured'})`);
 
   const request: TurnRequest = { sessionId, mode, argv: argv as string[], cwd };
-  if (turnId !== undefined) request.turnId = turnId as string;
+  if (turnId !== undefined) request.turnId = turnId;
 
   if (env !== undefined) {
     if (!isRecord(env)) return refuse('env', 'expected an object of strings');
@@ -112,7 +112,7 @@ export function validateTurnRequest(
       if (!LIMIT_NAMES.has(name)) return refuse(`limits.${name}`, 'unknown limit');
       if (typeof value !== 'string' && typeof value !== 'number') return refuse(`limits.${name}`, 'expected a number or a string with a unit');
     }
-    request.limits = limits as TurnRequest['limits'];
+    request.limits = limits;
   }
 
   if (model !== undefined) {

@@ -1,5 +1,5 @@
 /**
- * issue 6 (masked worker view): what the turn manager tells the identity helper about the
+ * The masked worker view: what the turn manager tells the identity helper about the
  * worker's filesystem view. The workspace is the configured workspace root the turn's cwd
  * lies beneath (the longest one); the protected paths are the `fs.protectedPaths` rules
  * configured for exactly that root. Decisions: docs/filesystem-view.md.

@@ -10,7 +10,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { fail, ok, type Result } from '../../core/result.js';
-import type { IdentityMode } from './types.js';
+import type { IdentityMode } from '../../core/modes.js';
 
 export interface AttestationExpectation {
   pid: number;

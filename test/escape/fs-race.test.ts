@@ -65,7 +65,7 @@ function startAttacker(root: string, sentinelDir: string, sentinelFile: string):
   });
   return new Promise((resolve, reject) => {
     child.once('error', reject);
-    child.stdout!.once('data', () => resolve(child));
+    child.stdout.once('data', () => resolve(child));
   });
 }
 

@@ -4,7 +4,7 @@
  * hardened setuid copy for the non-root caller cases.
  */
 import t, { type Test } from 'tap';
-import { closeChannelEnd, openListenerChannel } from '../../proxy/worker-listener.js';
+import { closeChannelEnd, openListenerChannel } from '../../supervisor/turns/listener-channel.js';
 import { execFileSync, spawnSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';

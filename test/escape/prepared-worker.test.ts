@@ -3,7 +3,7 @@
  * boundary older or weaker than the one a freshly started worker would get. Each case changes
  * something between the worker's preparation and the claim and proves the turn never runs in
  * that worker: the view is re-fingerprinted and the live process attested at claim
- * (supervisor/turns/launch.ts, supervisor/probes/worker-attestation.ts).
+ * (supervisor/turns/lifecycle.ts, supervisor/turns/worker-attestation.ts).
  */
 import fs from 'node:fs';
 import path from 'node:path';

@@ -12,7 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import t, { type Test } from 'tap';
-import { closeChannelEnd, openListenerChannel, receiveWorkerListener, type ListenerChannel } from '../../proxy/worker-listener.js';
+import { closeChannelEnd, openListenerChannel, receiveWorkerListener, type ListenerChannel } from '../../supervisor/turns/listener-channel.js';
 import { ORIGIN_NAME, startHarness, startHttpOrigin } from '../integration/proxy/fixtures/harness.js';
 import { createTurnHarness, REPO_ROOT, runTurn } from '../support/turn-harness.js';
 
@@ -25,7 +25,8 @@ const HOLDER = (socketPath: string): string => `
   import net from 'node:net';
   import dgram from 'node:dgram';
   import fs from 'node:fs';
-  const { openEgressListener, LISTENER_HANDOVER_PAYLOAD } = await import(${JSON.stringify(path.join(DIST, 'worker/egress-listener.js'))});
+  const { openEgressListener } = await import(${JSON.stringify(path.join(DIST, 'worker/egress-listener.js'))});
+  const { LISTENER_HANDOVER_PAYLOAD } = await import(${JSON.stringify(path.join(DIST, 'worker/protocol.js'))});
   const { sendFd } = await import(${JSON.stringify(path.join(DIST, 'core/scm-rights.js'))});
   const fdOf = (handle) => handle._handle.fd;
   const listen = (server, ...args) => new Promise((resolve) => server.listen(...args, resolve));

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make vm-deb-test`: the installed-package test (issue 7). Boots the cached guest image with
+# `make vm-deb-test`: the installed-package test. Boots the cached guest image with
 # the built deb and the packages it depends on in the run's overlay; test/vm/guest/deb.test.mjs
 # installs them with dpkg, checks the running unit, `turnhost check`, a turn, then remove and
 # purge. Exit 0 when every guest test passed or a download failed (SKIPPED), 1 otherwise.

@@ -5,13 +5,8 @@
  */
 import t from 'tap';
 import fs from 'node:fs';
-import {
-  createTurnCgroup,
-  prepareCgroupSubtree,
-  removeCgroupSubtree,
-  type CgroupSubtree,
-  type TurnCgroup,
-} from '../../../cgroup/turn-cgroup.js';
+import { createTurnCgroup, prepareCgroupSubtree, removeCgroupSubtree } from '../../../cgroup/turn-cgroup.js';
+import { type CgroupSubtree, type TurnCgroup } from '../../../cgroup/types.js';
 import { reapStaleTurnCgroups } from '../../../cgroup/reap.js';
 import { hostLayout, pidAlive, spawnInCgroups } from './fixtures/host-cgroups.js';
 import { until } from '../../support/until.js';

@@ -46,7 +46,7 @@ function launchAndCollect(descriptor: Omit<HelperLaunchDescriptor, 'profile' | '
 
 t.test('probe proves the switch to the first uid of the range', async (t) => {
   const probe = await runHelperProbe(helper);
-  if (!probe.ok) return t.fail(probe.detail);
+  if (!probe.ok) throw new Error(probe.detail);
   t.equal(probe.workerUid, uidRange.first);
   t.same(probe.uidRange, uidRange);
   t.equal(probe.helperVersion, '0.1.0');
@@ -130,7 +130,7 @@ t.test('view reports read and write as the worker identity', async (t) => {
     profile: 'strict',
     paths: ['/etc/shadow', '/etc/passwd', ownedByWorker, '/nonexistent-turnhost-path'],
   });
-  if (!view.ok) return t.fail(view.detail);
+  if (!view.ok) throw new Error(view.detail);
   t.equal(view.workerUid, uidRange.first + 4);
   t.equal(view.viewBuilt, false, 'no workspace: the host tree as it is');
   t.same(view.entries, [
@@ -158,7 +158,7 @@ t.test('kill signals every live process of the worker uid and nothing else', asy
   await Promise.all([...sleepers, bystander].map((child) => runningAsSleep(child.pid ?? 0)));
   const exits = sleepers.map((child) => new Promise((resolve) => child.on('exit', (_code, signal) => resolve(signal))));
   const killed = await runHelperKill(helper, uid);
-  if (!killed.ok) return t.fail(killed.detail);
+  if (!killed.ok) throw new Error(killed.detail);
   t.equal(killed.workerUid, uid);
   t.ok(killed.signalled >= 2);
   t.same(await Promise.all(exits), ['SIGKILL', 'SIGKILL']);
@@ -188,7 +188,7 @@ t.test('uid_range_subuid takes the range from the subuid entry of the named user
   const subuidConfig = path.join(dir, 'subuid.conf');
   fs.writeFileSync(subuidConfig, `uid_range_subuid turnhost\ncaller_group root\nworker_exec ${reportSelf}\n`, { mode: 0o644 });
   const probe = await runHelperProbe({ path: binary, configPath: subuidConfig });
-  if (!probe.ok) return t.fail(probe.detail);
+  if (!probe.ok) throw new Error(probe.detail);
   t.same(probe.uidRange, { first: uidRange.first + 10, count: 5 }, 'first matching entry');
   t.equal(probe.workerUid, uidRange.first + 10);
   fs.chmodSync(subuid, 0o666);

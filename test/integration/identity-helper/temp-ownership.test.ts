@@ -68,7 +68,7 @@ t.test('launch hands the temp to the worker; reclaim hands the tree back', async
 
   const reclaimConfig = writeConfig(dir, { uidRange, tempRoots: [tempRoot] }, 'temp-reclaim.conf');
   const reclaimed = await runHelperReclaim({ path: asanHelper, configPath: reclaimConfig }, { uid, temp });
-  if (!reclaimed.ok) return t.fail(reclaimed.detail);
+  if (!reclaimed.ok) throw new Error(reclaimed.detail);
   t.match(reclaimed, { workerUid: uid, reclaimed: 7, skipped: 1 }, 'six entries and the temp; the hard link skipped');
   for (const entry of ['', 'a', 'a/b', 'a/b/c', 'a/b/c/file', 'a/fifo', 'a/link']) t.equal(owner(path.join(temp, entry)), 0, `${entry || 'temp'} reclaimed`);
   t.ok(fs.statSync(path.join(temp, 'a/fifo')).isFIFO(), 'the FIFO was not opened or replaced');

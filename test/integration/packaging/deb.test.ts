@@ -114,7 +114,7 @@ t.test('lintian reports no errors and no warnings', async (t) => {
 t.test('files, owners and modes', async (t) => {
   const mustExist = [
     '/usr/lib/turnhost/package.json',
-    '/usr/lib/turnhost/dist/supervisor/cli.js',
+    '/usr/lib/turnhost/dist/supervisor/cli/main.js',
     '/usr/lib/turnhost/dist/worker/main.js',
     '/usr/lib/turnhost/node_modules/better-sqlite3/build/Release/better_sqlite3.node',
     '/usr/lib/turnhost/node_modules/node-pty/build/Release/pty.node',
@@ -165,7 +165,7 @@ t.test('conffiles and maintainer scripts', async (t) => {
 
 t.test('the shipped supervisor configuration loads and points at the shipped helper', async (t) => {
   const loaded = loadConfig({ configPath: path.join(tree, 'etc/turnhost/turnhost.json'), env: {}, installed: true });
-  if (!loaded.ok) return t.fail(loaded.detail);
+  if (!loaded.ok) throw new Error(loaded.detail);
   t.equal(loaded.config.identityHelper.path, HELPER);
   t.ok(contents.has(loaded.config.identityHelper.path ?? ''), 'that helper is in the package');
   t.equal(loaded.config.dataDir, '/var/lib/turnhost');

@@ -199,7 +199,8 @@ t.test('the installed supervisor runs as turnhost from the packaged layout and q
   try {
     status = JSON.parse(served.stdout) as typeof status;
   } catch {
-    return t.fail('check --json printed JSON', { stdout: served.stdout });
+    t.fail('check --json printed JSON', { stdout: served.stdout });
+    return;
   }
   t.equal(status.identity, 'separate_uid', 'a configured helper: separate_uid');
   t.equal(status.boundary?.['identityHelper']?.path, '/usr/lib/turnhost/identity-helper');

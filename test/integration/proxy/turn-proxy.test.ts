@@ -78,7 +78,7 @@ for (const relay of RELAY_MODES) {
       const h = await startHarness({ relay, egress: { ...LOOPBACK, allowlist: [`${ORIGIN_NAME}:${origin.port}`] } });
       const kernel = await relayFor(relay);
       // A listener of this process's namespace, given to the proxy directly: the hand-over and
-      // its namespace check are proxy/worker-listener.ts's (test/escape/worker-listener.test.ts).
+      // its namespace check are supervisor/turns/listener-channel.ts's (test/escape/worker-listener.test.ts).
       const listener = openEgressListener();
       if (!listener.ok) throw new Error(listener.detail);
       const served = await h.proxy.serveWorkerListener(listener.fd);

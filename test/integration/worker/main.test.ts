@@ -9,9 +9,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
-import { listOpenFds, markCloseOnExec } from '../../../worker/fds.js';
+import { listOpenFds, markCloseOnExec } from '../../../core/fds.js';
 import { LineDecoder, parseWorkerMessage, type WorkerMessage } from '../../../worker/protocol.js';
-import { closeChannelEnd, openListenerChannel } from '../../../proxy/worker-listener.js';
+import { closeChannelEnd, openListenerChannel } from '../../../supervisor/turns/listener-channel.js';
 import { receiveFd } from '../../../core/scm-rights.js';
 import { boundInet4 } from '../../../core/inet4.js';
 

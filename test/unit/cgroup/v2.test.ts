@@ -7,11 +7,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { hostCgroupFs, type CgroupFs } from '../../../cgroup/files.js';
-import {
-  createTurnCgroup,
-  prepareCgroupSubtree,
-  type CgroupSubtree,
-} from '../../../cgroup/turn-cgroup.js';
+import { createTurnCgroup, prepareCgroupSubtree } from '../../../cgroup/turn-cgroup.js';
+import { type CgroupSubtree } from '../../../cgroup/types.js';
 import { reapStaleTurnCgroups } from '../../../cgroup/reap.js';
 import { cpuMaxValue } from '../../../cgroup/v2.js';
 import type { CgroupLayout, CgroupController } from '../../../cgroup/types.js';
@@ -251,7 +248,7 @@ t.test('reap reports a leaf that stays populated after cgroup.kill and keeps it'
   const created = createTurnCgroup(subtree, 'stuck', {});
   if (!created.ok) throw new Error(created.detail);
   const leaf = created.cgroup.paths[0]!;
-  const stubborn: CgroupFs = { ...env.cgfs, write: hostCgroupFs.write };
+  const stubborn: CgroupFs = { ...env.cgfs, write: hostCgroupFs.write.bind(hostCgroupFs) };
   const subtreeStuck = { ...subtree, fs: stubborn };
   fs.writeFileSync(path.join(leaf, 'cgroup.events'), 'populated 1\nfrozen 0\n');
   const [entry] = reapStaleTurnCgroups(subtreeStuck);

@@ -1,6 +1,6 @@
 import t from 'tap';
 import { EventQueue, FLUSH_AFTER_MS, type EgressEventSink } from '../../../proxy/event-queue.js';
-import type { AppendResult, EventInput } from '../../../supervisor/events/types.js';
+import type { AppendResult, EventInput } from '../../../core/events.js';
 
 const event = (host: string): EventInput => ({
   sessionId: 's', turnId: 't', kind: 'egress_denial', actor: 'server', model: null, profile: 'governed',

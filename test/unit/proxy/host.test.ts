@@ -79,7 +79,7 @@ t.test('validation refusals name the problem', async (t) => {
 t.test('authorities: ports 1-65535, defaults, brackets', async (t) => {
   const authority = (raw: string, def: number | null) => {
     const r = parseAuthority(raw, def);
-    return r.ok ? formatAuthority(r.authority) : `${r.reason}`;
+    return r.ok ? formatAuthority(r.authority) : r.reason;
   };
   t.equal(authority('Example.test', 80), 'example.test:80');
   t.equal(authority('example.test:8080', 80), 'example.test:8080');

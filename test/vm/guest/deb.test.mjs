@@ -1,4 +1,4 @@
-// VM tier, installed-package test (run only by run-deb.sh, issue 7): dpkg installs the built
+// VM tier, installed-package test (run only by run-deb.sh): dpkg installs the built
 // deb with Debian's nodejs on a guest with real systemd and cgroup v2; the unit runs, the
 // supervisor enforces limits through the delegated subtree, a turn runs under a worker uid of
 // the reserved range; then remove keeps data and user, purge removes them.

@@ -1,6 +1,6 @@
 // VM tier, second file: turns under real cgroup v2 limits in the delegated subtree, run through
 // the supervisor's HTTP API with the setuid helper (separate worker uids). Each check proves one
-// limit or cleanup guarantee from issue 4; the last one kills the supervisor on purpose.
+// limit or cleanup guarantee of the turn cgroups; the last one kills the supervisor on purpose.
 import fs from 'node:fs';
 import { check, comment, expect, finish } from './tap.mjs';
 import {

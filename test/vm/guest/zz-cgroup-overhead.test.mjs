@@ -1,4 +1,4 @@
-// VM tier, last file: issue 4's benchmark on cgroup v2 (a figure, not a timed assertion): the
+// VM tier, last file: the turn-cgroup benchmark on cgroup v2 (a figure, not a timed assertion): the
 // compiled bench/turn-cgroup.js launches a trivial command bare and inside a fresh turn cgroup
 // (create, join, kill, stats, remove), in a transient scope with Delegate=yes, and prints the
 // ratio measured in the same run. The check asserts only that nothing is left behind.

@@ -9,8 +9,8 @@ import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
-import { ByteBudget } from '../../../relay/byte-budget.js';
-import { kernelRelay, type KernelRelay } from '../../../relay/kernel-relay.js';
+import { ByteBudget } from '../../../../proxy/relay/byte-budget.js';
+import { kernelRelay, type KernelRelay } from '../../../../proxy/relay/kernel-relay.js';
 import { adoptedPair, connection } from './fixtures/connection.js';
 
 /** Everything `socket` receives until its peer's EOF (or a reset). */

@@ -6,14 +6,14 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createMemoryLogger } from '../../../core/log.js';
+import { createMemoryLogger } from '../../../../core/log.js';
 import t from 'tap';
-import { openEventStore } from '../../../supervisor/events/store.js';
-import { stopTapInjectingIntoChildren } from '../../support/no-tap-inject.js';
+import { openEventStore } from '../../../../supervisor/events/store.js';
+import { stopTapInjectingIntoChildren } from '../../../support/no-tap-inject.js';
 
 // The server started here spawns workers; tap's hook must not reach them (no-tap-inject.ts).
 stopTapInjectingIntoChildren();
-const root = path.resolve(import.meta.dirname, '../../..');
+const root = path.resolve(import.meta.dirname, '../../../..');
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-cli-'));
 // Compiled inside the checkout so the output resolves node_modules and package.json.
 const outDir = fs.mkdtempSync(path.join(root, '.tap', 'cli-dist-'));
@@ -23,7 +23,7 @@ t.teardown(() => {
 });
 // Type errors elsewhere in the tree do not stop tsc from emitting; the CLI's own output must exist.
 spawnSync('npx', ['tsc', '-p', 'tsconfig.json', '--outDir', outDir], { cwd: root, stdio: 'ignore' });
-const cli = path.join(outDir, 'supervisor', 'cli.js');
+const cli = path.join(outDir, 'supervisor', 'cli', 'main.js');
 if (!fs.existsSync(cli)) throw new Error(`tsc did not produce ${cli}`);
 
 const dataDir = path.join(tmp, 'data');

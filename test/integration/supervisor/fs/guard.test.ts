@@ -7,7 +7,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import {
   closeRoot, openRoot, readFile, validateRelativePath, writeFile, type RootHandle,
-} from '../../../supervisor/fs/guard.js';
+} from '../../../../supervisor/fs/guard.js';
 
 const sha = (data: string | Buffer): string => createHash('sha256').update(data).digest('hex');
 
@@ -216,11 +216,11 @@ t.test('a held directory moved away before publication is topology_changed, noth
   const workerHome = path.join(f.dir, 'worker-home');
   fs.mkdirSync(workerHome);
   fs.mkdirSync(path.join(f.root, 'a', 'b'), { recursive: true });
-  const sys = await import('../../../supervisor/fs/sys.js');
+  const sys = await import('../../../../supervisor/fs/sys.js');
   let moved = false;
   // The worker's move lands exactly between the temp file's fsync and the publication.
-  const guard = await t.mockImport<typeof import('../../../supervisor/fs/guard.js')>('../../../supervisor/fs/guard.js', {
-    '../../../supervisor/fs/sys.ts': {
+  const guard = await t.mockImport<typeof import('../../../../supervisor/fs/guard.js')>('../../../../supervisor/fs/guard.js', {
+    '../../../../supervisor/fs/sys.ts': {
       ...sys,
       fsync: (fd: number) => {
         const synced = sys.fsync(fd);

@@ -7,9 +7,9 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { createMemoryLogger } from '../../../core/log.js';
-import { startDaemon } from '../../../supervisor/daemon.js';
-import { isPinnedScratchName } from '../../../supervisor/fs/scratch.js';
+import { createMemoryLogger } from '../../../../core/log.js';
+import { startDaemon } from '../../../../supervisor/daemon.js';
+import { isPinnedScratchName } from '../../../../supervisor/fs/scratch.js';
 import { fakeStatus } from '../http/fixtures/server.js';
 
 t.test('the pinning rule: a last component ending in .pin', async (t) => {

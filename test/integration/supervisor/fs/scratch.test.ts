@@ -2,10 +2,11 @@ import t, { type Test } from 'tap';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { createMemoryLogger } from '../../../core/log.js';
-import { openEventStore } from '../../../supervisor/events/store.js';
-import type { AppendResult, EventInput, EventSink, EventStore } from '../../../supervisor/events/types.js';
-import { pruneScratch, startScratchPruner } from '../../../supervisor/fs/scratch.js';
+import { createMemoryLogger } from '../../../../core/log.js';
+import { openEventStore } from '../../../../supervisor/events/store.js';
+import type { EventStore } from '../../../../supervisor/events/types.js';
+import type { AppendResult, EventInput, EventSink } from '../../../../core/events.js';
+import { pruneScratch, startScratchPruner } from '../../../../supervisor/fs/scratch.js';
 
 const KIB = 1024;
 

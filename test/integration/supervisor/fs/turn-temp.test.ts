@@ -4,10 +4,10 @@ import * as fs from 'node:fs';
 import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { closeRoot, readFile } from '../../../supervisor/fs/guard.js';
+import { closeRoot, readFile } from '../../../../supervisor/fs/guard.js';
 import {
   createTurnTemp, measureTurnTemp, purgeTurnTemp, turnTempPurgePayload,
-} from '../../../supervisor/fs/turn-temp.js';
+} from '../../../../supervisor/fs/turn-temp.js';
 
 const WORKER_UID = 65011;
 

@@ -181,10 +181,10 @@ t.test('event stream: replay after `after`, then live, no gaps and no duplicates
   s.store.append(event('egress_denial', 's', 'live1'));
   s.store.appendBatch([event('egress_denial', 's', 'live2'), event('host_write_refused', 's', 'live3')]);
   const got = await all;
-  const ids = got.map((m) => m.event.id);
+  const ids = got.map((m) => m.event.id as number);
   t.equal(new Set(ids).size, ids.length, 'no duplicates');
   t.equal(ids[0], from + 1, 'starts right after `after`');
-  t.ok(ids.every((id, i) => i === 0 || id === ids[i - 1] + 1), 'no gaps');
+  t.ok(ids.every((id, i) => i === 0 || id === ids[i - 1]! + 1), 'no gaps');
   t.same(got.slice(-3).map((m) => m.event.turnId), ['live1', 'live2', 'live3']);
   ws.close();
 });
@@ -229,7 +229,7 @@ t.test('unix socket listener: mode 0660, same API, stale socket replaced', async
 t.test('socket path safety: stale sockets are removed, live ones and other files refused', async (t) => {
   const fs = await import('node:fs');
   const path = await import('node:path');
-  const { clearStaleSocket } = await import('../../../supervisor/http/server.js');
+  const { clearStaleSocket } = await import('../../../../supervisor/http/server.js');
   const { execFileSync } = await import('node:child_process');
   const dir = fs.mkdtempSync(path.join((await import('node:os')).tmpdir(), 'turnhost-sock-'));
   t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));

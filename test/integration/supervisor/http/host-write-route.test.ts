@@ -3,16 +3,16 @@
  * turn temp lifecycle: TMPDIR, purge without following links, the `turn_temp_purge` receipt.
  */
 import t from 'tap';
-import { stopTapInjectingIntoChildren } from '../../support/no-tap-inject.js';
+import { stopTapInjectingIntoChildren } from '../../../support/no-tap-inject.js';
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { createMemoryLogger } from '../../../core/log.js';
-import { createApp } from '../../../supervisor/http/app.js';
-import { createTurnHarness, runTurn, type TurnHarness } from '../../support/turn-harness.js';
+import { createMemoryLogger } from '../../../../core/log.js';
+import { createApp } from '../../../../supervisor/http/app.js';
+import { createTurnHarness, runTurn, type TurnHarness } from '../../../support/turn-harness.js';
 
 const TOKEN = 'host-write-test-token-0123456789';
 const MAX_BYTES = 4096;
@@ -240,15 +240,9 @@ t.test('turn temp: purged at turn end without following links, with a receipt', 
 t.test('separate uid: the worker uid owns and reaches its turn temp', async (t) => {
   const separate = await createTurnHarness({ slot: 43 });
   t.teardown(() => separate.close());
-  let run: Awaited<ReturnType<typeof runTurn>>;
-  try {
-    run = await runTurn(separate, { argv: ['/bin/sh', '-c', 'id -u; stat -c %u:%a "$TMPDIR"; echo x > "$TMPDIR/f" && echo wrote'] });
-  } catch (error) {
-    // The identity helper is a prerequisite of this mode; its absence is reported, not failed.
-    t.pass('the worker uid owns its turn temp', { skip: `separate_uid unavailable here: ${(error as Error).message}` });
-    return;
-  }
+  const run = await runTurn(separate, { argv: ['/bin/sh', '-c', 'id -u; stat -c %u:%a "$TMPDIR"; echo x > "$TMPDIR/f" && echo wrote'] });
   t.equal(run.result.status, 'ok', run.result.detail ?? run.stderr);
+  t.equal(run.record.identity, 'separate_uid', 'the turn ran as a separate uid');
   const [uid, owner, wrote] = run.stdout.trim().split('\n');
   t.equal(owner, `${uid}:700`, 'the turn temp is 0700 and owned by the worker uid');
   t.equal(wrote, 'wrote');

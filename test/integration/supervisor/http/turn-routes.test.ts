@@ -1,9 +1,9 @@
 import t from 'tap';
-import { fail, ok } from '../../../core/result.js';
-import { defaultConfig } from '../../../supervisor/config/load.js';
-import { createOutputChannel, type OutputChannel } from '../../../supervisor/turns/output.js';
-import type { TurnAttachment, TurnManager, TurnRecord, TurnResult } from '../../../supervisor/turns/types.js';
-import { validateTurnRequest } from '../../../supervisor/turns/validate.js';
+import { fail, ok } from '../../../../core/result.js';
+import { defaultConfig } from '../../../../supervisor/config/load.js';
+import { createOutputChannel, type OutputChannel } from '../../../../supervisor/turns/output.js';
+import type { TurnAttachment, TurnManager, TurnRecord, TurnResult } from '../../../../supervisor/turns/types.js';
+import { validateTurnRequest } from '../../../../supervisor/turns/validate.js';
 import { nextMessages, opened, startTestServer, upgradeRefusal } from './fixtures/server.js';
 
 const RESULT: TurnResult = {
@@ -72,7 +72,7 @@ function fakeTurns(): { turns: TurnManager; inputs: string[]; resizes: Array<[nu
       let unsubscribe = (): void => undefined;
       const attachment: TurnAttachment = {
         onEvent: (listener) => {
-          unsubscribe = channel.subscribe(listener) as () => void;
+          unsubscribe = channel.subscribe(listener);
         },
         write: (data) => {
           inputs.push(data.toString());

@@ -7,8 +7,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
-import { createTurnHarness, runTurn } from '../../support/turn-harness.js';
-import { noPreparedWorker, preparedWorker, workerProcesses } from '../../support/prepared-workers.js';
+import { createTurnHarness, runTurn } from '../../../support/turn-harness.js';
+import { noPreparedWorker, preparedWorker, workerProcesses } from '../../../support/prepared-workers.js';
 
 const harness = await createTurnHarness({ slot: 72 });
 t.teardown(() => harness.close());

@@ -10,10 +10,10 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createTurnHarness, harnessUidRange } from '../../support/turn-harness.js';
-import { stopTapInjectingIntoChildren } from '../../support/no-tap-inject.js';
-import { liveProcesses, processesOfUid } from '../../support/processes.js';
-import { until } from '../../support/until.js';
+import { createTurnHarness, harnessUidRange } from '../../../support/turn-harness.js';
+import { stopTapInjectingIntoChildren } from '../../../support/no-tap-inject.js';
+import { liveProcesses, processesOfUid } from '../../../support/processes.js';
+import { until } from '../../../support/until.js';
 
 stopTapInjectingIntoChildren();
 const SLOT = 7;
@@ -24,7 +24,7 @@ const child = spawn(process.execPath, ['--import', 'tsx', path.join(import.meta.
 });
 const startedLine = await new Promise<string>((resolve, reject) => {
   let out = '';
-  child.stdout!.on('data', (chunk: Buffer) => {
+  child.stdout.on('data', (chunk: Buffer) => {
     out += chunk.toString();
     if (out.includes('\n')) resolve(out.trim());
   });

@@ -7,7 +7,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
-import { createTurnHarness, runTurn } from '../../support/turn-harness.js';
+import { createTurnHarness, runTurn } from '../../../support/turn-harness.js';
 
 const harness = await createTurnHarness({ slot: 71, supervisorIsRoot: false });
 t.teardown(() => harness.close());
@@ -33,7 +33,7 @@ t.test('the temp belongs to the worker during the turn and is reclaimed and purg
   t.notOk(harness.logLines.some((line) => line.includes('turn temp reclaim failed')));
 
   const page = harness.events.query({ turn: run.id, kind: 'turn_temp_purge', limit: 10 });
-  if (!page.ok) return t.fail(page.detail);
+  if (!page.ok) throw new Error(page.detail);
   t.equal(page.events.length, 1);
   t.match(page.events[0]?.payload, { files: 1, bytes: 5, linkedFiles: 0, specialFiles: 2, outcome: 'purged' }, 'complete receipt');
   t.notOk(fs.existsSync(path.join(harness.config.turns.tempRoot, run.id)), 'the temp is gone');

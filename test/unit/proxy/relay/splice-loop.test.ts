@@ -3,8 +3,8 @@
  * scripted SpliceSys: sequences real sockets produce only now and then.
  */
 import t from 'tap';
-import { SpliceLoop, type RelayCommand, type TunnelReport } from '../../../relay/splice-loop.js';
-import { EAGAIN, SHUT_WR, type SpliceSys } from '../../../relay/splice-sys.js';
+import { SpliceLoop, type RelayCommand, type TunnelReport } from '../../../../proxy/relay/splice-loop.js';
+import { EAGAIN, SHUT_WR, type SpliceSys } from '../../../../proxy/relay/splice-sys.js';
 
 const WAKE_FD = 5;
 const CLIENT = 10;
@@ -32,7 +32,7 @@ function scriptedSys(shutdowns: [number, number][]): SpliceSys {
       throw new Error('the loop waited: the stop command was not read');
     },
     splice: (fdIn, fdOut, length) => {
-      if (fdIn === CLIENT) return fromClient.length > 0 ? Math.min(fromClient.shift()!, length) : eagain();
+      if (fdIn === CLIENT) return fromClient.length > 0 ? Math.min(fromClient.shift(), length) : eagain();
       if (fdIn === UPSTREAM) return eagain();
       if (fdOut === UPSTREAM) {
         if (!firstWrite) return length;

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
-import { defaultConfig, isInstalledLayout, loadConfig, parseHostPort } from '../../../supervisor/config/load.js';
+import { defaultConfig, isInstalledLayout, loadConfig, parseHostPort } from '../../../../supervisor/config/load.js';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-config-'));
 t.teardown(() => fs.rmSync(tmp, { recursive: true, force: true }));

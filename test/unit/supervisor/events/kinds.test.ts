@@ -1,5 +1,5 @@
 import t from 'tap';
-import { EVENT_KINDS } from '../../../supervisor/events/kinds.js';
+import { EVENT_KINDS } from '../../../../supervisor/events/kinds.js';
 
 const valid: Record<string, Record<string, unknown>> = {
   worker_launch: {

@@ -5,13 +5,13 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import Database from 'better-sqlite3';
 import t from 'tap';
-import { CodedError } from '../../../core/result.js';
-import { openDatabase } from '../../../supervisor/db/open.js';
-import { MIGRATIONS } from '../../../supervisor/db/migrations.js';
-import { EVENT_KINDS, type EventKind } from '../../../supervisor/events/kinds.js';
-import { eventQuerySql } from '../../../supervisor/events/store.js';
-import type { GovernanceEvent } from '../../../supervisor/events/types.js';
-import { denial, storeIn, tempDir } from '../../fixtures/events/helpers.js';
+import { CodedError } from '../../../../core/result.js';
+import { openDatabase } from '../../../../supervisor/db/open.js';
+import { MIGRATIONS } from '../../../../supervisor/db/migrations.js';
+import { EVENT_KINDS, type EventKind } from '../../../../supervisor/events/kinds.js';
+import { eventQuerySql } from '../../../../supervisor/events/store.js';
+import type { GovernanceEvent } from '../../../../supervisor/events/types.js';
+import { denial, storeIn, tempDir } from '../../../fixtures/events/helpers.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 
@@ -166,7 +166,7 @@ t.test('paging across nextAfter, default limit and limit bounds', async (t) => {
     [{ kind: 'x'.repeat(300) }, 'kind'],
   ];
   for (const [query, parameter] of bad) {
-    const result = store.query(query as never);
+    const result = store.query(query);
     t.equal(result.ok ? 'ok' : result.reason, 'invalid_query', JSON.stringify(query).slice(0, 40));
     if (!result.ok) t.match(result.detail, new RegExp(`^${parameter} `));
   }
@@ -351,7 +351,7 @@ t.test('replay: a crash between commit and truncation does not duplicate; unread
 t.test('two processes appending to one database: every event stored once with a unique id', async (t) => {
   const dir = tempDir(t);
   const dbPath = path.join(dir, 'events.db');
-  const child = path.join(here, '../../fixtures/events/writer-child.ts');
+  const child = path.join(here, '../../../fixtures/events/writer-child.ts');
   const run = (writer: string) =>
     promisify(execFile)(process.execPath, ['--import', 'tsx', child, dbPath, path.join(dir, `fallback-${writer}.jsonl`), writer, '400']);
   const outputs = await Promise.all([run('a'), run('b')]);

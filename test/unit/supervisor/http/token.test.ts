@@ -2,8 +2,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
-import { tokenMatches } from '../../../supervisor/http/auth.js';
-import { ensureApiToken, readTokenFile, tokenFilePath } from '../../../supervisor/http/token.js';
+import { tokenMatches } from '../../../../supervisor/http/auth.js';
+import { ensureApiToken, readTokenFile, tokenFilePath } from '../../../../supervisor/http/token.js';
 
 function dataDir(t: { teardown(fn: () => void): void }): string {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-token-'));

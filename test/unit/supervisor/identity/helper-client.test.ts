@@ -5,7 +5,7 @@ import {
   parseHelperRefusal,
   parseReceipt,
   type HelperDescriptor,
-} from '../../../supervisor/identity/helper-client.js';
+} from '../../../../supervisor/identity/helper-client.js';
 
 t.test('encodes a launch descriptor in the documented grammar', async (t) => {
   const bytes = encodeDescriptor({

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { lowerOnly, parseLimitSettings, parseLimitsEnv } from '../../../supervisor/limits/parse.js';
+import { lowerOnly, parseLimitSettings, parseLimitsEnv } from '../../../../supervisor/limits/parse.js';
 
 t.test('settings with units parse to bytes, CPUs and counts', async (t) => {
   const parsed = parseLimitSettings(
@@ -31,7 +31,7 @@ t.test('malformed settings are refused naming the key', async (t) => {
     [{ __proto__x: '1' }, /unknown limit/],
   ];
   for (const [settings, detail] of cases) {
-    const parsed = parseLimitSettings(settings as never, 'limits config');
+    const parsed = parseLimitSettings(settings, 'limits config');
     t.equal(parsed.ok, false, JSON.stringify(settings));
     if (!parsed.ok) {
       t.equal(parsed.reason, 'malformed_limits');

@@ -1,8 +1,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
-import { ok, fail } from '../../../core/result.js';
-import { probeIdentity, qualifyIdentityHelper } from '../../../supervisor/probes/identity.js';
+import { ok, fail } from '../../../../core/result.js';
+import { probeIdentity, qualifyIdentityHelper } from '../../../../supervisor/probes/identity.js';
 
 const ROOT_IDS = { uid: 0, euid: 0 };
 const USER_IDS = { uid: 998, euid: 998 };

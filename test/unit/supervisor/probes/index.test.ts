@@ -1,11 +1,11 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
-import { createMemoryLogger } from '../../../core/log.js';
-import { ok } from '../../../core/result.js';
-import { probeMode, runWorkerHostProbes, type ProbeContext } from '../../../supervisor/probes/index.js';
-import type { TurnhostConfig } from '../../../supervisor/config/types.js';
-import { hybridTree, probeConfig, v2DelegatedTree, type ProbeTree } from '../../support/probe-tree.js';
+import { createMemoryLogger } from '../../../../core/log.js';
+import { ok } from '../../../../core/result.js';
+import { probeMode, runWorkerHostProbes, type ProbeContext } from '../../../../supervisor/probes/index.js';
+import type { TurnhostConfig } from '../../../../supervisor/config/types.js';
+import { hybridTree, probeConfig, v2DelegatedTree, type ProbeTree } from '../../../support/probe-tree.js';
 
 const ROOT_IDS = { uid: 0, euid: 0 };
 const USER_IDS = { uid: 998, euid: 998 };

@@ -1,7 +1,7 @@
 import t from 'tap';
-import { fail, ok } from '../../../core/result.js';
-import type { HelperViewEntry, HelperViewRequest } from '../../../supervisor/identity/helper-client.js';
-import { probeMaskedView, type HelperViewProbe } from '../../../supervisor/probes/view.js';
+import { fail, ok } from '../../../../core/result.js';
+import type { HelperViewEntry, HelperViewRequest } from '../../../../supervisor/identity/helper-client.js';
+import { probeMaskedView, type HelperViewProbe } from '../../../../supervisor/probes/view.js';
 
 /** A fake helper answering what a correct view shows, with `tamper` applied to one entry. */
 function fakeHelper(tamper: (entry: HelperViewEntry) => HelperViewEntry = (entry) => entry): { run: HelperViewProbe; requests: HelperViewRequest[] } {

@@ -1,19 +1,32 @@
 /**
  * The prepared-worker pool's bookkeeping with stand-in workers whose preparation the test
- * finishes by hand; real workers go through it in test/integration/turns/prepared-workers.test.ts.
+ * finishes by hand; real workers go through it in test/integration/supervisor/turns/prepared-workers.test.ts.
  */
 import { EventEmitter } from 'node:events';
 import t from 'tap';
-import { createMemoryLogger } from '../../../core/log.js';
-import { createPreparedWorkerPool, type PoolWorker } from '../../../supervisor/turns/prepared-workers.js';
+import { createMemoryLogger } from '../../../../core/log.js';
+import { createPreparedWorkerPool, type PoolWorker } from '../../../../supervisor/turns/prepared-workers.js';
 
 interface FakeWorker extends PoolWorker {
   stopped: boolean;
+  ended: boolean;
+  exit(): void;
 }
 
 function fakeWorker(key: string, n: number): FakeWorker {
-  const child = Object.assign(new EventEmitter(), { exitCode: null as number | null, signalCode: null as NodeJS.Signals | null });
-  return { name: `prepared_${n}`, key, spawned: { child }, stopped: false };
+  const events = new EventEmitter();
+  const worker: FakeWorker = {
+    name: `prepared_${n}`,
+    key,
+    stopped: false,
+    ended: false,
+    onEnd: (listener) => events.once('end', listener),
+    exit() {
+      worker.ended = true;
+      events.emit('end');
+    },
+  };
+  return worker;
 }
 
 function pool(capacity: number) {
@@ -81,8 +94,7 @@ t.test('a worker that exits while idle leaves the pool; a failed preparation lea
   preparations[1]!.finish(false);
   await tick();
   t.same(workers.counts(), { ready: 1, starting: 0 });
-  a.spawned.child.exitCode = 1;
-  (a.spawned.child as unknown as EventEmitter).emit('exit');
+  a.exit();
   await tick();
   t.same(workers.counts(), { ready: 0, starting: 0 });
   t.ok(a.stopped, 'its resources are released');

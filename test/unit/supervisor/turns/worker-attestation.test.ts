@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
-import { attestWorker, checkStatusFields, netDevInterfaces, parseStatusFields } from '../../../supervisor/probes/worker-attestation.js';
+import { attestWorker, checkStatusFields, netDevInterfaces, parseStatusFields } from '../../../../supervisor/turns/worker-attestation.js';
 
 const WORKER = 3_100_007;
 const goodStatus = [

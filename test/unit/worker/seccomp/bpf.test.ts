@@ -1,6 +1,6 @@
 import t from 'tap';
-import { assemble, BPF_MAXINSNS, jeq, jset, label, load, NEXT, ret, serialise, type Instruction } from '../../../worker/seccomp/bpf.js';
-import { compilePolicy, DEFAULT_POLICY, policyProgram, validatePolicy } from '../../../worker/seccomp/policy.js';
+import { assemble, BPF_MAXINSNS, jeq, jset, label, load, NEXT, ret, serialise, type Instruction } from '../../../../worker/seccomp/bpf.js';
+import { compilePolicy, DEFAULT_POLICY, policyProgram, validatePolicy } from '../../../../worker/seccomp/policy.js';
 
 t.test('resolves labels to forward offsets relative to the next instruction', async (t) => {
   const out = assemble([load(0), jeq(39, 'hit', NEXT), jset(0x40, NEXT, 'hit'), ret(0), label('hit'), ret(1)]);

@@ -1,0 +1,45 @@
+/**
+ * The layering of the tree, enforced by `npm run lint` (docs/architecture.md, "Layers"):
+ *   core/            imports nothing of ours
+ *   cgroup/, worker/ import core/ only
+ *   proxy/           imports core/ only
+ *   supervisor/      may import every layer; nothing imports it but bench/ and test/
+ * and no import cycle anywhere. Type-only imports count: a type is a dependency too.
+ */
+module.exports = {
+  forbidden: [
+    {
+      name: 'no-cycle',
+      severity: 'error',
+      comment: 'An import cycle makes modules impossible to read, test or change one at a time.',
+      from: {},
+      to: { circular: true },
+    },
+    {
+      name: 'core-imports-nothing-of-ours',
+      severity: 'error',
+      comment: 'core/ holds the contract every layer shares; it depends on no other layer.',
+      from: { path: '^core/' },
+      to: { path: '^(cgroup|proxy|worker|supervisor|bench|test)/' },
+    },
+    {
+      name: 'mechanisms-import-core-only',
+      severity: 'error',
+      comment: 'A mechanism (cgroup/, worker/, proxy/) depends on core/ alone, never on another mechanism or the supervisor.',
+      from: { path: '^(cgroup|worker|proxy)/' },
+      to: { path: '^(cgroup|worker|proxy|supervisor|bench|test)/', pathNot: '^$1/' },
+    },
+    {
+      name: 'nothing-imports-tests-or-benches',
+      severity: 'error',
+      from: { path: '^(core|cgroup|proxy|worker|supervisor)/' },
+      to: { path: '^(bench|test)/' },
+    },
+  ],
+  options: {
+    doNotFollow: { path: 'node_modules' },
+    tsPreCompilationDeps: true,
+    tsConfig: { fileName: 'tsconfig.json' },
+    enhancedResolveOptions: { extensions: ['.ts', '.js'] },
+  },
+};

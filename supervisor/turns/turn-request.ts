@@ -1,0 +1,76 @@
+/**
+ * What a validated turn request resolves to before any worker is involved: its limits (the
+ * configured defaults, lowered only), its egress policy, the worker spec a worker is started
+ * for (and a prepared worker is matched by), and the command's environment.
+ */
+import type { ResolvedLimits } from '../../core/limits.js';
+import type { WorkerMode } from '../../core/modes.js';
+import { ok, type Result } from '../../core/result.js';
+import { buildTurnPolicy, type EgressPolicy } from '../../proxy/policy.js';
+import { lowerOnly, parseLimitSettings } from '../limits/parse.js';
+import { resolveDefaultLimits } from '../probes/limits.js';
+import type { TurnhostConfig } from '../config/types.js';
+import { ENV_EXTRA_CONTROL, filterSubprocessEnv, parseEnvExtra } from './env-filter.js';
+import { DEFAULT_COMMAND_PATH } from './worker-process.js';
+import type { TurnRequest } from './types.js';
+
+/** What a worker is started for: a prepared worker serves only a turn with the same key. */
+export interface WorkerSpec {
+  mode: WorkerMode;
+  cwd: string;
+  limits: ResolvedLimits;
+  egressAdditions: readonly string[];
+  policy: EgressPolicy;
+}
+
+export function workerKey(spec: Pick<WorkerSpec, 'mode' | 'cwd' | 'limits' | 'egressAdditions'>): string {
+  const limits = Object.entries(spec.limits).sort(([a], [b]) => a.localeCompare(b));
+  return JSON.stringify([spec.mode, spec.cwd, limits, [...spec.egressAdditions].sort()]);
+}
+
+/** The worker spec of a request, or the field that makes it invalid. */
+export function resolveWorkerSpec(
+  config: TurnhostConfig,
+  env: NodeJS.ProcessEnv,
+  request: TurnRequest,
+): Result<{ spec: WorkerSpec }> & { field?: string } {
+  const limits = resolveTurnLimits(config, env, request.limits);
+  if (!limits.ok) return { ...limits, field: limits.field ?? 'limits' };
+  const policy = buildTurnPolicy(config.egress, { mode: request.mode, additions: request.egressAllow });
+  if (!policy.ok) return { ...policy, field: 'egressAllow' };
+  return ok({
+    spec: { mode: request.mode, cwd: request.cwd, limits: limits.limits, egressAdditions: request.egressAllow ?? [], policy: policy.policy },
+  });
+}
+
+function resolveTurnLimits(
+  config: TurnhostConfig,
+  env: NodeJS.ProcessEnv,
+  overrides: TurnRequest['limits'],
+): Result<{ limits: ResolvedLimits }> & { field?: string } {
+  const defaults = resolveDefaultLimits(config, env);
+  if (!defaults.ok) return defaults;
+  const disabled = new Set(config.limitsDisabled);
+  const enabled: ResolvedLimits = Object.fromEntries(
+    Object.entries(defaults.limits).filter(([name]) => !disabled.has(name as keyof ResolvedLimits)),
+  );
+  if (!overrides) return ok({ limits: enabled });
+  const parsed = parseLimitSettings(overrides, 'limits');
+  if (!parsed.ok) return { ...parsed, field: 'limits' };
+  const lowered = lowerOnly(enabled, parsed.limits);
+  if (!lowered.ok) return { ...lowered, field: 'limits' };
+  return lowered;
+}
+
+/** The command's environment: a fixed base, then the request's variables through the subprocess filter. */
+export function commandEnv(config: TurnhostConfig, env: NodeJS.ProcessEnv, request: TurnRequest): Record<string, string> {
+  const extra = [...config.turns.envExtra, ...parseEnvExtra(env[ENV_EXTRA_CONTROL]).names];
+  const filtered = filterSubprocessEnv(request.env ?? {}, extra);
+  return {
+    PATH: DEFAULT_COMMAND_PATH,
+    HOME: request.cwd,
+    LANG: 'C.UTF-8',
+    ...(request.tty ? { TERM: 'xterm-256color' } : {}),
+    ...filtered.env,
+  };
+}
