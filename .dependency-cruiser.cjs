@@ -25,7 +25,8 @@ module.exports = {
     {
       name: 'mechanisms-import-core-only',
       severity: 'error',
-      comment: 'A mechanism (cgroup/, worker/, proxy/) depends on core/ alone, never on another mechanism or the supervisor.',
+      comment:
+        'A mechanism (cgroup/, worker/, proxy/) depends on core/ alone, never on another mechanism or the supervisor.',
       from: { path: '^(cgroup|worker|proxy)/' },
       to: { path: '^(cgroup|worker|proxy|supervisor|bench|test)/', pathNot: '^$1/' },
     },

@@ -8,7 +8,12 @@ let passed = 0;
 let failed = 0;
 for (const match of text.matchAll(/^# \{ (.*) \}$/gm)) {
   const fields = Object.fromEntries(
-    match[1].split(',').map((part) => part.trim().split(':').map((s) => s.trim())),
+    match[1].split(',').map((part) =>
+      part
+        .trim()
+        .split(':')
+        .map((s) => s.trim()),
+    ),
   );
   passed += Number(fields.pass ?? 0);
   failed += Number(fields.fail ?? 0);

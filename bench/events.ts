@@ -35,7 +35,9 @@ const SESSION_SPAN = 20_000;
 const UNIFORM_SESSIONS = 1000;
 
 function sessionNumber(i: number, layout: Layout): number {
-  return layout === 'uniform' ? i % UNIFORM_SESSIONS : Math.floor(i / SESSION_SPAN) * ACTIVE_SESSIONS + (i % ACTIVE_SESSIONS);
+  return layout === 'uniform'
+    ? i % UNIFORM_SESSIONS
+    : Math.floor(i / SESSION_SPAN) * ACTIVE_SESSIONS + (i % ACTIVE_SESSIONS);
 }
 
 function makeEvent(i: number, layout: Layout = 'clustered'): EventInput {
@@ -50,8 +52,16 @@ function makeEvent(i: number, layout: Layout = 'clustered'): EventInput {
     payload:
       i % 3 === 0
         ? {
-            host: `h${i % 97}.example.test`, port: 443, method: 'POST', path: '/v1/messages', bytesUp: 812,
-            bytesDown: 40_961, durationMs: 213, outcome: 'ok', scope: 'inference', inference: true,
+            host: `h${i % 97}.example.test`,
+            port: 443,
+            method: 'POST',
+            path: '/v1/messages',
+            bytesUp: 812,
+            bytesDown: 40_961,
+            durationMs: 213,
+            outcome: 'ok',
+            scope: 'inference',
+            inference: true,
           }
         : { host: `h${i % 97}.example.test`, port: 443, reason: 'not_in_allowlist' },
   };
@@ -103,12 +113,16 @@ function rawInsertRate(dir: string): number {
      VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?)`,
   );
   const insertBatch = opened.db.transaction((events: EventInput[], at: string) => {
-    for (const e of events) insert.run(e.sessionId, e.turnId, at, e.kind, e.actor, e.model, e.profile, JSON.stringify(e.payload));
+    for (const e of events)
+      insert.run(e.sessionId, e.turnId, at, e.kind, e.actor, e.model, e.profile, JSON.stringify(e.payload));
   });
   const count = RATIO_EVENTS;
   const start = performance.now();
   for (let i = 0; i < count; i += BATCH_SIZE) {
-    insertBatch(Array.from({ length: BATCH_SIZE }, (_, j) => makeEvent(i + j)), new Date().toISOString());
+    insertBatch(
+      Array.from({ length: BATCH_SIZE }, (_, j) => makeEvent(i + j)),
+      new Date().toISOString(),
+    );
   }
   const ms = performance.now() - start;
   opened.db.close();
@@ -139,7 +153,10 @@ function appendBatches(
     if (!result.ok || result.stored !== 'database') throw new Error('batch append failed');
   }
   const cpu = process.cpuUsage(cpuStart);
-  return { perSecond: rate(to - from, performance.now() - start), perCpuSecond: rate(to - from, (cpu.user + cpu.system) / 1000) };
+  return {
+    perSecond: rate(to - from, performance.now() - start),
+    perCpuSecond: rate(to - from, (cpu.user + cpu.system) / 1000),
+  };
 }
 
 /** The store's batched path into a fresh database, same count as the raw baseline. */
@@ -182,18 +199,37 @@ function main(): void {
     const ms = (v: number) => `${v.toFixed(3)} ms`;
     const figures = (l: Latency) => `p50 ${ms(l.p50)}  p99 ${ms(l.p99)}  (cpu p99 ${ms(l.cpuP99)})`;
     const verdict = (met: boolean) => (met ? 'MET' : 'MISSED');
-    console.log(`load average at end: ${os.loadavg().map((l) => l.toFixed(1)).join(' ')} on ${os.cpus().length} cpus`);
+    console.log(
+      `load average at end: ${os
+        .loadavg()
+        .map((l) => l.toFixed(1))
+        .join(' ')} on ${os.cpus().length} cpus`,
+    );
     console.log(`layout: ${ACTIVE_SESSIONS} sessions active at a time, ${sessionCount} sessions in all`);
-    console.log(`events stored: ${TOTAL_EVENTS.toLocaleString('en')} (${(fs.statSync(path.join(dir, 'events.db')).size / 1e6).toFixed(0)} MB)`);
+    console.log(
+      `events stored: ${TOTAL_EVENTS.toLocaleString('en')} (${(fs.statSync(path.join(dir, 'events.db')).size / 1e6).toFixed(0)} MB)`,
+    );
     console.log(`ingest single appends:   ${singleRate.toLocaleString('en')} events/s (one fsync'd transaction each)`);
-    console.log(`ingest batched (${BATCH_SIZE}):    ${batchedRate.toLocaleString('en')} events/s  goal >= ${GOAL_BATCHED_PER_SECOND.toLocaleString('en')}: ${verdict(batchedRate >= GOAL_BATCHED_PER_SECOND)}`);
-    console.log(`  batched/single ratio ${(batchedRate / singleRate).toFixed(1)}; batched per CPU-second of this process: ${batchedCpuRate.toLocaleString('en')} events`);
-    console.log(`first ${RATIO_EVENTS.toLocaleString('en')} into a fresh db: store ${freshStoreRate.toLocaleString('en')} events/s, raw better-sqlite3 baseline ${rawRate.toLocaleString('en')} events/s, store/raw ratio ${(freshStoreRate / rawRate).toFixed(2)}`);
-    console.log(`  worst-case layout (${UNIFORM_SESSIONS} sessions strictly interleaved): store ${uniformStoreRate.toLocaleString('en')} events/s, ratio to clustered ${(uniformStoreRate / freshStoreRate).toFixed(2)}`);
-    console.log(`query first page:        ${figures(firstPage)}  goal p99 <= ${GOAL_FIRST_PAGE_P99_MS} ms: ${verdict(firstPage.p99 <= GOAL_FIRST_PAGE_P99_MS)}`);
+    console.log(
+      `ingest batched (${BATCH_SIZE}):    ${batchedRate.toLocaleString('en')} events/s  goal >= ${GOAL_BATCHED_PER_SECOND.toLocaleString('en')}: ${verdict(batchedRate >= GOAL_BATCHED_PER_SECOND)}`,
+    );
+    console.log(
+      `  batched/single ratio ${(batchedRate / singleRate).toFixed(1)}; batched per CPU-second of this process: ${batchedCpuRate.toLocaleString('en')} events`,
+    );
+    console.log(
+      `first ${RATIO_EVENTS.toLocaleString('en')} into a fresh db: store ${freshStoreRate.toLocaleString('en')} events/s, raw better-sqlite3 baseline ${rawRate.toLocaleString('en')} events/s, store/raw ratio ${(freshStoreRate / rawRate).toFixed(2)}`,
+    );
+    console.log(
+      `  worst-case layout (${UNIFORM_SESSIONS} sessions strictly interleaved): store ${uniformStoreRate.toLocaleString('en')} events/s, ratio to clustered ${(uniformStoreRate / freshStoreRate).toFixed(2)}`,
+    );
+    console.log(
+      `query first page:        ${figures(firstPage)}  goal p99 <= ${GOAL_FIRST_PAGE_P99_MS} ms: ${verdict(firstPage.p99 <= GOAL_FIRST_PAGE_P99_MS)}`,
+    );
     console.log(`query deep page:         ${figures(deepPage)}  (after near the end)`);
     console.log(`query session first:     ${figures(sessionFirst)}`);
-    console.log(`query session deep:      ${figures(sessionDeep)}  (a session active at the end, after = last id - 5,000)`);
+    console.log(
+      `query session deep:      ${figures(sessionDeep)}  (a session active at the end, after = last id - 5,000)`,
+    );
     console.log(`query kind deep:         ${figures(kindDeep)}`);
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });

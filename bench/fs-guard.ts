@@ -22,7 +22,9 @@ function timed(label: string, run: (dir: string) => void): number {
     const start = process.hrtime.bigint();
     run(dir);
     const ms = Number(process.hrtime.bigint() - start) / 1e6;
-    console.log(`${label.padEnd(34)} ${ms.toFixed(0).padStart(7)} ms  ${((files / ms) * 1000).toFixed(0).padStart(7)} files/s`);
+    console.log(
+      `${label.padEnd(34)} ${ms.toFixed(0).padStart(7)} ms  ${((files / ms) * 1000).toFixed(0).padStart(7)} files/s`,
+    );
     return ms;
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });

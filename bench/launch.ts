@@ -127,7 +127,12 @@ function hasProgram(name: string): boolean {
 /** One turn through the real manager; records in `startup` the time until `create` resolved (the worker reported `started`). */
 async function pipelineTurn(harness: TurnHarness, startup?: number[]): Promise<void> {
   const start = performance.now();
-  const created = await harness.turns.create({ sessionId: 'session-bench', mode: 'ordinary', cwd: harness.workspace, argv: ['/bin/true'] });
+  const created = await harness.turns.create({
+    sessionId: 'session-bench',
+    mode: 'ordinary',
+    cwd: harness.workspace,
+    argv: ['/bin/true'],
+  });
   if (!created.ok) throw new Error(`turn refused: ${created.reason}: ${created.detail}`);
   startup?.push(performance.now() - start);
   const result = await harness.turns.wait(created.turn.id);
@@ -140,14 +145,26 @@ async function pipelineTurn(harness: TurnHarness, startup?: number[]): Promise<v
  * which the worker's fd check requires.
  */
 function workerAlone(workspace: string): Promise<void> {
-  const launch: LaunchMessage = { type: 'launch', v: 1, argv: ['/bin/true'], cwd: workspace, env: { PATH: '/usr/bin:/bin' }, tty: null, egress: false };
+  const launch: LaunchMessage = {
+    type: 'launch',
+    v: 1,
+    argv: ['/bin/true'],
+    cwd: workspace,
+    env: { PATH: '/usr/bin:/bin' },
+    tty: null,
+    egress: false,
+  };
   const encoded = encodeMessage(launch);
   if (!encoded.ok) throw new Error(encoded.detail);
   // The worker requires its listener channel at fd 4 and sends its listener there; nobody takes it here.
   const channel = openListenerChannel();
   if (!channel.ok) throw new Error(channel.detail);
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [WORKER_ENTRY], { stdio: ['ignore', 'ignore', 'pipe', 'pipe', channel.workerFd], cwd: workspace, env: {} });
+    const child = spawn(process.execPath, [WORKER_ENTRY], {
+      stdio: ['ignore', 'ignore', 'pipe', 'pipe', channel.workerFd],
+      cwd: workspace,
+      env: {},
+    });
     closeChannelEnd(channel.workerFd);
     child.on('close', () => closeChannelEnd(channel.supervisorFd));
     const protocol = child.stdio[3] as net.Socket;
@@ -169,7 +186,19 @@ function cliCases(cwd: string): Case[] {
     { label: 'turnhost --help (CLI start only)', body: () => runToExit(process.execPath, [cli, '--help']) },
     {
       label: 'turnhost run -- /bin/true (CLI + server)',
-      body: () => runToExit(process.execPath, [cli, 'run', '--config', config, '--server', server, '--cwd', cwd, '--', '/bin/true']),
+      body: () =>
+        runToExit(process.execPath, [
+          cli,
+          'run',
+          '--config',
+          config,
+          '--server',
+          server,
+          '--cwd',
+          cwd,
+          '--',
+          '/bin/true',
+        ]),
     },
   ];
 }
@@ -205,14 +234,32 @@ async function compareLaunchers(harness: TurnHarness, cold: TurnHarness): Promis
     // order (namespace first, then the identity switch) is the one the helper uses too.
     {
       label: 'unshare -n setpriv --reuid (no_new_privs)',
-      body: () => runToExit('unshare', ['-n', 'setpriv', `--reuid=${PLAIN_UID}`, `--regid=${PLAIN_UID}`, '--clear-groups', '--no-new-privs', '/bin/true']),
+      body: () =>
+        runToExit('unshare', [
+          '-n',
+          'setpriv',
+          `--reuid=${PLAIN_UID}`,
+          `--regid=${PLAIN_UID}`,
+          '--clear-groups',
+          '--no-new-privs',
+          '/bin/true',
+        ]),
     },
     ...(withBwrap
-      ? [{ label: 'bwrap --unshare-all --ro-bind / /', body: () => runToExit('bwrap', ['--unshare-all', '--die-with-parent', '--ro-bind', '/', '/', '/bin/true']) }]
+      ? [
+          {
+            label: 'bwrap --unshare-all --ro-bind / /',
+            body: () => runToExit('bwrap', ['--unshare-all', '--die-with-parent', '--ro-bind', '/', '/', '/bin/true']),
+          },
+        ]
       : []),
     { label: PREPARED_LABEL, body: () => pipelineTurn(harness, startup) },
     // The timed turn arrives the moment the previous one ended: its worker is still starting.
-    { label: 'turnhost pipeline, back to back', body: () => pipelineTurn(harness), settle: () => pipelineTurn(harness) },
+    {
+      label: 'turnhost pipeline, back to back',
+      body: () => pipelineTurn(harness),
+      settle: () => pipelineTurn(harness),
+    },
     { label: 'turnhost pipeline, preparedWorkers 0', body: () => pipelineTurn(cold) },
     ...cliCases(harness.workspace),
   ];
@@ -228,13 +275,22 @@ async function compareLaunchers(harness: TurnHarness, cold: TurnHarness): Promis
   const bwrap = figures.get('bwrap --unshare-all --ro-bind / /');
   const full = figures.get(PREPARED_LABEL);
   const rows = [...figures].flatMap(([label, f]): Array<[string, Figures]> =>
-    f === full ? [[label, f], ['  of which create (until worker `started`)', summarize(startup.slice(WARMUP))]] : [[label, f]],
+    f === full
+      ? [
+          [label, f],
+          ['  of which create (until worker `started`)', summarize(startup.slice(WARMUP))],
+        ]
+      : [[label, f]],
   );
-  console.log(`\n${'case'.padEnd(46)} ${'p50'.padStart(7)} ${'p95'.padStart(7)} ${'mean'.padStart(7)} ${'/spawn'.padStart(8)} ${'/bwrap'.padStart(8)}`);
+  console.log(
+    `\n${'case'.padEnd(46)} ${'p50'.padStart(7)} ${'p95'.padStart(7)} ${'mean'.padStart(7)} ${'/spawn'.padStart(8)} ${'/bwrap'.padStart(8)}`,
+  );
   for (const [label, f] of rows) console.log(figuresRow(label, f, `${ratio(f, plain)} ${ratio(f, bwrap)}`));
   if (bwrap && full) {
     const times = full.p50 / bwrap.p50;
-    console.log(`goal full pipeline p50 <= 3x bwrap (prepared worker): ${times.toFixed(2)}x, ${times <= 3 ? 'met' : 'NOT met'}`);
+    console.log(
+      `goal full pipeline p50 <= 3x bwrap (prepared worker): ${times.toFixed(2)}x, ${times <= 3 ? 'met' : 'NOT met'}`,
+    );
   }
   return full;
 }
@@ -251,7 +307,9 @@ async function timePhases(harness: TurnHarness, full: Figures | undefined): Prom
   if (!policy.ok) throw new Error(policy.detail);
   const scratch = fs.mkdtempSync('/run/turnhost-bench-launch-');
   fs.chmodSync(scratch, 0o711);
-  const subtree = prepareCgroupSubtree(discoverCgroupLayout(config.probeRoots), { name: `thbench-launch-${process.pid}` });
+  const subtree = prepareCgroupSubtree(discoverCgroupLayout(config.probeRoots), {
+    name: `thbench-launch-${process.pid}`,
+  });
   if (!subtree.ok) throw new Error(subtree.detail);
   const limits = { memory: 512 * 1024 * 1024, pids: 128, cpu: 1 };
   const joinLeaf = createTurnCgroup(subtree.subtree, 'bench-join', limits);
@@ -294,7 +352,10 @@ async function timePhases(harness: TurnHarness, full: Figures | undefined): Prom
       },
     },
     { label: 'sh -c "exec true" (baseline for the join)', body: () => runToExit('sh', ['-c', 'exec true']) },
-    { label: `sh joining ${joinLeaf.cgroup.paths.length} turn leaves, exec true`, body: () => runToExit('sh', ['-c', `${joinEvery}; exec true`]) },
+    {
+      label: `sh joining ${joinLeaf.cgroup.paths.length} turn leaves, exec true`,
+      body: () => runToExit('sh', ['-c', `${joinEvery}; exec true`]),
+    },
     {
       label: 'workspace root + turn temp create/purge',
       body: async () => {
@@ -307,14 +368,17 @@ async function timePhases(harness: TurnHarness, full: Figures | undefined): Prom
       },
     },
     { label: 'node -e 0', body: () => runToExit(process.execPath, ['-e', '0']) },
-    { label: "node -e \"require('koffi')\"", body: () => runToExit(process.execPath, ['-e', "require('koffi')"]) },
+    { label: 'node -e "require(\'koffi\')"', body: () => runToExit(process.execPath, ['-e', "require('koffi')"]) },
     { label: 'worker alone (node, modules, seccomp, command)', body: () => workerAlone(harness.workspace) },
   ];
   try {
     const figures = await measureInterleaved(cases);
     console.log('\nphases, each timed alone through the functions the launch sequence calls:');
-    console.log(`${'phase'.padEnd(46)} ${'p50'.padStart(7)} ${'p95'.padStart(7)} ${'mean'.padStart(7)} ${'/full'.padStart(8)}`);
-    for (const [label, f] of figures) console.log(figuresRow(label, f, (full ? `${((100 * f.p50) / full.p50).toFixed(0)}%` : '-').padStart(8)));
+    console.log(
+      `${'phase'.padEnd(46)} ${'p50'.padStart(7)} ${'p95'.padStart(7)} ${'mean'.padStart(7)} ${'/full'.padStart(8)}`,
+    );
+    for (const [label, f] of figures)
+      console.log(figuresRow(label, f, (full ? `${((100 * f.p50) / full.p50).toFixed(0)}%` : '-').padStart(8)));
   } finally {
     joinLeaf.cgroup.kill();
     joinLeaf.cgroup.remove();
@@ -333,7 +397,9 @@ function openFdCount(): number {
  */
 function reportCleanup(harness: TurnHarness, slot: number): void {
   // The harness names its subtree so; preparing it again only opens the existing directories.
-  const subtree = prepareCgroupSubtree(discoverCgroupLayout(harness.config.probeRoots), { name: `turnhost-test-${slot}-${process.pid}` });
+  const subtree = prepareCgroupSubtree(discoverCgroupLayout(harness.config.probeRoots), {
+    name: `turnhost-test-${slot}-${process.pid}`,
+  });
   const leaves = subtree.ok ? listTurnCgroups(subtree.subtree) : [];
   const prepared = leaves.filter((name) => name.startsWith('prepared_')).length;
   const processes = workerProcesses(harness);
@@ -345,11 +411,20 @@ function reportCleanup(harness: TurnHarness, slot: number): void {
 
 async function main(): Promise<void> {
   if (process.geteuid?.() !== 0) throw new Error('run as root: the pipeline needs the helper config and turn cgroups');
-  const load = (): string => os.loadavg().map((l) => l.toFixed(2)).join(' ');
-  console.log(`launch bench: ${ITERATIONS} rounds after ${WARMUP} warm-up, times in ms; ${os.cpus().length} cpus, load ${load()}`);
+  const load = (): string =>
+    os
+      .loadavg()
+      .map((l) => l.toFixed(2))
+      .join(' ');
+  console.log(
+    `launch bench: ${ITERATIONS} rounds after ${WARMUP} warm-up, times in ms; ${os.cpus().length} cpus, load ${load()}`,
+  );
   const fdsBefore = openFdCount();
   const harness = await createTurnHarness({ slot: HARNESS_SLOT });
-  const cold = await createTurnHarness({ slot: COLD_HARNESS_SLOT, configure: (config) => (config.turns.preparedWorkers = 0) });
+  const cold = await createTurnHarness({
+    slot: COLD_HARNESS_SLOT,
+    configure: (config) => (config.turns.preparedWorkers = 0),
+  });
   try {
     const full = await compareLaunchers(harness, cold);
     reportCleanup(harness, HARNESS_SLOT);

@@ -61,7 +61,11 @@ type BenchPath = { name: string; target: Target; request: string };
 
 const CLONE_NEWNET = 0x40000000;
 const setns = libc().func('int setns(int, int)') as (fd: number, type: number) => number;
-const tcpSocket = libc().func('int socket(int, int, int)') as (domain: number, type: number, protocol: number) => number;
+const tcpSocket = libc().func('int socket(int, int, int)') as (
+  domain: number,
+  type: number,
+  protocol: number,
+) => number;
 const ownNamespace = fs.openSync('/proc/thread-self/ns/net', 'r');
 
 /** A TCP socket created inside `namespace` (connected later by Node, which keeps the socket's namespace). */
@@ -76,7 +80,10 @@ function socketIn(namespace: number): number {
 function connect(target: Target, allowHalfOpen = false): net.Socket {
   if ('path' in target) return net.connect({ path: target.path, allowHalfOpen });
   if (target.namespace === undefined) return net.connect({ host: '127.0.0.1', port: target.port, allowHalfOpen });
-  return new net.Socket({ fd: socketIn(target.namespace), allowHalfOpen, readable: true, writable: true }).connect({ host: '127.0.0.1', port: target.port });
+  return new net.Socket({ fd: socketIn(target.namespace), allowHalfOpen, readable: true, writable: true }).connect({
+    host: '127.0.0.1',
+    port: target.port,
+  });
 }
 
 /** One request on a fresh connection; resolves with the milliseconds until the response ended. */
@@ -94,7 +101,12 @@ function timedRequest(target: Target, request: string): Promise<number> {
   });
 }
 
-async function latencies(target: Target, request: string, concurrency: number, total: number): Promise<{ sorted: number[]; elapsedMs: number }> {
+async function latencies(
+  target: Target,
+  request: string,
+  concurrency: number,
+  total: number,
+): Promise<{ sorted: number[]; elapsedMs: number }> {
   const results: number[] = [];
   const started = performance.now();
   let issued = 0;
@@ -108,7 +120,8 @@ async function latencies(target: Target, request: string, concurrency: number, t
   return { sorted: results.sort((a, b) => a - b), elapsedMs: performance.now() - started };
 }
 
-const percentile = (sorted: number[], p: number): number => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!;
+const percentile = (sorted: number[], p: number): number =>
+  sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!;
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 /** Uploads UPLOAD_BYTES with backpressure on an open socket; resolves with MB/s once the origin counted them all. */
@@ -270,7 +283,11 @@ async function serveProxy(socketPath: string, httpPort: number, sinkPort: number
   process.send!({});
   serveControl(async () => {
     await proxy.close();
-    const report = { events: counting.given(), stored: storedEvents(store), fallback: store.status().fallbackPendingEvents };
+    const report = {
+      events: counting.given(),
+      stored: storedEvents(store),
+      fallback: store.status().fallbackPendingEvents,
+    };
     store.close();
     return report;
   });
@@ -293,7 +310,9 @@ function holdListener(): void {
 /** Starts this file in another role (`channel` as its fd 4; `unshared`: in a new network namespace); resolves with the child's first message. */
 async function spawnRole(args: string[], options: { channel?: number; unshared?: boolean } = {}): Promise<Role> {
   const node = [process.execPath, ...process.execArgv, fileURLToPath(import.meta.url), ...args];
-  const [command, ...rest] = options.unshared ? ['unshare', '--net', '--', '/bin/sh', '-c', 'ip link set lo up && exec "$@"', 'sh', ...node] : node;
+  const [command, ...rest] = options.unshared
+    ? ['unshare', '--net', '--', '/bin/sh', '-c', 'ip link set lo up && exec "$@"', 'sh', ...node]
+    : node;
   const child = spawn(command!, rest, {
     stdio: ['ignore', 'inherit', 'inherit', 'ipc', ...(options.channel === undefined ? [] : [options.channel])],
   });
@@ -349,7 +368,8 @@ async function latencyLevel(
   concurrency: number,
 ): Promise<Record<string, PathLatencies>> {
   const level: Record<string, PathLatencies> = {};
-  for (const { name } of paths) level[name] = { sorted: [], elapsedMs: 0, cpu: { total: 0, proxy: 0 }, addedByRound: [] };
+  for (const { name } of paths)
+    level[name] = { sorted: [], elapsedMs: 0, cpu: { total: 0, proxy: 0 }, addedByRound: [] };
   const perRound = Math.ceil(REQUESTS_PER_LEVEL / LATENCY_ROUNDS);
   for (let round = 0; round < LATENCY_ROUNDS; round++) {
     const p50s: Record<string, number> = {};
@@ -381,13 +401,19 @@ async function main(): Promise<void> {
   const channel = openListenerChannel();
   if (!channel.ok) throw new Error(channel.detail);
   const worker = await spawnRole([ROLE_WORKER], { channel: channel.workerFd, unshared: true });
-  const proxy = await spawnRole([ROLE_PROXY, socketPath, String(httpPort), String(sinkPort)], { channel: channel.supervisorFd });
+  const proxy = await spawnRole([ROLE_PROXY, socketPath, String(httpPort), String(sinkPort)], {
+    channel: channel.supervisorFd,
+  });
   closeChannelEnd(channel.workerFd);
   closeChannelEnd(channel.supervisorFd);
   const workerNamespace = fs.openSync(`/proc/${worker.first.pid}/ns/net`, 'r');
   const roles = { origins, proxy };
   const paths: BenchPath[] = [
-    { name: 'direct', target: { port: httpPort }, request: `GET / HTTP/1.1\r\nHost: 127.0.0.1:${httpPort}\r\nConnection: close\r\n\r\n` },
+    {
+      name: 'direct',
+      target: { port: httpPort },
+      request: `GET / HTTP/1.1\r\nHost: 127.0.0.1:${httpPort}\r\nConnection: close\r\n\r\n`,
+    },
     { name: 'proxy', target: { path: socketPath }, request: '' },
     { name: 'listener', target: { port: worker.first.port!, namespace: workerNamespace }, request: '' },
   ];
@@ -395,13 +421,24 @@ async function main(): Promise<void> {
   for (const entry of paths.slice(1)) entry.request = proxyRequest;
   for (const { target, request } of paths) await latencies(target, request, 16, WARMUP_REQUESTS);
 
-  const load = os.loadavg().map((l) => l.toFixed(2)).join(' ');
+  const load = os
+    .loadavg()
+    .map((l) => l.toFixed(2))
+    .join(' ');
   console.log(`egress proxy benchmark, ${new Date().toISOString()}, load average ${load}, ${CORES} CPUs`);
-  console.log(`CONNECT tunnels relayed ${USE_KERNEL_RELAY ? 'by the kernel relay (splice; BENCH_KERNEL_RELAY=0: in Node)' : 'in Node (BENCH_KERNEL_RELAY=0)'}`);
-  console.log(`${REQUESTS_PER_LEVEL} requests per level and path, new client connection per request, in ${LATENCY_ROUNDS} interleaved rounds;`);
-  console.log('added p50: median over the rounds of (p50 - direct p50 in the same round). CPU µs per request: all processes');
+  console.log(
+    `CONNECT tunnels relayed ${USE_KERNEL_RELAY ? 'by the kernel relay (splice; BENCH_KERNEL_RELAY=0: in Node)' : 'in Node (BENCH_KERNEL_RELAY=0)'}`,
+  );
+  console.log(
+    `${REQUESTS_PER_LEVEL} requests per level and path, new client connection per request, in ${LATENCY_ROUNDS} interleaved rounds;`,
+  );
+  console.log(
+    'added p50: median over the rounds of (p50 - direct p50 in the same round). CPU µs per request: all processes',
+  );
   console.log(`(client, origin, proxy) and the proxy; ceiling = req/s if all ${CORES} CPUs did nothing else.`);
-  console.log('concurrency  path           p50 ms     p99 ms  added p50 ms  p50 ratio  req/s  CPU: all  proxy  ceiling');
+  console.log(
+    'concurrency  path           p50 ms     p99 ms  added p50 ms  p50 ratio  req/s  CPU: all  proxy  ceiling',
+  );
   const addedP50: Record<string, number[]> = {};
   for (const concurrency of CONCURRENCY_LEVELS) {
     const level = await latencyLevel(roles, paths, concurrency);
@@ -443,7 +480,9 @@ async function main(): Promise<void> {
   }
   const mebibytes = (UPLOAD_RUNS * UPLOAD_BYTES) / (1024 * 1024);
   const directMBs = median(rates.direct!);
-  console.log(`64 MiB upload (CONNECT when proxied), median of ${UPLOAD_RUNS}; CPU µs per MiB as above; ceiling in MB/s`);
+  console.log(
+    `64 MiB upload (CONNECT when proxied), median of ${UPLOAD_RUNS}; CPU µs per MiB as above; ceiling in MB/s`,
+  );
   const ratios: Record<string, number> = {};
   for (const { name } of paths) {
     const MBs = median(rates[name]!);
@@ -457,13 +496,19 @@ async function main(): Promise<void> {
   }
   for (const { name } of paths.slice(1)) {
     const throughputMet = ratios[name]! >= GOAL_THROUGHPUT_RATIO;
-    const latencyMet = addedP50[name]!.map((added, i) => `c=${CONCURRENCY_LEVELS[i]} ${added <= GOAL_ADDED_P50_MS ? 'met' : 'NOT met'}`);
-    console.log(`goals, ${name}: throughput >= ${GOAL_THROUGHPUT_RATIO}x ${throughputMet ? 'met' : 'NOT met'}; added p50 <= ${GOAL_ADDED_P50_MS} ms: ${latencyMet.join(', ')}`);
+    const latencyMet = addedP50[name]!.map(
+      (added, i) => `c=${CONCURRENCY_LEVELS[i]} ${added <= GOAL_ADDED_P50_MS ? 'met' : 'NOT met'}`,
+    );
+    console.log(
+      `goals, ${name}: throughput >= ${GOAL_THROUGHPUT_RATIO}x ${throughputMet ? 'met' : 'NOT met'}; added p50 <= ${GOAL_ADDED_P50_MS} ms: ${latencyMet.join(', ')}`,
+    );
   }
 
   await ask(worker, 'stop');
   const events = await ask(proxy, 'stop');
-  console.log(`events: ${events.events} given to the store, ${events.stored} stored, ${events.fallback} in the fallback log`);
+  console.log(
+    `events: ${events.events} given to the store, ${events.stored} stored, ${events.fallback} in the fallback log`,
+  );
   await ask(origins, 'stop');
   fs.rmSync(dir, { recursive: true, force: true });
 }

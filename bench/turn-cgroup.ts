@@ -8,12 +8,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { discoverCgroupLayout } from '../cgroup/discover.js';
-import {
-  createTurnCgroup,
-  listTurnCgroups,
-  prepareCgroupSubtree,
-  removeCgroupSubtree,
-} from '../cgroup/turn-cgroup.js';
+import { createTurnCgroup, listTurnCgroups, prepareCgroupSubtree, removeCgroupSubtree } from '../cgroup/turn-cgroup.js';
 
 const TURNS = Number(process.argv[2] ?? 200);
 if (!Number.isInteger(TURNS) || TURNS < 1) throw new Error('TURNS must be a positive integer');
@@ -57,4 +52,6 @@ const removedSubtree = removeCgroupSubtree(subtree);
 console.log(`backend ${subtree.backend}, ${TURNS} turns each`);
 console.log(`bare launch           ${bareMs.toFixed(2)} ms/turn (baseline)`);
 console.log(`launch in turn cgroup ${withCgroupMs.toFixed(2)} ms/turn  ratio ${(withCgroupMs / bareMs).toFixed(2)}x`);
-console.log(`cleanup: ${leavesLeft} leaves left, fds ${fdsBefore} -> ${fdsAfter}, subtree removed: ${removedSubtree.ok}`);
+console.log(
+  `cleanup: ${leavesLeft} leaves left, fds ${fdsBefore} -> ${fdsAfter}, subtree removed: ${removedSubtree.ok}`,
+);

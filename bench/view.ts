@@ -25,15 +25,27 @@ fs.writeFileSync(path.join(workspace, 'ci.yml'), 'x');
 fs.mkdirSync(temp);
 fs.chownSync(temp, uid, uid);
 const config = path.join(dir, 'helper.conf');
-fs.writeFileSync(config, `uid_range ${uid} 1\ncaller_group 0\nworker_exec /bin/true\nview_path ${repo}\n`, { mode: 0o644 });
+fs.writeFileSync(config, `uid_range ${uid} 1\ncaller_group 0\nworker_exec /bin/true\nview_path ${repo}\n`, {
+  mode: 0o644,
+});
 
-const view = ['profile governed', `workspace ${workspace}`, `temp ${temp}`, 'protect mask_file .env', 'protect mask_directory secrets', 'protect read_only ci.yml'];
+const view = [
+  'profile governed',
+  `workspace ${workspace}`,
+  `temp ${temp}`,
+  'protect mask_file .env',
+  'protect mask_directory secrets',
+  'protect read_only ci.yml',
+];
 const cases: Array<[string, string[]]> = [
   ['view, host tree (baseline)', ['op view', `uid ${uid}`, 'profile governed', 'path /']],
   ['view, governed', ['op view', `uid ${uid}`, ...view, 'path /']],
   ['view, strict', ['op view', `uid ${uid}`, ...view.map((l) => l.replace('governed', 'strict')), 'path /']],
   ['launch /bin/true, governed', ['op launch', `uid ${uid}`, `gid ${uid}`, `cwd ${workspace}`, ...view]],
-  ['launch /bin/true, strict', ['op launch', `uid ${uid}`, `gid ${uid}`, `cwd ${workspace}`, ...view.map((l) => l.replace('governed', 'strict'))]],
+  [
+    'launch /bin/true, strict',
+    ['op launch', `uid ${uid}`, `gid ${uid}`, `cwd ${workspace}`, ...view.map((l) => l.replace('governed', 'strict'))],
+  ],
 ];
 
 function timeOnce(lines: string[]): number {
@@ -61,7 +73,8 @@ try {
   });
   const baseline = results[0]!.p50;
   console.log(`rounds ${rounds}`);
-  for (const { name, p50 } of results) console.log(`${name.padEnd(32)} p50 ${p50.toFixed(2).padStart(7)} ms  x${(p50 / baseline).toFixed(2)}`);
+  for (const { name, p50 } of results)
+    console.log(`${name.padEnd(32)} p50 ${p50.toFixed(2).padStart(7)} ms  x${(p50 / baseline).toFixed(2)}`);
 } finally {
   fs.rmSync(dir, { recursive: true, force: true });
 }

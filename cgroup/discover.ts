@@ -140,7 +140,10 @@ function readText(file: string): string {
 export const SUPERVISOR_LEAF = 'supervisor';
 
 function delegatedRoot(ownPath: string, processDir: string): { ownCgroup: string; ownDir: string } {
-  if (path.posix.basename(ownPath) !== SUPERVISOR_LEAF || !fs.existsSync(path.join(path.dirname(processDir), 'cgroup.subtree_control'))) {
+  if (
+    path.posix.basename(ownPath) !== SUPERVISOR_LEAF ||
+    !fs.existsSync(path.join(path.dirname(processDir), 'cgroup.subtree_control'))
+  ) {
     return { ownCgroup: ownPath, ownDir: processDir };
   }
   return { ownCgroup: path.posix.dirname(ownPath), ownDir: path.dirname(processDir) };
@@ -160,7 +163,9 @@ function discoverV2(memberships: CgroupMembership[], mounts: CgroupMount[], sysF
       nsdelegate: mount.superOptions.includes('nsdelegate'),
       ownCgroup,
       ownDir,
-      writable: [ownDir, path.join(ownDir, 'cgroup.procs'), path.join(ownDir, 'cgroup.subtree_control')].every(writable),
+      writable: [ownDir, path.join(ownDir, 'cgroup.procs'), path.join(ownDir, 'cgroup.subtree_control')].every(
+        writable,
+      ),
       controllers: readControllers(ownDir),
     };
   }
@@ -194,13 +199,27 @@ function discoverV1<C extends string>(
 
 /** Controllers a v1 hierarchy can hold; named hierarchies (name=systemd) hold none. */
 const V1_CONTROLLERS = new Set([
-  'blkio', 'cpu', 'cpuacct', 'cpuset', 'devices', 'freezer', 'hugetlb', 'memory', 'misc',
-  'net_cls', 'net_prio', 'perf_event', 'pids', 'rdma',
+  'blkio',
+  'cpu',
+  'cpuacct',
+  'cpuset',
+  'devices',
+  'freezer',
+  'hugetlb',
+  'memory',
+  'misc',
+  'net_cls',
+  'net_prio',
+  'perf_event',
+  'pids',
+  'rdma',
 ]);
 
 function layoutKind(mounts: CgroupMount[]): CgroupLayout['kind'] {
   const hasV2 = mounts.some((m) => m.fsType === 'cgroup2');
-  const hasV1Controllers = mounts.some((m) => m.fsType === 'cgroup' && m.superOptions.some((o) => V1_CONTROLLERS.has(o)));
+  const hasV1Controllers = mounts.some(
+    (m) => m.fsType === 'cgroup' && m.superOptions.some((o) => V1_CONTROLLERS.has(o)),
+  );
   if (hasV2 && hasV1Controllers) return 'hybrid';
   if (hasV2) return 'v2';
   if (hasV1Controllers) return 'v1';
@@ -232,7 +251,8 @@ export function discoverCgroupLayout(roots: CgroupRoots): CgroupLayout {
   for (const controller of CONTROLLERS) {
     const hierarchy: CgroupV1Hierarchy | null = discoverV1(controller, memberships, mounts, roots.sysFsCgroup);
     if (hierarchy === null) continue;
-    if (controller === 'memory') hierarchy.memsw = fs.existsSync(path.join(hierarchy.ownDir, 'memory.memsw.limit_in_bytes'));
+    if (controller === 'memory')
+      hierarchy.memsw = fs.existsSync(path.join(hierarchy.ownDir, 'memory.memsw.limit_in_bytes'));
     v1.push(hierarchy);
   }
   const v1Aux: CgroupV1AuxHierarchy[] = [];

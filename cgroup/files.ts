@@ -39,12 +39,17 @@ export const isValidCgroupName = isValidTurnId;
 function failureFor(op: string, target: string, error: unknown): ReturnType<typeof fail<CgroupFileFailure>> {
   const code = (error as NodeJS.ErrnoException).code ?? 'unknown';
   const reason: CgroupFileFailure =
-    code === 'ENOENT' ? 'cgroup_file_missing'
-    : code === 'EEXIST' ? 'cgroup_exists'
-    : code === 'EBUSY' || code === 'ENOTEMPTY' ? 'cgroup_busy'
-    : code === 'ESRCH' ? 'cgroup_no_such_process'
-    : code === 'ELOOP' ? 'cgroup_path_refused'
-    : 'cgroup_io_failed';
+    code === 'ENOENT'
+      ? 'cgroup_file_missing'
+      : code === 'EEXIST'
+        ? 'cgroup_exists'
+        : code === 'EBUSY' || code === 'ENOTEMPTY'
+          ? 'cgroup_busy'
+          : code === 'ESRCH'
+            ? 'cgroup_no_such_process'
+            : code === 'ELOOP'
+              ? 'cgroup_path_refused'
+              : 'cgroup_io_failed';
   return fail(reason, `${op} ${target}: ${code}`);
 }
 
@@ -125,7 +130,11 @@ export function assertNoSymlinks(dir: string): Result<{}, 'cgroup_path_refused'>
 }
 
 /** Creates `parent/name` or accepts an existing directory there; refuses anything else. */
-export function ensureDirectory(cgfs: CgroupFs, parent: string, name: string): Result<{ dir: string }, CgroupFileFailure> {
+export function ensureDirectory(
+  cgfs: CgroupFs,
+  parent: string,
+  name: string,
+): Result<{ dir: string }, CgroupFileFailure> {
   const dir = path.join(parent, name);
   const made = cgfs.mkdir(dir);
   if (!made.ok && made.reason !== 'cgroup_exists') return made;

@@ -25,7 +25,6 @@ export interface PrepareOptions {
   fs?: CgroupFs;
 }
 
-
 /** v2 when every usable controller sits in cgroup2; v1 when the controllers sit in v1. */
 export function prepareCgroupSubtree(
   layout: CgroupLayout,

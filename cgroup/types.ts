@@ -128,8 +128,4 @@ export interface TurnCgroup extends Omit<TurnCgroupLeaves, 'counters'> {
 }
 
 export type PrepareFailure =
-  | 'no_cgroup_backend'
-  | 'cgroup_not_delegated'
-  | 'invalid_name'
-  | 'cgroup_setup_failed'
-  | 'cgroup_path_refused';
+  'no_cgroup_backend' | 'cgroup_not_delegated' | 'invalid_name' | 'cgroup_setup_failed' | 'cgroup_path_refused';

@@ -20,7 +20,16 @@ import {
   type CgroupFs,
 } from './files.js';
 import { CPU_PERIOD_USEC, cpuQuotaUsec } from './v2.js';
-import type { CgroupLimits, CgroupSubtreeV1, ControllerReasons, PrepareFailure, TurnCgroupCounters, TurnCgroupLeaves, V1HierarchyName, V1TurnHierarchy } from './types.js';
+import type {
+  CgroupLimits,
+  CgroupSubtreeV1,
+  ControllerReasons,
+  PrepareFailure,
+  TurnCgroupCounters,
+  TurnCgroupLeaves,
+  V1HierarchyName,
+  V1TurnHierarchy,
+} from './types.js';
 
 const CONTROLLERS: CgroupController[] = ['memory', 'pids', 'cpu'];
 const KILL_WAIT_MS = 2_000;
@@ -128,7 +137,8 @@ export function createV1Leaves(
   }
   for (const controller of CONTROLLERS) {
     if (requested[controller] === undefined) continue;
-    if (subtree.hierarchies.some((h) => h.controller === controller)) leaves.applied[controller] = requested[controller];
+    if (subtree.hierarchies.some((h) => h.controller === controller))
+      leaves.applied[controller] = requested[controller];
     else leaves.absent[controller] = subtree.unavailable[controller] ?? `controller ${controller} unavailable`;
   }
   return ok({ leaves });
@@ -140,7 +150,8 @@ export function readV1Counters(cgfs: CgroupFs, leafOf: (c: V1HierarchyName) => s
     return dir === undefined ? undefined : path.join(dir, name);
   };
   const integer = (f: string | undefined): number | null => (f === undefined ? null : readInteger(cgfs, f));
-  const counters = (f: string | undefined): Map<string, number> | null => (f === undefined ? null : readCounters(cgfs, f));
+  const counters = (f: string | undefined): Map<string, number> | null =>
+    f === undefined ? null : readCounters(cgfs, f);
 
   const usageNs = integer(file('cpuacct', 'cpuacct.usage')) ?? integer(file('cpu', 'cpuacct.usage'));
   const cpuStat = counters(file('cpu', 'cpu.stat'));

@@ -16,7 +16,14 @@ import {
   waitUntil,
   type CgroupFs,
 } from './files.js';
-import type { CgroupLimits, CgroupSubtreeV2, ControllerReasons, PrepareFailure, TurnCgroupCounters, TurnCgroupLeaves } from './types.js';
+import type {
+  CgroupLimits,
+  CgroupSubtreeV2,
+  ControllerReasons,
+  PrepareFailure,
+  TurnCgroupCounters,
+  TurnCgroupLeaves,
+} from './types.js';
 
 const CONTROLLERS: CgroupController[] = ['memory', 'pids', 'cpu'];
 export const CPU_PERIOD_USEC = 100_000;

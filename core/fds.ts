@@ -42,6 +42,7 @@ let fcntl: ((fd: number, cmd: number, ...rest: unknown[]) => number) | undefined
  */
 export function markCloseOnExec(fd: number): Result<{}, 'fcntl_failed'> {
   fcntl ??= libc().func('int fcntl(int, int, ...)') as (fd: number, cmd: number, ...rest: unknown[]) => number;
-  if (fcntl(fd, F_SETFD, 'int', FD_CLOEXEC) !== 0) return fail('fcntl_failed', `fcntl(${fd}, F_SETFD): ${errnoName(lastErrno())}`);
+  if (fcntl(fd, F_SETFD, 'int', FD_CLOEXEC) !== 0)
+    return fail('fcntl_failed', `fcntl(${fd}, F_SETFD): ${errnoName(lastErrno())}`);
   return ok({});
 }

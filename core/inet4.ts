@@ -28,6 +28,7 @@ export function boundInet4(fd: number): Result<{ address: string; port: number }
   length.writeUInt32LE(address.length);
   if (getsockname(fd, address, length) !== 0) return fail('not_inet4', `getsockname failed: ${errnoName(lastErrno())}`);
   const family = address.readUInt16LE(0);
-  if (family !== AF_INET || length.readUInt32LE() !== SOCKADDR_IN_SIZE) return fail('not_inet4', `the socket's address family is ${family}, not AF_INET`);
+  if (family !== AF_INET || length.readUInt32LE() !== SOCKADDR_IN_SIZE)
+    return fail('not_inet4', `the socket's address family is ${family}, not AF_INET`);
   return ok({ address: [...address.subarray(4, 8)].join('.'), port: address.readUInt16BE(2) });
 }

@@ -18,10 +18,30 @@ export function lastErrno(): number {
 }
 
 const ERRNO_NAMES: Record<number, string> = {
-  1: 'EPERM', 2: 'ENOENT', 3: 'ESRCH', 4: 'EINTR', 5: 'EIO', 9: 'EBADF', 11: 'EAGAIN',
-  12: 'ENOMEM', 13: 'EACCES', 16: 'EBUSY', 17: 'EEXIST', 18: 'EXDEV', 20: 'ENOTDIR',
-  21: 'EISDIR', 22: 'EINVAL', 24: 'EMFILE', 27: 'EFBIG', 28: 'ENOSPC', 30: 'EROFS',
-  36: 'ENAMETOOLONG', 38: 'ENOSYS', 39: 'ENOTEMPTY', 40: 'ELOOP', 95: 'EOPNOTSUPP',
+  1: 'EPERM',
+  2: 'ENOENT',
+  3: 'ESRCH',
+  4: 'EINTR',
+  5: 'EIO',
+  9: 'EBADF',
+  11: 'EAGAIN',
+  12: 'ENOMEM',
+  13: 'EACCES',
+  16: 'EBUSY',
+  17: 'EEXIST',
+  18: 'EXDEV',
+  20: 'ENOTDIR',
+  21: 'EISDIR',
+  22: 'EINVAL',
+  24: 'EMFILE',
+  27: 'EFBIG',
+  28: 'ENOSPC',
+  30: 'EROFS',
+  36: 'ENAMETOOLONG',
+  38: 'ENOSYS',
+  39: 'ENOTEMPTY',
+  40: 'ELOOP',
+  95: 'EOPNOTSUPP',
 };
 
 export function errnoName(errno: number): string {

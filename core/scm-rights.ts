@@ -72,7 +72,8 @@ function message(payloadLength: number, controlLength: number): Message {
 
 /** Sends `payload` (1..MAX_PAYLOAD bytes) with `fd` attached, in one message. */
 export function sendFd(socketFd: number, fd: number, payload: Buffer): Result<{}, 'send_failed'> {
-  if (payload.length < 1 || payload.length > MAX_PAYLOAD) return fail('send_failed', `the payload must be 1..${MAX_PAYLOAD} bytes`);
+  if (payload.length < 1 || payload.length > MAX_PAYLOAD)
+    return fail('send_failed', `the payload must be 1..${MAX_PAYLOAD} bytes`);
   const m = message(payload.length, CMSG_HEADER + 8);
   try {
     payload.copy(m.bytes, PAYLOAD_OFFSET);
@@ -116,7 +117,10 @@ export function receiveFd(socketFd: number): Result<{ fd: number; payload: Buffe
     const received = bindings().recvmsg(socketFd, m.memory, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (received < 0) {
       const errno = lastErrno();
-      return fail('nothing_received', errno === EAGAIN ? 'no message is waiting' : `recvmsg failed: ${errnoName(errno)}`);
+      return fail(
+        'nothing_received',
+        errno === EAGAIN ? 'no message is waiting' : `recvmsg failed: ${errnoName(errno)}`,
+      );
     }
     const controlLength = Number(m.bytes.readBigUInt64LE(40));
     const fds = controlLength >= CMSG_HEADER ? receivedFds(m.bytes) : [];

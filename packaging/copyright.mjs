@@ -16,7 +16,9 @@ const lock = JSON.parse(fs.readFileSync(path.join(stagedRoot, 'package-lock.json
 const filesByLicense = new Map();
 for (const [location, entry] of Object.entries(lock.packages)) {
   if (location === '' || entry.dev === true || !fs.existsSync(path.join(stagedRoot, location))) continue;
-  const license = String(entry.license ?? '').replace(/^\((.*)\)$/, '$1').replace(/ OR /g, ' or ');
+  const license = String(entry.license ?? '')
+    .replace(/^\((.*)\)$/, '$1')
+    .replace(/ OR /g, ' or ');
   if (license === '') throw new Error(`${location}: no license in package-lock.json`);
   const files = filesByLicense.get(license) ?? [];
   files.push(`usr/lib/turnhost/${location}/*`);
@@ -30,6 +32,8 @@ for (const [license, files] of [...filesByLicense].sort(([a], [b]) => a.localeCo
   for (const name of license.split(' or ')) {
     if (!described.has(name)) throw new Error(`license ${name} has no paragraph in ${tailFile}`);
   }
-  stanzas.push(`Files:\n ${files.sort().join('\n ')}\nCopyright: the authors named in each module's own license file\nLicense: ${license}\n`);
+  stanzas.push(
+    `Files:\n ${files.sort().join('\n ')}\nCopyright: the authors named in each module's own license file\nLicense: ${license}\n`,
+  );
 }
 process.stdout.write(fs.readFileSync(headerFile, 'utf8') + stanzas.join('\n') + '\n' + tail);

@@ -7,7 +7,16 @@ import { lookup } from 'node:dns/promises';
 import net from 'node:net';
 import { fail, ok, type Result } from '../core/result.js';
 import type { CanonicalHost } from './host.js';
-import { classifyAddress, cidrContains, formatAddress, parseAddress, unmapIpv4, type AddressClass, type Cidr, type IpAddress } from './ip-class.js';
+import {
+  classifyAddress,
+  cidrContains,
+  formatAddress,
+  parseAddress,
+  unmapIpv4,
+  type AddressClass,
+  type Cidr,
+  type IpAddress,
+} from './ip-class.js';
 
 /** Returns every address for a name; tests inject a fixed map. */
 export type Resolver = (host: string) => Promise<string[]>;
@@ -29,9 +38,13 @@ export interface CheckedAddress {
 }
 
 /** An address is dialable when its class is public or an operator range covers it. */
-export function checkAddress(text: string, allowRanges: readonly Cidr[]): Result<{ checked: CheckedAddress }, 'denied_address_class'> {
+export function checkAddress(
+  text: string,
+  allowRanges: readonly Cidr[],
+): Result<{ checked: CheckedAddress }, 'denied_address_class'> {
   const parsed = parseAddress(text);
-  if (parsed === null) return fail('denied_address_class', `resolver answer "${text.slice(0, 64)}" is not a plain IP address`);
+  if (parsed === null)
+    return fail('denied_address_class', `resolver answer "${text.slice(0, 64)}" is not a plain IP address`);
   const address: IpAddress = unmapIpv4(parsed) ?? parsed;
   const cls = classifyAddress(address);
   const canonical = formatAddress(address);
@@ -51,10 +64,14 @@ export async function resolveAndCheck(
     try {
       answers = await resolver(host.host);
     } catch (error) {
-      return fail('resolve_failed', `${host.host} did not resolve (${(error as NodeJS.ErrnoException).code ?? 'error'})`);
+      return fail(
+        'resolve_failed',
+        `${host.host} did not resolve (${(error as NodeJS.ErrnoException).code ?? 'error'})`,
+      );
     }
     if (answers.length === 0) return fail('resolve_failed', `${host.host} resolved to no address`);
-    if (answers.length > MAX_ADDRESSES) return fail('resolve_failed', `${host.host} resolved to more than ${MAX_ADDRESSES} addresses`);
+    if (answers.length > MAX_ADDRESSES)
+      return fail('resolve_failed', `${host.host} resolved to more than ${MAX_ADDRESSES} addresses`);
   } else {
     answers = [host.host];
   }

@@ -98,6 +98,9 @@ export function connectionEvent(turn: TurnIdentity, record: ConnectionRecord): E
   });
 }
 
-export function denialEvent(turn: TurnIdentity, denial: { host: string; port: number | null; reason: DenialReason }): EventInput {
+export function denialEvent(
+  turn: TurnIdentity,
+  denial: { host: string; port: number | null; reason: DenialReason },
+): EventInput {
   return serverTurnEvent(turn, 'egress_denial', { host: denial.host, port: denial.port, reason: denial.reason });
 }

@@ -135,7 +135,10 @@ export class Exchange {
   counts(): { bytesUp: number; bytesDown: number; durationMs: number } {
     const durationMs = Math.round(performance.now() - this.started);
     if (this.released) return { ...this.released, durationMs };
-    const onSocket = this.socket === null ? { up: 0, down: 0 } : { up: this.socket.bytesWritten - this.baseline.written, down: this.socket.bytesRead - this.baseline.read };
+    const onSocket =
+      this.socket === null
+        ? { up: 0, down: 0 }
+        : { up: this.socket.bytesWritten - this.baseline.written, down: this.socket.bytesRead - this.baseline.read };
     return {
       bytesUp: this.carried.up + onSocket.up + this.splicedUp,
       bytesDown: this.carried.down + onSocket.down + this.splicedDown,

@@ -58,7 +58,8 @@ function parseLenientIpv4(name: string): Result<{ host: string }, 'invalid_host'
   const values: number[] = [];
   for (const part of parts) {
     const value = NUMERIC_PART.test(part) ? parseNumericPart(part) : null;
-    if (value === null || !Number.isFinite(value)) return fail('invalid_host', `"${part}" is not a number in an IPv4 host`);
+    if (value === null || !Number.isFinite(value))
+      return fail('invalid_host', `"${part}" is not a number in an IPv4 host`);
     values.push(value);
   }
   const last = values.pop()!;
@@ -84,12 +85,15 @@ function canonicalName(raw: string): Result<CanonicalHost, 'invalid_host'> {
   const lower = raw.toLowerCase();
   const name = lower.endsWith('.') ? lower.slice(0, -1) : lower;
   if (name.length === 0) return fail('invalid_host', 'the host is empty');
-  if (name.length > MAX_NAME_LENGTH) return fail('invalid_host', `the host is longer than ${MAX_NAME_LENGTH} characters`);
+  if (name.length > MAX_NAME_LENGTH)
+    return fail('invalid_host', `the host is longer than ${MAX_NAME_LENGTH} characters`);
   const labels = name.split('.');
   for (const label of labels) {
     if (label.length === 0) return fail('invalid_host', 'the host has an empty label');
-    if (label.length > MAX_LABEL_LENGTH) return fail('invalid_host', `a label is longer than ${MAX_LABEL_LENGTH} characters`);
-    if (!LABEL.test(label)) return fail('invalid_host', `label "${label}" has a character other than a-z, 0-9, '-', '_'`);
+    if (label.length > MAX_LABEL_LENGTH)
+      return fail('invalid_host', `a label is longer than ${MAX_LABEL_LENGTH} characters`);
+    if (!LABEL.test(label))
+      return fail('invalid_host', `label "${label}" has a character other than a-z, 0-9, '-', '_'`);
   }
   // A host whose last label is numeric is an IPv4 address or nothing (WHATWG "ends in a number").
   if (NUMERIC_PART.test(labels[labels.length - 1]!)) {
@@ -126,7 +130,8 @@ export function parseAuthority(
   raw: string,
   defaultPort: number | null,
 ): Result<{ authority: Authority }, 'invalid_host' | 'invalid_port'> {
-  if (raw.length > MAX_RAW_LENGTH) return fail('invalid_host', `the authority is longer than ${MAX_RAW_LENGTH} characters`);
+  if (raw.length > MAX_RAW_LENGTH)
+    return fail('invalid_host', `the authority is longer than ${MAX_RAW_LENGTH} characters`);
   // Userinfo would be split at its ':' as if it were a port; refuse it before that.
   if (raw.includes('@')) return fail('invalid_host', "the authority contains '@' (userinfo is refused)");
   let hostPart = raw;

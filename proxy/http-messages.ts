@@ -29,14 +29,20 @@ export type Refused = { status: 400 | 403; refusal: Refusal } | { status: 502; d
 export function responseParts(refused: Refused): { headers: Record<string, string | number>; body: string } {
   const detail = refused.status === 502 ? refused.detail : refused.refusal.detail;
   const body = `${detail}\n`;
-  const headers: Record<string, string | number> = { 'Content-Type': 'text/plain', 'Content-Length': Buffer.byteLength(body), Connection: 'close' };
+  const headers: Record<string, string | number> = {
+    'Content-Type': 'text/plain',
+    'Content-Length': Buffer.byteLength(body),
+    Connection: 'close',
+  };
   if (refused.status !== 502) headers['X-Turnhost-Denial'] = refused.refusal.reason;
   return { headers, body };
 }
 
 export function rawResponse(refused: Refused): string {
   const { headers, body } = responseParts(refused);
-  const lines = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`).join('');
+  const lines = Object.entries(headers)
+    .map(([name, value]) => `${name}: ${value}\r\n`)
+    .join('');
   return `HTTP/1.1 ${refused.status} ${http.STATUS_CODES[refused.status]}\r\n${lines}\r\n${body}`;
 }
 
@@ -44,7 +50,8 @@ export function rawResponse(refused: Refused): string {
 export function parseForwardTarget(
   url: string,
 ): Result<{ authorityText: string; pathAndQuery: string }, 'unsupported_scheme' | 'invalid_request'> {
-  if (/^https:\/\//i.test(url)) return fail('unsupported_scheme', 'https:// is reached through CONNECT, not as a forward request');
+  if (/^https:\/\//i.test(url))
+    return fail('unsupported_scheme', 'https:// is reached through CONNECT, not as a forward request');
   if (!/^http:\/\//i.test(url)) return fail('invalid_request', 'a proxy request needs an absolute http:// URI');
   const rest = url.slice('http://'.length);
   const end = rest.search(/[/?#]/);

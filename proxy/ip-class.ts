@@ -109,7 +109,7 @@ export function formatAddress(address: IpAddress): string {
   for (let i = 0; i < 8; i++) groups.push((address.bytes[i * 2]! << 8) | address.bytes[i * 2 + 1]!);
   let bestStart = -1;
   let bestLength = 1;
-  for (let i = 0; i < 8; ) {
+  for (let i = 0; i < 8;) {
     if (groups[i] !== 0) {
       i++;
       continue;

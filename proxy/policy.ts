@@ -65,11 +65,15 @@ export function parsePattern(entry: string): Result<{ pattern: HostPattern }, 'i
   const wildcard = hostText.startsWith('*.');
   const host = canonicalHost(wildcard ? hostText.slice(2) : hostText);
   if (!host.ok) return fail('invalid_pattern', `"${entry}": ${host.detail}`);
-  if (wildcard && host.kind !== 'name') return fail('invalid_pattern', `"${entry}": a wildcard needs a name, not an address`);
+  if (wildcard && host.kind !== 'name')
+    return fail('invalid_pattern', `"${entry}": a wildcard needs a name, not an address`);
   return ok({ pattern: { kind: wildcard ? 'suffix' : 'exact', host: host.host, port, text: entry } });
 }
 
-export function parsePatterns(entries: readonly string[], field: string): Result<{ patterns: HostPattern[] }, 'invalid_pattern'> {
+export function parsePatterns(
+  entries: readonly string[],
+  field: string,
+): Result<{ patterns: HostPattern[] }, 'invalid_pattern'> {
   const patterns: HostPattern[] = [];
   for (const entry of entries) {
     const parsed = parsePattern(entry);
@@ -92,7 +96,8 @@ export function patternMatches(pattern: HostPattern, host: string, port: number)
 
 /** Whether every host:port `inner` matches is also matched by `outer`. */
 export function patternCovers(outer: HostPattern, inner: HostPattern): boolean {
-  const portsCovered = outer.port === null ? inner.port === null || DEFAULT_PORTS.includes(inner.port) : outer.port === inner.port;
+  const portsCovered =
+    outer.port === null ? inner.port === null || DEFAULT_PORTS.includes(inner.port) : outer.port === inner.port;
   if (!portsCovered) return false;
   if (outer.kind === 'exact') return inner.kind === 'exact' && inner.host === outer.host;
   return inner.host.endsWith('.' + outer.host) || (inner.kind === 'suffix' && inner.host === outer.host);
@@ -102,7 +107,10 @@ export function decide(policy: EgressPolicy, host: string, port: number): Result
   const denied = policy.deny.find((p) => patternMatches(p, host, port));
   if (denied) return fail('denied_by_rule', `${host}:${port} matches deny entry "${denied.text}"`);
   if (!policy.allow.some((p) => patternMatches(p, host, port))) {
-    return fail('not_allowlisted', `${host}:${port} matches no allow entry (${policy.allow.length} entries, mode ${policy.mode})`);
+    return fail(
+      'not_allowlisted',
+      `${host}:${port} matches no allow entry (${policy.allow.length} entries, mode ${policy.mode})`,
+    );
   }
   return ok({ scope: policy.inference.some((p) => patternMatches(p, host, port)) ? 'inference' : 'tool' });
 }
@@ -157,11 +165,20 @@ export function buildTurnPolicy(
     if (!permitted.ok) return permitted;
     const refused = additions.patterns.find((a) => !permitted.patterns.some((p) => patternCovers(p, a)));
     if (refused) {
-      return fail('addition_not_permitted', `egressAllow: "${refused.text}" is not covered by egress.turnAdditionsAllowed`);
+      return fail(
+        'addition_not_permitted',
+        `egressAllow: "${refused.text}" is not covered by egress.turnAdditionsAllowed`,
+      );
     }
     allow = [...configured.patterns, ...additions.patterns];
   }
   return ok({
-    policy: { mode: request.mode, allow, deny: deny.patterns, inference: inference.patterns, allowAddressRanges: ranges },
+    policy: {
+      mode: request.mode,
+      allow,
+      deny: deny.patterns,
+      inference: inference.patterns,
+      allowAddressRanges: ranges,
+    },
   });
 }

@@ -148,8 +148,10 @@ function closed(server: net.Server): Promise<void> {
 
 function validateOptions(options: TurnProxyOptions): string | null {
   if (!path.isAbsolute(options.socketPath)) return 'socketPath must be absolute';
-  if (Buffer.byteLength(options.socketPath) > MAX_SOCKET_PATH) return `socketPath must be at most ${MAX_SOCKET_PATH} bytes`;
-  if (!Number.isSafeInteger(options.allowedPeerUid) || options.allowedPeerUid < 0) return 'allowedPeerUid must be a uid';
+  if (Buffer.byteLength(options.socketPath) > MAX_SOCKET_PATH)
+    return `socketPath must be at most ${MAX_SOCKET_PATH} bytes`;
+  if (!Number.isSafeInteger(options.allowedPeerUid) || options.allowedPeerUid < 0)
+    return 'allowedPeerUid must be a uid';
   for (const key of ['maxConnections', 'maxBytes', 'idleTimeoutMs'] as const) {
     const value = options.caps[key];
     if (!Number.isSafeInteger(value) || value < 1) return `caps.${key} must be a positive integer`;
@@ -186,7 +188,10 @@ class TurnProxyServer implements TurnProxy {
     this.resolver = options.resolver ?? systemResolver;
     this.connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
     this.budget = new ByteBudget(options.caps.maxBytes);
-    this.pool = new UpstreamPool({ perAuthority: POOL_PER_AUTHORITY, idleMs: Math.min(POOL_IDLE_MS, options.caps.idleTimeoutMs) });
+    this.pool = new UpstreamPool({
+      perAuthority: POOL_PER_AUTHORITY,
+      idleMs: Math.min(POOL_IDLE_MS, options.caps.idleTimeoutMs),
+    });
     // Started with the proxy, so that it is ready by the turn's first CONNECT.
     this.kernel = options.kernel === undefined ? kernelRelay() : options.kernel;
     this.events = new EventQueue(options.sink, (event, refused) => {
@@ -200,14 +205,21 @@ class TurnProxyServer implements TurnProxy {
     });
     this.http.on('upgrade', (req, socket) => {
       const client = netSocket(socket);
-      if (client) this.refuseRaw(client, { status: 403, refusal: this.refusalFor(req, 'unsupported_upgrade', 'protocol upgrades are not relayed') });
+      if (client)
+        this.refuseRaw(client, {
+          status: 403,
+          refusal: this.refusalFor(req, 'unsupported_upgrade', 'protocol upgrades are not relayed'),
+        });
     });
     this.http.on('clientError', (error, socket) => {
       const detail = `malformed request (${(error as NodeJS.ErrnoException).code ?? 'parse error'})`;
       const client = netSocket(socket);
-      if (client) this.refuseRaw(client, { status: 400, refusal: { reason: 'invalid_request', detail, host: '', port: null } });
+      if (client)
+        this.refuseRaw(client, { status: 400, refusal: { reason: 'invalid_request', detail, host: '', port: null } });
     });
-    this.listener = net.createServer({ allowHalfOpen: true, pauseOnConnect: true }, (socket) => this.acceptFromSocketPath(socket));
+    this.listener = net.createServer({ allowHalfOpen: true, pauseOnConnect: true }, (socket) =>
+      this.acceptFromSocketPath(socket),
+    );
   }
 
   attribute(turn: TurnIdentity, logger: Logger): void {
@@ -246,7 +258,9 @@ class TurnProxyServer implements TurnProxy {
       fs.closeSync(fd);
       return fail('listen_failed', this.closed ? 'the proxy is closed' : 'the proxy already serves a worker listener');
     }
-    const server = net.createServer({ allowHalfOpen: true, pauseOnConnect: true }, (socket) => this.acceptFromWorkerListener(socket));
+    const server = net.createServer({ allowHalfOpen: true, pauseOnConnect: true }, (socket) =>
+      this.acceptFromWorkerListener(socket),
+    );
     this.workerListener = server;
     try {
       await listening(server, { fd });
@@ -276,7 +290,9 @@ class TurnProxyServer implements TurnProxy {
     this.pool.closeAll();
     for (const socket of this.accepted) socket.destroy();
     this.http.close();
-    await Promise.all([this.listener, this.workerListener].map((server) => (server ? closed(server) : Promise.resolve())));
+    await Promise.all(
+      [this.listener, this.workerListener].map((server) => (server ? closed(server) : Promise.resolve())),
+    );
     await Promise.all(recorded);
     this.events.close();
     fs.rmSync(this.socketPath, { force: true });
@@ -284,7 +300,12 @@ class TurnProxyServer implements TurnProxy {
 
   private deny(refusal: Refusal): void {
     this.events.push(denialEvent(this.options.turn, refusal));
-    this.options.logger.info('egress denied', { host: refusal.host, port: refusal.port, reason: refusal.reason, detail: refusal.detail });
+    this.options.logger.info('egress denied', {
+      host: refusal.host,
+      port: refusal.port,
+      reason: refusal.reason,
+      detail: refusal.detail,
+    });
   }
 
   /**
@@ -320,7 +341,10 @@ class TurnProxyServer implements TurnProxy {
     if (!peer.ok || peer.uid !== this.options.allowedPeerUid) {
       const detail = peer.ok ? `peer uid ${peer.uid} is not the turn's worker uid` : peer.detail;
       this.refuseRaw(socket, { status: 403, refusal: { reason: 'peer_refused', detail, host: '', port: null } });
-      this.options.logger.warn('egress peer refused', { peerUid: peer.ok ? peer.uid : null, peerPid: peer.ok ? peer.pid : null });
+      this.options.logger.warn('egress peer refused', {
+        peerUid: peer.ok ? peer.uid : null,
+        peerPid: peer.ok ? peer.pid : null,
+      });
       return;
     }
     this.serveClient(socket);
@@ -358,11 +382,16 @@ class TurnProxyServer implements TurnProxy {
   }
 
   /** Validation, policy and the byte cap, shared by forward requests and CONNECT. */
-  private admit(authority: Authority, method: string | null, path: string | null): Result<{ target: Target }, DenialReason> {
+  private admit(
+    authority: Authority,
+    method: string | null,
+    path: string | null,
+  ): Result<{ target: Target }, DenialReason> {
     const host = authority.host.host;
     const decision = decide(this.options.policy, host, authority.port);
     if (!decision.ok) return decision;
-    if (this.budget.remaining() === 0) return fail('cap_exceeded', `the turn used its ${this.options.caps.maxBytes} bytes`);
+    if (this.budget.remaining() === 0)
+      return fail('cap_exceeded', `the turn used its ${this.options.caps.maxBytes} bytes`);
     return ok({ target: { authority, method, path, scope: decision.scope } });
   }
 
@@ -389,11 +418,17 @@ class TurnProxyServer implements TurnProxy {
    * Reserves a slot, resolves, checks every address, dials the checked address. The socket's
    * bytes are charged to the turn and its errors and idle time go to the exchange it serves.
    */
-  private async dial(target: Target): Promise<Result<{ socket: net.Socket; release: () => void }, DenialReason | 'connect_failed'>> {
+  private async dial(
+    target: Target,
+  ): Promise<Result<{ socket: net.Socket; release: () => void }, DenialReason | 'connect_failed'>> {
     const slot = this.reserveSlot();
     if (!slot.ok) return slot;
     const none = { bytesUp: 0, bytesDown: 0, durationMs: 0 };
-    const resolved = await resolveAndCheck(target.authority.host, this.options.policy.allowAddressRanges, this.resolver);
+    const resolved = await resolveAndCheck(
+      target.authority.host,
+      this.options.policy.allowAddressRanges,
+      this.resolver,
+    );
     if (!resolved.ok) {
       slot.release();
       return resolved;
@@ -433,7 +468,11 @@ class TurnProxyServer implements TurnProxy {
   }
 
   /** `socket` now works for `exchange`: its idle time, bytes and errors are the exchange's. */
-  private assign(socket: net.Socket, exchange: Exchange, upstreamFailed = () => exchange.abort('upstream_error')): void {
+  private assign(
+    socket: net.Socket,
+    exchange: Exchange,
+    upstreamFailed = () => exchange.abort('upstream_error'),
+  ): void {
     this.owner.set(socket, { exchange, upstreamFailed });
     socket.setTimeout(this.options.caps.idleTimeoutMs);
   }
@@ -446,13 +485,37 @@ class TurnProxyServer implements TurnProxy {
     return false;
   }
 
-  private recordConnection(target: Target, outcome: ConnectionOutcome, counts: { bytesUp: number; bytesDown: number; durationMs: number }): void {
-    const record = { host: target.authority.host.host, port: target.authority.port, method: target.method, path: target.path, ...counts, outcome, scope: target.scope };
+  private recordConnection(
+    target: Target,
+    outcome: ConnectionOutcome,
+    counts: { bytesUp: number; bytesDown: number; durationMs: number },
+  ): void {
+    const record = {
+      host: target.authority.host.host,
+      port: target.authority.port,
+      method: target.method,
+      path: target.path,
+      ...counts,
+      outcome,
+      scope: target.scope,
+    };
     this.events.push(connectionEvent(this.options.turn, record));
-    this.options.logger.debug('egress connection', { host: record.host, port: record.port, method: record.method, path: record.path, outcome, bytesUp: counts.bytesUp, bytesDown: counts.bytesDown });
+    this.options.logger.debug('egress connection', {
+      host: record.host,
+      port: record.port,
+      method: record.method,
+      path: record.path,
+      outcome,
+      bytesUp: counts.bytesUp,
+      bytesDown: counts.bytesDown,
+    });
   }
 
-  private hostHeaderAgrees(req: http.IncomingMessage, authority: Authority, defaultPort: number | null): Result<{}, 'host_mismatch'> {
+  private hostHeaderAgrees(
+    req: http.IncomingMessage,
+    authority: Authority,
+    defaultPort: number | null,
+  ): Result<{}, 'host_mismatch'> {
     const hostHeaders: string[] = [];
     for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) {
       if (req.rawHeaders[i]!.toLowerCase() === 'host') hostHeaders.push(req.rawHeaders[i + 1]!);
@@ -475,28 +538,49 @@ class TurnProxyServer implements TurnProxy {
   ): { ok: true; target: Target } | { ok: false; refused: Refused } {
     const parsed = parseAuthority(authorityText, defaultPort);
     if (!parsed.ok) {
-      return { ok: false, refused: { status: 403, refusal: { reason: parsed.reason, detail: parsed.detail, host: recordedAuthority(authorityText), port: null } } };
+      return {
+        ok: false,
+        refused: {
+          status: 403,
+          refusal: { reason: parsed.reason, detail: parsed.detail, host: recordedAuthority(authorityText), port: null },
+        },
+      };
     }
     const authority = parsed.authority;
     const where = { host: authority.host.host, port: authority.port };
     const agrees = this.hostHeaderAgrees(req, authority, defaultPort);
-    if (!agrees.ok) return { ok: false, refused: { status: 403, refusal: { reason: agrees.reason, detail: agrees.detail, ...where } } };
+    if (!agrees.ok)
+      return {
+        ok: false,
+        refused: { status: 403, refusal: { reason: agrees.reason, detail: agrees.detail, ...where } },
+      };
     const admitted = this.admit(authority, visible.method, visible.path);
-    if (!admitted.ok) return { ok: false, refused: { status: 403, refusal: { reason: admitted.reason, detail: admitted.detail, ...where } } };
+    if (!admitted.ok)
+      return {
+        ok: false,
+        refused: { status: 403, refusal: { reason: admitted.reason, detail: admitted.detail, ...where } },
+      };
     return { ok: true, target: admitted.target };
   }
 
   /** A fresh upstream connection for a checked target, or the refusal to answer. */
-  private async connect(target: Target): Promise<{ ok: true; socket: net.Socket; release: () => void } | { ok: false; refused: Refused }> {
+  private async connect(
+    target: Target,
+  ): Promise<{ ok: true; socket: net.Socket; release: () => void } | { ok: false; refused: Refused }> {
     const dialled = await this.dial(target);
     if (dialled.ok) return dialled;
     if (dialled.reason === 'connect_failed') return { ok: false, refused: { status: 502, detail: dialled.detail } };
     const where = { host: target.authority.host.host, port: target.authority.port };
-    return { ok: false, refused: { status: 403, refusal: { reason: dialled.reason, detail: dialled.detail, ...where } } };
+    return {
+      ok: false,
+      refused: { status: 403, refusal: { reason: dialled.reason, detail: dialled.detail, ...where } },
+    };
   }
 
   /** A fresh connection for forward requests: it may outlive the request in the pool, so it holds its slot until it closes. */
-  private async connectForRequests(target: Target): Promise<{ ok: true; socket: net.Socket } | { ok: false; refused: Refused }> {
+  private async connectForRequests(
+    target: Target,
+  ): Promise<{ ok: true; socket: net.Socket } | { ok: false; refused: Refused }> {
     const connected = await this.connect(target);
     if (connected.ok) connected.socket.once('close', connected.release);
     return connected;
@@ -505,7 +589,10 @@ class TurnProxyServer implements TurnProxy {
   private async handleForward(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const forward = parseForwardTarget(req.url ?? '');
     if (!forward.ok) {
-      this.refuseResponse(res, { status: 403, refusal: { reason: forward.reason, detail: forward.detail, host: '', port: null } });
+      this.refuseResponse(res, {
+        status: 403,
+        refusal: { reason: forward.reason, detail: forward.detail, host: '', port: null },
+      });
       return;
     }
     const visible = { method: req.method ?? 'GET', path: visiblePath(forward.pathAndQuery) };
@@ -523,7 +610,11 @@ class TurnProxyServer implements TurnProxy {
       if (!connected.ok) return this.refuseResponse(res, connected.refused);
       socket = connected.socket;
     }
-    this.relayForward(req, res, this.serve(socket, target), forward.pathAndQuery, { authority, reused: reused !== null, bodiless });
+    this.relayForward(req, res, this.serve(socket, target), forward.pathAndQuery, {
+      authority,
+      reused: reused !== null,
+      bodiless,
+    });
   }
 
   /**
@@ -553,7 +644,13 @@ class TurnProxyServer implements TurnProxy {
     const send = (): void => {
       const socket = exchange.upstream;
       this.assign(socket, exchange, upstreamFailed);
-      const upstreamRequest = http.request({ createConnection: () => socket, method: req.method, path: pathAndQuery, headers, setHost: false });
+      const upstreamRequest = http.request({
+        createConnection: () => socket,
+        method: req.method,
+        path: pathAndQuery,
+        headers,
+        setHost: false,
+      });
       socket.once('free', () => {
         this.owner.delete(socket);
         exchange.releaseUpstream();
@@ -566,7 +663,11 @@ class TurnProxyServer implements TurnProxy {
       });
       upstreamRequest.on('response', (upstreamResponse) => {
         answered = true;
-        res.writeHead(upstreamResponse.statusCode ?? 502, upstreamResponse.statusMessage, responseHeaders(upstreamResponse.rawHeaders));
+        res.writeHead(
+          upstreamResponse.statusCode ?? 502,
+          upstreamResponse.statusMessage,
+          responseHeaders(upstreamResponse.rawHeaders),
+        );
         upstreamResponse.pipe(res);
         upstreamResponse.on('error', () => res.destroy());
       });
@@ -656,7 +757,9 @@ class TurnProxyServer implements TurnProxy {
   }
 }
 
-export async function startTurnProxy(options: TurnProxyOptions): Promise<Result<TurnProxy, 'invalid_options' | 'listen_failed'>> {
+export async function startTurnProxy(
+  options: TurnProxyOptions,
+): Promise<Result<TurnProxy, 'invalid_options' | 'listen_failed'>> {
   const invalid = validateOptions(options);
   if (invalid !== null) return fail('invalid_options', invalid);
   const server = new TurnProxyServer(options);

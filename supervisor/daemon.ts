@@ -64,8 +64,10 @@ export function prepareDataDir(dir: string): Result<{}, 'data_dir_unusable'> {
     fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
     const stat = fs.lstatSync(dir);
     if (!stat.isDirectory()) return fail('data_dir_unusable', `${dir}: not a directory`);
-    if (stat.uid !== process.geteuid?.()) return fail('data_dir_unusable', `${dir}: owned by uid ${stat.uid}, not by the supervisor`);
-    if ((stat.mode & 0o022) !== 0) return fail('data_dir_unusable', `${dir}: writable by group or others; chmod 700 it`);
+    if (stat.uid !== process.geteuid?.())
+      return fail('data_dir_unusable', `${dir}: owned by uid ${stat.uid}, not by the supervisor`);
+    if ((stat.mode & 0o022) !== 0)
+      return fail('data_dir_unusable', `${dir}: writable by group or others; chmod 700 it`);
     return ok({});
   } catch (error) {
     return fail('data_dir_unusable', `${dir}: ${(error as NodeJS.ErrnoException).code ?? 'error'}`);
@@ -77,7 +79,9 @@ export function prepareDataDir(dir: string): Result<{}, 'data_dir_unusable'> {
  * "interrupted" turns and reap cgroups of the running one. The lock is an abstract unix socket
  * named after the directory's device and inode, so the kernel releases it when the holder dies.
  */
-export async function lockDataDir(dir: string): Promise<Result<{ release(): Promise<void> }, 'data_dir_in_use' | 'data_dir_unusable'>> {
+export async function lockDataDir(
+  dir: string,
+): Promise<Result<{ release(): Promise<void> }, 'data_dir_in_use' | 'data_dir_unusable'>> {
   const { dev, ino } = fs.statSync(dir);
   const server = net.createServer();
   const error = await new Promise<NodeJS.ErrnoException | null>((resolve) => {
@@ -88,7 +92,8 @@ export async function lockDataDir(dir: string): Promise<Result<{ release(): Prom
     server.unref();
     return ok({ release: () => new Promise<void>((resolve) => server.close(() => resolve())) });
   }
-  if (error.code === 'EADDRINUSE') return fail('data_dir_in_use', `${dir}: another turnhost supervisor uses this data directory`);
+  if (error.code === 'EADDRINUSE')
+    return fail('data_dir_in_use', `${dir}: another turnhost supervisor uses this data directory`);
   return fail('data_dir_unusable', `${dir}: cannot take the data directory lock (${error.code ?? error.message})`);
 }
 
@@ -139,7 +144,10 @@ export async function createProductionTurnManager(ctx: {
   probeContext: ProbeContext;
 }): Promise<Result<{ turns: TurnManager; close(): void }, 'turns_unavailable'>> {
   try {
-    const [{ createTurnManager }, { openDatabase }] = await Promise.all([import('./turns/manager.js'), import('./db/open.js')]);
+    const [{ createTurnManager }, { openDatabase }] = await Promise.all([
+      import('./turns/manager.js'),
+      import('./db/open.js'),
+    ]);
     const opened = openDatabase(path.join(ctx.config.dataDir, DATABASE_FILE));
     if (!opened.ok) return fail('turns_unavailable', opened.detail);
     const turns = await createTurnManager({
@@ -156,13 +164,20 @@ export async function createProductionTurnManager(ctx: {
   }
 }
 
-export async function startDaemon(options: DaemonOptions = {}): Promise<Result<{ daemon: DaemonHandle }, DaemonFailure>> {
+export async function startDaemon(
+  options: DaemonOptions = {},
+): Promise<Result<{ daemon: DaemonHandle }, DaemonFailure>> {
   const env = options.env ?? process.env;
   const loaded = loadConfig({ configPath: options.configPath, env, overrides: options.overrides });
   if (!loaded.ok) return loaded;
   const { config, sources } = loaded;
   const logger = options.logger ?? createLogger({ level: config.logLevel, fields: { component: 'supervisor' } });
-  logger.info('configuration loaded', { file: sources.file, env: sources.env, flags: sources.cli, dataDir: config.dataDir });
+  logger.info('configuration loaded', {
+    file: sources.file,
+    env: sources.env,
+    flags: sources.cli,
+    dataDir: config.dataDir,
+  });
 
   const dataDir = prepareDataDir(config.dataDir);
   if (!dataDir.ok) return dataDir;
@@ -182,7 +197,8 @@ export async function startDaemon(options: DaemonOptions = {}): Promise<Result<{
 
   const token = ensureApiToken(config);
   if (!token.ok) return abort(token);
-  if (token.source === 'generated') logger.info('api token generated', { file: path.join(config.dataDir, 'api-token') });
+  if (token.source === 'generated')
+    logger.info('api token generated', { file: path.join(config.dataDir, 'api-token') });
 
   const probeContext = createProbeContext(config, logger, env);
   const runProbes = options.runProbes ?? runWorkerHostProbes;
@@ -190,14 +206,17 @@ export async function startDaemon(options: DaemonOptions = {}): Promise<Result<{
   try {
     latest = await runProbes(probeContext, 'boot');
   } catch (error) {
-    logger.error('boot probe failed; status reports no worker host until a check succeeds', { error: (error as Error).message });
+    logger.error('boot probe failed; status reports no worker host until a check succeeds', {
+      error: (error as Error).message,
+    });
   }
   if (isRoot()) logger.warn(latest?.rootServer?.warning ?? ROOT_WARNING_FALLBACK, { rootServer: true });
 
   const prune = (): void => {
     try {
       const removed = store.pruneUnbound();
-      if (removed > 0) logger.info('pruned unbound events', { removed, retentionDays: config.events.unboundRetentionDays });
+      if (removed > 0)
+        logger.info('pruned unbound events', { removed, retentionDays: config.events.unboundRetentionDays });
     } catch (error) {
       logger.error('pruning unbound events failed', { error: (error as Error).message });
     }
@@ -208,14 +227,27 @@ export async function startDaemon(options: DaemonOptions = {}): Promise<Result<{
   cleanup.push(() => clearInterval(pruneTimer));
   // The scratch area's byte cap; files named *.pin are pinned (docs/fs-guard.md).
   const { scratch } = config.fs;
-  if (scratch.dir !== null) cleanup.push(startScratchPruner({ dir: scratch.dir, capBytes: scratch.capBytes, intervalSeconds: scratch.pruneIntervalSeconds, isPinned: isPinnedScratchName, sink: store, logger: logger.child({ component: 'scratch' }) }));
+  if (scratch.dir !== null)
+    cleanup.push(
+      startScratchPruner({
+        dir: scratch.dir,
+        capBytes: scratch.capBytes,
+        intervalSeconds: scratch.pruneIntervalSeconds,
+        isPinned: isPinnedScratchName,
+        sink: store,
+        logger: logger.child({ component: 'scratch' }),
+      }),
+    );
 
   let turns: TurnManager | undefined;
   if (options.turns !== false) {
     const built = await createProductionTurnManager({ config, logger, store, probeContext });
     if (built.ok) {
       turns = built.turns;
-      cleanup.push(() => built.close(), () => built.turns.close());
+      cleanup.push(
+        () => built.close(),
+        () => built.turns.close(),
+      );
     } else {
       logger.error('turn manager unavailable; serving without turn routes', { detail: built.detail });
     }

@@ -28,7 +28,11 @@ function sourceCommit(root: string): string {
   if (fs.existsSync(file)) return fs.readFileSync(file, 'utf8').trim() || 'unknown';
   if (!fs.existsSync(path.join(root, '.git'))) return 'unknown';
   try {
-    return execFileSync('git', ['-C', root, 'rev-parse', 'HEAD'], { encoding: 'utf8', timeout: 5000, stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+    return execFileSync('git', ['-C', root, 'rev-parse', 'HEAD'], {
+      encoding: 'utf8',
+      timeout: 5000,
+      stdio: ['ignore', 'pipe', 'ignore'],
+    }).trim();
   } catch {
     return 'unknown';
   }

@@ -3,7 +3,13 @@
  */
 import net from 'node:net';
 import { fail, ok, type Result } from '../core/result.js';
-import { encodeMessage, LineDecoder, parseSupervisorMessage, type SupervisorMessage, type WorkerMessage } from './protocol.js';
+import {
+  encodeMessage,
+  LineDecoder,
+  parseSupervisorMessage,
+  type SupervisorMessage,
+  type WorkerMessage,
+} from './protocol.js';
 
 export type ChannelEvent =
   | { kind: 'message'; message: SupervisorMessage }
@@ -50,10 +56,16 @@ export function openChannel(fd: number): Channel {
     }
     for (const line of framed.lines) {
       const parsed = parseSupervisorMessage(line);
-      emit(parsed.ok ? { kind: 'message', message: parsed.message } : { kind: 'invalid', detail: `${parsed.reason}: ${parsed.detail}` });
+      emit(
+        parsed.ok
+          ? { kind: 'message', message: parsed.message }
+          : { kind: 'invalid', detail: `${parsed.reason}: ${parsed.detail}` },
+      );
     }
   });
-  socket.on('end', () => emit({ kind: 'closed', detail: decoder.hasPartialLine() ? 'closed mid-line' : 'closed by the supervisor' }));
+  socket.on('end', () =>
+    emit({ kind: 'closed', detail: decoder.hasPartialLine() ? 'closed mid-line' : 'closed by the supervisor' }),
+  );
   socket.on('error', (err) => emit({ kind: 'closed', detail: err.message }));
   return {
     next: waitNext,
@@ -63,7 +75,9 @@ export function openChannel(fd: number): Channel {
     },
     send(message) {
       const encoded = encodeMessage(message);
-      const line = encoded.ok ? encoded.line : JSON.stringify({ type: 'error', code: 'protocol_invalid', detail: encoded.detail }) + '\n';
+      const line = encoded.ok
+        ? encoded.line
+        : JSON.stringify({ type: 'error', code: 'protocol_invalid', detail: encoded.detail }) + '\n';
       return new Promise((resolve) => {
         if (socket.destroyed || !socket.writable) return resolve();
         socket.write(line, () => resolve());
@@ -79,9 +93,13 @@ export function openChannel(fd: number): Channel {
 }
 
 /** The first message must be the launch message. */
-export function expectLaunch(event: ChannelEvent): Result<{ launch: Extract<SupervisorMessage, { type: 'launch' }> }, 'protocol_invalid' | 'protocol_closed'> {
-  if (event.kind === 'closed') return fail('protocol_closed', `protocol fd closed before the launch message: ${event.detail}`);
+export function expectLaunch(
+  event: ChannelEvent,
+): Result<{ launch: Extract<SupervisorMessage, { type: 'launch' }> }, 'protocol_invalid' | 'protocol_closed'> {
+  if (event.kind === 'closed')
+    return fail('protocol_closed', `protocol fd closed before the launch message: ${event.detail}`);
   if (event.kind === 'invalid') return fail('protocol_invalid', event.detail);
-  if (event.message.type !== 'launch') return fail('protocol_invalid', `first message must be launch, got ${event.message.type}`);
+  if (event.message.type !== 'launch')
+    return fail('protocol_invalid', `first message must be launch, got ${event.message.type}`);
   return ok({ launch: event.message });
 }

@@ -63,7 +63,11 @@ function resolveExecutable(spec: CommandSpec): Result<{ file: string }, 'spawn_f
     ? [path.resolve(spec.cwd, name)]
     : (spec.env.PATH ?? DEFAULT_PATH).split(':').map((dir) => path.resolve(spec.cwd, dir || '.', name));
   const file = candidates.find(isExecutableFile);
-  if (file === undefined) return fail('spawn_failed', `command ${JSON.stringify(name)} is not an executable file (searched ${candidates.length} location(s))`);
+  if (file === undefined)
+    return fail(
+      'spawn_failed',
+      `command ${JSON.stringify(name)} is not an executable file (searched ${candidates.length} location(s))`,
+    );
   return ok({ file });
 }
 
@@ -135,7 +139,10 @@ function ptyMaster(term: IPty): Result<{ fd: number; stream: NodeJS.EventEmitter
   const fd = internals._fd;
   const stream = internals._socket;
   if (typeof fd !== 'number' || !(stream instanceof EventEmitter)) {
-    return fail('spawn_failed', "node-pty's master fd or stream is not where worker/command.ts expects it (node-pty 1.1)");
+    return fail(
+      'spawn_failed',
+      "node-pty's master fd or stream is not where worker/command.ts expects it (node-pty 1.1)",
+    );
   }
   return ok({ fd, stream });
 }
@@ -149,7 +156,7 @@ function ptyMaster(term: IPty): Result<{ fd: number; stream: NodeJS.EventEmitter
  */
 function drainPtyMaster(fd: number, forward: (chunk: Buffer) => void): void {
   const buffer = Buffer.alloc(65536);
-  for (let drained = 0; drained < MAX_PTY_DRAIN_BYTES; ) {
+  for (let drained = 0; drained < MAX_PTY_DRAIN_BYTES;) {
     let count: number;
     try {
       count = fs.readSync(fd, buffer, 0, Math.min(buffer.length, MAX_PTY_DRAIN_BYTES - drained), null);
@@ -162,13 +169,23 @@ function drainPtyMaster(fd: number, forward: (chunk: Buffer) => void): void {
   }
 }
 
-async function startPty(spec: CommandSpec, file: string, size: TtySize): Promise<Result<{ command: RunningCommand }, 'spawn_failed'>> {
+async function startPty(
+  spec: CommandSpec,
+  file: string,
+  size: TtySize,
+): Promise<Result<{ command: RunningCommand }, 'spawn_failed'>> {
   // Loaded only for pty turns: importing node-pty costs ~40 ms of every launch.
   const { default: pty } = await import('node-pty');
   let term: IPty;
   try {
     // forkpty(): setsid() and the pty becomes the controlling terminal.
-    term = pty.spawn(file, spec.argv.slice(1), { cwd: spec.cwd, env: spec.env, cols: size.cols, rows: size.rows, encoding: null });
+    term = pty.spawn(file, spec.argv.slice(1), {
+      cwd: spec.cwd,
+      env: spec.env,
+      cols: size.cols,
+      rows: size.rows,
+      encoding: null,
+    });
   } catch (err) {
     return fail('spawn_failed', `pty spawn ${file}: ${(err as Error).message}`);
   }

@@ -23,7 +23,6 @@ import { listOpenFds, type OpenFd } from '../core/fds.js';
 import { fail, ok, type Result } from '../core/result.js';
 import { LISTENER_CHANNEL_FD, PROTOCOL_FD } from './protocol.js';
 
-
 const REQUIRED_SOCKETS = [PROTOCOL_FD, LISTENER_CHANNEL_FD];
 const NODE_ANON_INODES = new Set([
   'anon_inode:[eventpoll]',
@@ -65,14 +64,21 @@ export function checkInheritedFds(list: FdLister = listOpenFds): Result<{ fds: O
     const listed = list();
     if (!listed.ok) return fail('unexpected_fds', listed.detail);
     if (listing === 0) {
-      for (const [fd, name] of [[PROTOCOL_FD, 'protocol'], [LISTENER_CHANNEL_FD, 'listener channel']] as const) {
+      for (const [fd, name] of [
+        [PROTOCOL_FD, 'protocol'],
+        [LISTENER_CHANNEL_FD, 'listener channel'],
+      ] as const) {
         if (!listed.fds.some((f) => f.fd === fd)) return fail('unexpected_fds', `${name} fd ${fd} is not open`);
       }
     }
     const unexpected = findUnexpectedFds(listed.fds);
-    persistent = listing === 0 ? unexpected : unexpected.filter((f) => persistent.some((earlier) => earlier.fd === f.fd));
+    persistent =
+      listing === 0 ? unexpected : unexpected.filter((f) => persistent.some((earlier) => earlier.fd === f.fd));
     if (persistent.length === 0) return ok({ fds: listed.fds });
   }
   const found = persistent.map((f) => `${f.fd} -> ${f.target}`).join(', ');
-  return fail('unexpected_fds', `only fds 0-2, the protocol socket on fd 3, the listener channel on fd 4 and Node's own anon inodes and self-pipes may be open; found ${found}`);
+  return fail(
+    'unexpected_fds',
+    `only fds 0-2, the protocol socket on fd 3, the listener channel on fd 4 and Node's own anon inodes and self-pipes may be open; found ${found}`,
+  );
 }

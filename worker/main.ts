@@ -55,7 +55,11 @@ function followControl(channel: Channel, command: RunningCommand): void {
       return;
     }
     if (event.kind === 'invalid') {
-      void channel.send({ type: 'error', code: 'protocol_invalid', detail: event.detail.slice(0, MAX_ERROR_DETAIL_CHARS) });
+      void channel.send({
+        type: 'error',
+        code: 'protocol_invalid',
+        detail: event.detail.slice(0, MAX_ERROR_DETAIL_CHARS),
+      });
       return;
     }
     const message = event.message;
@@ -101,7 +105,12 @@ async function main(): Promise<number> {
   if (!launched.ok) return refuse(channel, launched.reason, launched.detail);
   const launch = launched.launch;
 
-  const started = await startCommand({ argv: launch.argv, cwd: launch.cwd, env: commandEnv(launch, listener.port), tty: launch.tty });
+  const started = await startCommand({
+    argv: launch.argv,
+    cwd: launch.cwd,
+    env: commandEnv(launch, listener.port),
+    tty: launch.tty,
+  });
   if (!started.ok) return refuse(channel, 'spawn_failed', started.detail);
   const command = started.command;
   await channel.send({ type: 'started', pid: command.pid });

@@ -21,7 +21,17 @@ export const MAX_ENV_ENTRIES = 4096;
 
 /** Signals the supervisor may forward to the command's process group. */
 export const FORWARDABLE_SIGNALS = [
-  'SIGHUP', 'SIGINT', 'SIGQUIT', 'SIGTERM', 'SIGKILL', 'SIGUSR1', 'SIGUSR2', 'SIGCONT', 'SIGSTOP', 'SIGTSTP', 'SIGWINCH',
+  'SIGHUP',
+  'SIGINT',
+  'SIGQUIT',
+  'SIGTERM',
+  'SIGKILL',
+  'SIGUSR1',
+  'SIGUSR2',
+  'SIGCONT',
+  'SIGSTOP',
+  'SIGTSTP',
+  'SIGWINCH',
 ] as const;
 export type ForwardableSignal = (typeof FORWARDABLE_SIGNALS)[number];
 
@@ -191,7 +201,9 @@ function launch(m: Fields): Check<LaunchMessage> {
   const tty = nullOr(m.tty, (v) => ttySize(v, 'launch.tty'));
   if (!tty.ok) return tty;
   if (typeof m.egress !== 'boolean') return invalid('launch.egress', 'must be a boolean');
-  return ok({ value: { type: 'launch', v: 1, argv: a.value, cwd: cwd.value, env: e.value, tty: tty.value, egress: m.egress } });
+  return ok({
+    value: { type: 'launch', v: 1, argv: a.value, cwd: cwd.value, env: e.value, tty: tty.value, egress: m.egress },
+  });
 }
 
 function resize(m: Fields): Check<ResizeMessage> {
@@ -272,7 +284,8 @@ function parseWith<T>(
   } catch (err) {
     return fail('invalid_json', `line is not JSON: ${(err as Error).message}`);
   }
-  if (!isObject(raw) || typeof raw.type !== 'string') return invalid('type', 'message must be an object with a string type');
+  if (!isObject(raw) || typeof raw.type !== 'string')
+    return invalid('type', 'message must be an object with a string type');
   const parser = Object.hasOwn(parsers, raw.type) ? parsers[raw.type] : undefined;
   if (!parser) return fail('unknown_type', `unknown message type ${JSON.stringify(raw.type).slice(0, 64)}`);
   const checked = parser(raw);

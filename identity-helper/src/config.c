@@ -38,8 +38,8 @@ static int set_uid_range(struct helper_config *c, const char *value, size_t line
   if (!parse_decimal(first_text, MAX_ID, &first) || !parse_decimal(space + 1, MAX_ID, &count) ||
       first == 0 || count == 0 || first + count - 1 > MAX_ID) {
     return fail_with(f, EXIT_CONFIG_INVALID,
-                     "config line %zu: uid_range needs FIRST >= 1, COUNT >= 1, last <= %llu",
-                     line, MAX_ID);
+                     "config line %zu: uid_range needs FIRST >= 1, COUNT >= 1, last <= %llu", line,
+                     MAX_ID);
   }
   c->uid_first = (uint32_t)first;
   c->uid_count = (uint32_t)count;
@@ -73,8 +73,8 @@ static int apply_config_line(struct helper_config *c, const char *key, const cha
   if (strcmp(key, "cgroup_root") == 0) {
     if (c->cgroup_root_count >= CONFIG_MAX_CGROUP_ROOTS || !is_canonical_absolute_path(copy)) {
       return fail_with(f, EXIT_CONFIG_INVALID,
-                       "config line %zu: cgroup_root: canonical absolute path, at most %d",
-                       line, CONFIG_MAX_CGROUP_ROOTS);
+                       "config line %zu: cgroup_root: canonical absolute path, at most %d", line,
+                       CONFIG_MAX_CGROUP_ROOTS);
     }
     c->cgroup_roots[c->cgroup_root_count++] = copy;
     return 0;
@@ -100,8 +100,8 @@ static int apply_config_line(struct helper_config *c, const char *key, const cha
   }
   if (strcmp(key, "worker_arg") == 0) {
     if (c->worker_arg_count >= CONFIG_MAX_WORKER_ARGS) {
-      return fail_with(f, EXIT_CONFIG_INVALID, "config line %zu: more than %d worker_arg",
-                       line, CONFIG_MAX_WORKER_ARGS);
+      return fail_with(f, EXIT_CONFIG_INVALID, "config line %zu: more than %d worker_arg", line,
+                       CONFIG_MAX_WORKER_ARGS);
     }
     c->worker_args[c->worker_arg_count++] = copy;
     return 0;
@@ -130,8 +130,8 @@ static bool line_has_control_bytes(const char *line, size_t len) {
   return false;
 }
 
-static int parse_config_line(struct helper_config *c, const char *start, size_t len,
-                             size_t line, struct failure *f) {
+static int parse_config_line(struct helper_config *c, const char *start, size_t len, size_t line,
+                             struct failure *f) {
   char buf[4096];
   if (len == 0 || start[0] == '#') {
     return 0;
@@ -239,8 +239,8 @@ static int resolve_caller_group(struct helper_config *c, struct failure *f) {
 }
 
 /* One "name:first:count" line; returns true and fills first/count when it names `user`. */
-static bool subuid_line_matches(const char *line, size_t len, const char *user,
-                                uint64_t *first, uint64_t *count) {
+static bool subuid_line_matches(const char *line, size_t len, const char *user, uint64_t *first,
+                                uint64_t *count) {
   char buf[512];
   if (len >= sizeof buf) {
     return false;
@@ -263,8 +263,7 @@ static bool subuid_line_matches(const char *line, size_t len, const char *user,
 static int resolve_subuid_range(struct helper_config *c, struct failure *f) {
   static char text[CONFIG_MAX_BYTES];
   size_t len = 0;
-  int code = read_trusted_file(HELPER_SUBUID_PATH, text, sizeof text, &len,
-                               EXIT_CONFIG_INVALID, f);
+  int code = read_trusted_file(HELPER_SUBUID_PATH, text, sizeof text, &len, EXIT_CONFIG_INVALID, f);
   if (code != 0) {
     return code;
   }

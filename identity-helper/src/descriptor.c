@@ -25,12 +25,14 @@ struct key_rule {
 
 static const char *op_names[] = {
     [OP_NONE] = "none", [OP_PROBE] = "probe", [OP_LAUNCH] = "launch",
-    [OP_VIEW] = "view", [OP_KILL] = "kill", [OP_RECLAIM] = "reclaim",
+    [OP_VIEW] = "view", [OP_KILL] = "kill",   [OP_RECLAIM] = "reclaim",
 };
 
 static const char *rlimit_names[RLIMIT_SLOT_COUNT] = {
-    [RLIMIT_SLOT_NPROC] = "nproc", [RLIMIT_SLOT_DATA] = "data",
-    [RLIMIT_SLOT_FSIZE] = "fsize", [RLIMIT_SLOT_NOFILE] = "nofile",
+    [RLIMIT_SLOT_NPROC] = "nproc",
+    [RLIMIT_SLOT_DATA] = "data",
+    [RLIMIT_SLOT_FSIZE] = "fsize",
+    [RLIMIT_SLOT_NOFILE] = "nofile",
 };
 
 const char *descriptor_op_name(enum descriptor_op op) {
@@ -137,8 +139,8 @@ static int handle_rlimit(struct descriptor_parser *p, const char *value, struct 
 }
 
 static bool is_hostname_byte(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         c == '-' || c == '.';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '.';
 }
 
 static int handle_hostname(struct descriptor_parser *p, const char *value, struct failure *f) {
@@ -268,8 +270,8 @@ static bool is_env_name(const char *entry, size_t len) {
   }
   for (size_t i = 0; i < len; i++) {
     char c = entry[i];
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_';
+    bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
     if (!ok) {
       return false;
     }
@@ -277,8 +279,7 @@ static bool is_env_name(const char *entry, size_t len) {
   return true;
 }
 
-static bool env_name_already_present(const struct descriptor *d, const char *entry,
-                                     size_t len) {
+static bool env_name_already_present(const struct descriptor *d, const char *entry, size_t len) {
   for (size_t i = 0; i < d->env_count; i++) {
     if (env_name_length(d->env[i]) == len && strncmp(d->env[i], entry, len) == 0) {
       return true;
@@ -432,14 +433,14 @@ static int process_body_line(struct descriptor_parser *p, struct failure *f) {
   }
   char *space = strchr(p->line, ' ');
   if (space == NULL || space[1] == '\0') {
-    return fail_with(f, EXIT_DESCRIPTOR_MALFORMED,
-                     "descriptor: line %zu: expected 'key value'", p->line_number);
+    return fail_with(f, EXIT_DESCRIPTOR_MALFORMED, "descriptor: line %zu: expected 'key value'",
+                     p->line_number);
   }
   *space = '\0';
   const char *key = p->line;
   if (!is_key_name(key)) {
-    return fail_with(f, EXIT_DESCRIPTOR_MALFORMED,
-                     "descriptor: line %zu: key must be [a-z_]+", p->line_number);
+    return fail_with(f, EXIT_DESCRIPTOR_MALFORMED, "descriptor: line %zu: key must be [a-z_]+",
+                     p->line_number);
   }
   int index = key_index(key);
   if (index < 0) {
@@ -447,8 +448,7 @@ static int process_body_line(struct descriptor_parser *p, struct failure *f) {
   }
   const struct key_rule *rule = &key_rules[index];
   if (!rule->repeatable && (p->keys_seen & (1u << index)) != 0) {
-    return fail_with(f, EXIT_DESCRIPTOR_MALFORMED, "descriptor: duplicate key '%s'",
-                     rule->name);
+    return fail_with(f, EXIT_DESCRIPTOR_MALFORMED, "descriptor: duplicate key '%s'", rule->name);
   }
   p->keys_seen |= 1u << index;
   return rule->handle(p, space + 1, f);
@@ -507,8 +507,8 @@ int descriptor_read_fd(int fd, struct descriptor_parser *p, struct failure *f) {
       continue;
     }
     if (n < 0) {
-      return fail_with(f, EXIT_DESCRIPTOR_MALFORMED, "descriptor: read from fd %d failed: %s",
-                       fd, strerror(errno));
+      return fail_with(f, EXIT_DESCRIPTOR_MALFORMED, "descriptor: read from fd %d failed: %s", fd,
+                       strerror(errno));
     }
     if (n == 0) {
       return fail_with(f, EXIT_DESCRIPTOR_MALFORMED, "descriptor: end of input before 'end'");

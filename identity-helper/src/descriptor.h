@@ -31,8 +31,13 @@ struct protect_rule {
   const char *path;
 };
 
-enum rlimit_slot { RLIMIT_SLOT_NPROC = 0, RLIMIT_SLOT_DATA, RLIMIT_SLOT_FSIZE,
-                   RLIMIT_SLOT_NOFILE, RLIMIT_SLOT_COUNT };
+enum rlimit_slot {
+  RLIMIT_SLOT_NPROC = 0,
+  RLIMIT_SLOT_DATA,
+  RLIMIT_SLOT_FSIZE,
+  RLIMIT_SLOT_NOFILE,
+  RLIMIT_SLOT_COUNT
+};
 
 struct descriptor {
   enum descriptor_op op;

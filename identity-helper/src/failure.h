@@ -4,9 +4,9 @@
 
 enum exit_code {
   EXIT_OK = 0,
-  EXIT_USAGE = 64,               /* bad argv, or fds 0-3 not open */
+  EXIT_USAGE = 64, /* bad argv, or fds 0-3 not open */
   EXIT_DESCRIPTOR_MALFORMED = 65,
-  EXIT_DESCRIPTOR_UNKNOWN = 66,  /* unknown version, key, op, rlimit name or profile */
+  EXIT_DESCRIPTOR_UNKNOWN = 66, /* unknown version, key, op, rlimit name or profile */
   EXIT_CALLER_NOT_PERMITTED = 67,
   EXIT_UID_OUT_OF_RANGE = 68,
   EXIT_CGROUP_REFUSED = 69,
@@ -15,11 +15,11 @@ enum exit_code {
   EXIT_IDENTITY_DROP_FAILED = 72,
   EXIT_EXEC_FAILED = 73,
   EXIT_RLIMIT_REFUSED = 74,
-  EXIT_PROBE_MISMATCH = 75,      /* the child's identity after the drop is not what it must be */
-  EXIT_INTERNAL = 76,            /* fork, pipe, read, /proc walk failures */
+  EXIT_PROBE_MISMATCH = 75, /* the child's identity after the drop is not what it must be */
+  EXIT_INTERNAL = 76,       /* fork, pipe, read, /proc walk failures */
   EXIT_CWD_UNUSABLE = 77,
-  EXIT_VIEW_REFUSED = 78,        /* a view path: symlink, wrong kind or owner, absent */
-  EXIT_TEMP_REFUSED = 79         /* a turn temp: not beneath a temp_root, symlink, wrong owner */
+  EXIT_VIEW_REFUSED = 78, /* a view path: symlink, wrong kind or owner, absent */
+  EXIT_TEMP_REFUSED = 79  /* a turn temp: not beneath a temp_root, symlink, wrong owner */
 };
 
 #define FAILURE_REASON_MAX 240

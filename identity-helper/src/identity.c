@@ -18,8 +18,7 @@ static int read_cap_last_cap(unsigned long *last, struct failure *f) {
   char buf[32];
   int fd = open("/proc/sys/kernel/cap_last_cap", O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "cannot open cap_last_cap: %s",
-                     strerror(errno));
+    return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "cannot open cap_last_cap: %s", strerror(errno));
   }
   ssize_t n = read(fd, buf, sizeof buf - 1);
   close(fd);
@@ -49,8 +48,7 @@ static int drop_bounding_and_ambient(struct failure *f) {
   }
   for (unsigned long cap = 0; cap <= last; cap++) {
     if (prctl(PR_CAPBSET_READ, cap, 0, 0, 0) != 0) {
-      return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "capability %lu still in bounding set",
-                       cap);
+      return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "capability %lu still in bounding set", cap);
     }
   }
   if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) {

@@ -75,8 +75,7 @@ static int write_self_to_procs(int leaf, struct failure *f) {
   int saved = errno;
   close(procs);
   if (written != len) {
-    return fail_with(f, EXIT_CGROUP_REFUSED, "cgroup: writing cgroup.procs: %s",
-                     strerror(saved));
+    return fail_with(f, EXIT_CGROUP_REFUSED, "cgroup: writing cgroup.procs: %s", strerror(saved));
   }
   return 0;
 }
@@ -84,8 +83,7 @@ static int write_self_to_procs(int leaf, struct failure *f) {
 int join_cgroup(const struct helper_config *c, const char *cgroup, struct failure *f) {
   const char *root = policy_cgroup_root_for(c, cgroup);
   if (root == NULL) {
-    return fail_with(f, EXIT_CGROUP_REFUSED, "cgroup %.128s is not beneath a cgroup_root",
-                     cgroup);
+    return fail_with(f, EXIT_CGROUP_REFUSED, "cgroup %.128s is not beneath a cgroup_root", cgroup);
   }
   int root_fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (root_fd < 0) {
@@ -100,8 +98,7 @@ int join_cgroup(const struct helper_config *c, const char *cgroup, struct failur
   }
   if (!is_cgroup_filesystem(leaf)) {
     close(leaf);
-    return fail_with(f, EXIT_CGROUP_REFUSED, "cgroup %.128s is not on a cgroup filesystem",
-                     cgroup);
+    return fail_with(f, EXIT_CGROUP_REFUSED, "cgroup %.128s is not on a cgroup filesystem", cgroup);
   }
   code = write_self_to_procs(leaf, f);
   close(leaf);
@@ -109,8 +106,10 @@ int join_cgroup(const struct helper_config *c, const char *cgroup, struct failur
 }
 
 static const int rlimit_resources[RLIMIT_SLOT_COUNT] = {
-    [RLIMIT_SLOT_NPROC] = RLIMIT_NPROC, [RLIMIT_SLOT_DATA] = RLIMIT_DATA,
-    [RLIMIT_SLOT_FSIZE] = RLIMIT_FSIZE, [RLIMIT_SLOT_NOFILE] = RLIMIT_NOFILE,
+    [RLIMIT_SLOT_NPROC] = RLIMIT_NPROC,
+    [RLIMIT_SLOT_DATA] = RLIMIT_DATA,
+    [RLIMIT_SLOT_FSIZE] = RLIMIT_FSIZE,
+    [RLIMIT_SLOT_NOFILE] = RLIMIT_NOFILE,
 };
 
 /* Sets soft = hard = value. Refuses a value above the current hard limit: the helper never
@@ -126,9 +125,8 @@ static int lower_rlimits(const struct descriptor *d, struct failure *f) {
     }
     rlim_t value = (rlim_t)d->rlimit[slot];
     if (current.rlim_max != RLIM_INFINITY && value > current.rlim_max) {
-      return fail_with(f, EXIT_RLIMIT_REFUSED,
-                       "rlimit %d: %llu would raise the hard limit %llu", slot,
-                       (unsigned long long)value, (unsigned long long)current.rlim_max);
+      return fail_with(f, EXIT_RLIMIT_REFUSED, "rlimit %d: %llu would raise the hard limit %llu",
+                       slot, (unsigned long long)value, (unsigned long long)current.rlim_max);
     }
     struct rlimit lowered = {value, value};
     if (setrlimit(rlimit_resources[slot], &lowered) != 0) {
@@ -160,8 +158,8 @@ static int bring_loopback_up(struct failure *f) {
 }
 
 /* The mount namespace comes last: the view (docs/filesystem-view.md) is built inside it. */
-static int enter_namespaces(const struct helper_config *c, const struct descriptor *d,
-                            uint32_t uid, struct failure *f) {
+static int enter_namespaces(const struct helper_config *c, const struct descriptor *d, uint32_t uid,
+                            struct failure *f) {
   if (unshare(CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) != 0) {
     return fail_with(f, EXIT_NAMESPACE_FAILED, "unshare(net, ipc, uts): %s", strerror(errno));
   }
@@ -198,7 +196,8 @@ static bool is_listener_channel(int fd) {
 /* Node (and other callers) may leave 0-2 close-on-exec; the worker needs 0-3 open, and 4 when
  * it is the listener channel (the worker refuses to run without one: not the helper's to judge). */
 static int keep_only_worker_fds(struct failure *f) {
-  int first_closed = is_listener_channel(LISTENER_CHANNEL_FD) ? LISTENER_CHANNEL_FD + 1 : LISTENER_CHANNEL_FD;
+  int first_closed =
+      is_listener_channel(LISTENER_CHANNEL_FD) ? LISTENER_CHANNEL_FD + 1 : LISTENER_CHANNEL_FD;
   if (close_range((unsigned int)first_closed, ~0u, 0) != 0) {
     return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "close_range: %s", strerror(errno));
   }
@@ -248,14 +247,21 @@ static int join_cgroups(const struct helper_config *c, const struct descriptor *
 int launch_worker(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
   uint32_t uid = 0;
   int code = policy_worker_uid(c, d, &uid, f);
-  if (code == 0) code = join_cgroups(c, d, f);
-  if (code == 0) code = lower_rlimits(d, f);
+  if (code == 0)
+    code = join_cgroups(c, d, f);
+  if (code == 0)
+    code = lower_rlimits(d, f);
   /* Before the view: it binds the temp only when the worker uid owns it. */
-  if (code == 0) code = temp_claim(c, d->temp, uid, f);
-  if (code == 0) code = enter_namespaces(c, d, uid, f);
-  if (code == 0) code = identity_drop(c, uid, f);
-  if (code == 0) code = keep_only_worker_fds(f);
-  if (code == 0) code = reset_signals(f);
+  if (code == 0)
+    code = temp_claim(c, d->temp, uid, f);
+  if (code == 0)
+    code = enter_namespaces(c, d, uid, f);
+  if (code == 0)
+    code = identity_drop(c, uid, f);
+  if (code == 0)
+    code = keep_only_worker_fds(f);
+  if (code == 0)
+    code = reset_signals(f);
   if (code != 0) {
     return code;
   }

@@ -37,8 +37,8 @@ int mounts_clone(int source, bool recursive, uint64_t set, uint64_t clear, int *
   memset(&attr, 0, sizeof attr);
   attr.attr_set = set;
   attr.attr_clr = clear;
-  if (mount_setattr(fd, "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), &attr,
-                    sizeof attr) != 0) {
+  if (mount_setattr(fd, "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), &attr, sizeof attr) !=
+      0) {
     int saved = errno;
     close(fd);
     return saved;

@@ -90,9 +90,8 @@ static _Noreturn void child_run_as_worker(const struct helper_config *c, uint32_
 /* Forks, prepares and drops to `uid` in the child, runs the task there and copies its payload
  * back. */
 static int run_as_worker(const struct helper_config *c, uint32_t uid,
-                         const struct worker_steps *steps,
-                         const void *context, void *payload, size_t payload_size,
-                         struct failure *f) {
+                         const struct worker_steps *steps, const void *context, void *payload,
+                         size_t payload_size, struct failure *f) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
     return fail_with(f, EXIT_INTERNAL, "pipe: %s", strerror(errno));
@@ -150,8 +149,7 @@ static void print_probe_receipt(const struct helper_config *c, uint32_t uid,
   fflush(stdout);
 }
 
-static int verify_probe_report(uint32_t uid, const struct identity_report *r,
-                               struct failure *f) {
+static int verify_probe_report(uint32_t uid, const struct identity_report *r, struct failure *f) {
   bool ids = r->ruid == uid && r->euid == uid && r->suid == uid && r->rgid == uid &&
              r->egid == uid && r->sgid == uid;
   if (!ids) {
@@ -255,7 +253,9 @@ static int view_prepare(const struct helper_config *c, const void *context, uint
   return d->workspace == NULL ? 0 : view_enter(c, d, uid, f);
 }
 
-static const char *yes_no(unsigned char value) { return value ? "yes" : "no"; }
+static const char *yes_no(unsigned char value) {
+  return value ? "yes" : "no";
+}
 
 static const char *emptiness_name(unsigned char value) {
   return value == EMPTINESS_YES ? "yes" : value == EMPTINESS_NO ? "no" : "unknown";

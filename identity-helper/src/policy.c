@@ -38,8 +38,8 @@ int policy_worker_uid(const struct helper_config *c, const struct descriptor *d,
                       struct failure *f) {
   uint32_t chosen = d->has_uid ? d->uid : c->uid_first;
   if (!policy_uid_in_range(c, chosen)) {
-    return fail_with(f, EXIT_UID_OUT_OF_RANGE, "uid %u is outside the worker range %u+%u",
-                     chosen, c->uid_first, c->uid_count);
+    return fail_with(f, EXIT_UID_OUT_OF_RANGE, "uid %u is outside the worker range %u+%u", chosen,
+                     c->uid_first, c->uid_count);
   }
   if (d->has_gid && d->gid != chosen) {
     return fail_with(f, EXIT_UID_OUT_OF_RANGE, "gid %u must equal uid %u", d->gid, chosen);

@@ -72,6 +72,5 @@ bool path_is_strictly_beneath(const char *path, const char *root) {
   if (root_len == 1) {
     return path[0] == '/' && path[1] != '\0';
   }
-  return strncmp(path, root, root_len) == 0 && path[root_len] == '/' &&
-         path[root_len + 1] != '\0';
+  return strncmp(path, root, root_len) == 0 && path[root_len] == '/' && path[root_len + 1] != '\0';
 }

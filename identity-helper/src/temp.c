@@ -57,12 +57,12 @@ int temp_claim(const struct helper_config *c, const char *temp, uint32_t uid, st
   }
   code = refuse_outside_roots(c, temp, f);
   if (code == 0 && st.st_uid != getuid()) {
-    code = fail_with(f, EXIT_TEMP_REFUSED, "temp %.128s must be owned by the caller (uid %u)",
-                     temp, (unsigned)getuid());
+    code = fail_with(f, EXIT_TEMP_REFUSED, "temp %.128s must be owned by the caller (uid %u)", temp,
+                     (unsigned)getuid());
   }
   if (code == 0 && (fchown(fd, uid, uid) != 0 || fchmod(fd, TEMP_MODE) != 0)) {
-    code = fail_with(f, EXIT_TEMP_REFUSED, "temp %.128s: chown to %u: %s", temp, uid,
-                     strerror(errno));
+    code =
+        fail_with(f, EXIT_TEMP_REFUSED, "temp %.128s: chown to %u: %s", temp, uid, strerror(errno));
   }
   close(fd);
   return code;
@@ -77,8 +77,7 @@ struct reclaim_walk {
   unsigned long skipped;
 };
 
-static int reclaim_directory(struct reclaim_walk *w, int dirfd, unsigned depth,
-                             struct failure *f);
+static int reclaim_directory(struct reclaim_walk *w, int dirfd, unsigned depth, struct failure *f);
 
 /* The directory itself is given back after its contents, and made traversable for its new
  * owner (the worker could have left it 0000). */
@@ -105,7 +104,8 @@ static int reclaim_subdirectory(struct reclaim_walk *w, int parent, const char *
   int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   struct stat st;
   if (fd < 0 || fstat(fd, &st) != 0 || st.st_dev != seen->st_dev || st.st_ino != seen->st_ino) {
-    if (fd >= 0) close(fd);
+    if (fd >= 0)
+      close(fd);
     w->skipped++; /* replaced since it was listed: left alone */
     return 0;
   }
@@ -141,12 +141,12 @@ static bool is_dot_entry(const char *name) {
   return strcmp(name, ".") == 0 || strcmp(name, "..") == 0;
 }
 
-static int reclaim_directory(struct reclaim_walk *w, int dirfd, unsigned depth,
-                             struct failure *f) {
+static int reclaim_directory(struct reclaim_walk *w, int dirfd, unsigned depth, struct failure *f) {
   int listing = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
   DIR *dir = listing < 0 ? NULL : fdopendir(listing);
   if (dir == NULL) {
-    if (listing >= 0) close(listing);
+    if (listing >= 0)
+      close(listing);
     return fail_with(f, EXIT_INTERNAL, "reclaim: listing a directory: %s", strerror(errno));
   }
   int code = 0;
@@ -169,10 +169,12 @@ static int reclaim_directory(struct reclaim_walk *w, int dirfd, unsigned depth,
 int run_reclaim(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
   uint32_t uid = 0;
   int code = policy_worker_uid(c, d, &uid, f);
-  if (code == 0) code = refuse_outside_roots(c, d->temp, f);
+  if (code == 0)
+    code = refuse_outside_roots(c, d->temp, f);
   int fd = -1;
   struct stat st;
-  if (code == 0) code = open_temp_directory(d->temp, &fd, &st, f);
+  if (code == 0)
+    code = open_temp_directory(d->temp, &fd, &st, f);
   if (code != 0) {
     return code;
   }

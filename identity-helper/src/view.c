@@ -22,12 +22,10 @@
 #define ATTR_FIXED (MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
 #define ATTR_READ_ONLY (MOUNT_ATTR_RDONLY | ATTR_FIXED)
 
-static const char *const tmp_options[] = {"size", "128m", "nr_inodes", "65536", "mode", "1777",
-                                          NULL};
-static const char *const run_options[] = {"size", "1m", "nr_inodes", "4096", "mode", "0755",
-                                          NULL};
-static const char *const root_options[] = {"size", "1m", "nr_inodes", "4096", "mode", "0755",
-                                           NULL};
+static const char *const tmp_options[] = {"size", "128m", "nr_inodes", "65536",
+                                          "mode", "1777", NULL};
+static const char *const run_options[] = {"size", "1m", "nr_inodes", "4096", "mode", "0755", NULL};
+static const char *const root_options[] = {"size", "1m", "nr_inodes", "4096", "mode", "0755", NULL};
 static const char *const mask_options[] = {"size", "4k", "nr_inodes", "8", "mode", "0755", NULL};
 static const char *const proc_options[] = {"hidepid", "invisible", NULL};
 static const char *const devpts_options[] = {"ptmxmode", "0666", "mode", "0620", NULL};
@@ -66,8 +64,8 @@ static const struct system_entry strict_entries[] = {
 #define STRICT_ENTRY_COUNT (sizeof strict_entries / sizeof strict_entries[0])
 
 static const char *const strict_links[][2] = {
-    {"/dev/ptmx", "pts/ptmx"},     {"/dev/fd", "/proc/self/fd"},
-    {"/dev/stdin", "/proc/self/fd/0"}, {"/dev/stdout", "/proc/self/fd/1"},
+    {"/dev/ptmx", "pts/ptmx"},          {"/dev/fd", "/proc/self/fd"},
+    {"/dev/stdin", "/proc/self/fd/0"},  {"/dev/stdout", "/proc/self/fd/1"},
     {"/dev/stderr", "/proc/self/fd/2"},
 };
 #define STRICT_LINK_COUNT (sizeof strict_links / sizeof strict_links[0])
@@ -96,15 +94,14 @@ static struct view_plan {
 
 static int refuse_path(struct failure *f, const char *what, const char *path, int error) {
   if (error == ELOOP) {
-    return fail_with(f, EXIT_VIEW_REFUSED,
-                     "view: %s %.128s is or passes through a symbolic link", what, path);
+    return fail_with(f, EXIT_VIEW_REFUSED, "view: %s %.128s is or passes through a symbolic link",
+                     what, path);
   }
   return fail_with(f, EXIT_VIEW_REFUSED, "view: %s %.128s: %s", what, path, strerror(error));
 }
 
 static int mount_failed(struct failure *f, const char *step, const char *path, int error) {
-  return fail_with(f, EXIT_NAMESPACE_FAILED, "view: %s %.128s: %s", step, path,
-                   strerror(error));
+  return fail_with(f, EXIT_NAMESPACE_FAILED, "view: %s %.128s: %s", step, path, strerror(error));
 }
 
 static const char *base_name(const char *path) {
@@ -127,13 +124,15 @@ static int open_host(const char *what, const char *path, mode_t type, int *fd, s
   if (type != 0 && (st->st_mode & S_IFMT) != type) {
     close(*fd);
     return fail_with(f, EXIT_VIEW_REFUSED, "view: %s %.128s is not a %s", what, path,
-                     type == S_IFDIR ? "directory" : type == S_IFSOCK ? "socket" : "file");
+                     type == S_IFDIR    ? "directory"
+                     : type == S_IFSOCK ? "socket"
+                                        : "file");
   }
   return 0;
 }
 
-static int add_binding(const char *path, int source, bool recursive, uint64_t set,
-                       uint64_t clear, enum mountpoint_kind kind, struct failure *f) {
+static int add_binding(const char *path, int source, bool recursive, uint64_t set, uint64_t clear,
+                       enum mountpoint_kind kind, struct failure *f) {
   if (plan.binding_count >= VIEW_MAX_BINDINGS) {
     return fail_with(f, EXIT_VIEW_REFUSED, "view: more than %d bindings", VIEW_MAX_BINDINGS);
   }
@@ -146,8 +145,8 @@ static int add_binding(const char *path, int source, bool recursive, uint64_t se
   return 0;
 }
 
-static int bind_host(const char *what, const char *path, mode_t type, bool recursive,
-                     uint64_t set, uint64_t clear, struct failure *f) {
+static int bind_host(const char *what, const char *path, mode_t type, bool recursive, uint64_t set,
+                     uint64_t clear, struct failure *f) {
   int fd = -1;
   struct stat st;
   int code = open_host(what, path, type, &fd, &st, f);
@@ -207,8 +206,8 @@ static int plan_turn_bindings(const struct helper_config *c, const struct descri
     code = bind_temp(d->temp, uid, f);
   }
   if (code == 0 && d->socket != NULL) {
-    code = bind_host("socket", d->socket, S_IFSOCK, false, ATTR_READ_ONLY | MOUNT_ATTR_NOEXEC,
-                     0, f);
+    code =
+        bind_host("socket", d->socket, S_IFSOCK, false, ATTR_READ_ONLY | MOUNT_ATTR_NOEXEC, 0, f);
   }
   return code;
 }
@@ -312,10 +311,14 @@ static int prepare_masks(const struct descriptor *d, int staging, struct failure
   int mask_fs = -1;
   uint64_t attributes = ATTR_FIXED | MOUNT_ATTR_NOEXEC;
   int error = mounts_new_filesystem("tmpfs", mask_options, attributes, &mask_fs);
-  if (error == 0 && mknodat(mask_fs, "file", S_IFREG | 0444, 0) != 0) error = errno;
-  if (error == 0 && mkdirat(mask_fs, "dir", 0555) != 0) error = errno;
-  if (error == 0) error = mounts_set_attributes(mask_fs, false, MOUNT_ATTR_RDONLY);
-  if (error == 0) error = mounts_attach(mask_fs, staging);
+  if (error == 0 && mknodat(mask_fs, "file", S_IFREG | 0444, 0) != 0)
+    error = errno;
+  if (error == 0 && mkdirat(mask_fs, "dir", 0555) != 0)
+    error = errno;
+  if (error == 0)
+    error = mounts_set_attributes(mask_fs, false, MOUNT_ATTR_RDONLY);
+  if (error == 0)
+    error = mounts_attach(mask_fs, staging);
   if (error != 0) {
     if (mask_fs >= 0) {
       close(mask_fs);
@@ -530,8 +533,8 @@ static int build_governed(int root, struct failure *f) {
   }
   int code = attach_new_filesystem(root, "/tmp", "tmpfs", tmp_options, ATTR_FIXED, true, f);
   if (code == 0) {
-    code = attach_new_filesystem(root, "/run", "tmpfs", run_options,
-                                 ATTR_FIXED | MOUNT_ATTR_NOEXEC, true, f);
+    code = attach_new_filesystem(root, "/run", "tmpfs", run_options, ATTR_FIXED | MOUNT_ATTR_NOEXEC,
+                                 true, f);
   }
   if (code == 0) {
     code = attach_new_filesystem(root, "/proc", "proc", proc_options,
@@ -563,8 +566,10 @@ static int pivot_into(int new_root, struct failure *f) {
  * entries, view paths, workspace (read-only), temp and socket. */
 static int build_strict(int staging, int *new_root, struct failure *f) {
   int error = mounts_new_filesystem("tmpfs", root_options, ATTR_FIXED, new_root);
-  if (error == 0) error = mounts_attach(*new_root, staging);
-  if (error == 0) error = mounts_own(&plan.owned, *new_root);
+  if (error == 0)
+    error = mounts_attach(*new_root, staging);
+  if (error == 0)
+    error = mounts_own(&plan.owned, *new_root);
   if (error != 0) {
     return mount_failed(f, "creating", "the new root", error);
   }
@@ -577,8 +582,10 @@ static int build_strict(int staging, int *new_root, struct failure *f) {
     code = attach_new_filesystem(*new_root, "/dev/pts", "devpts", devpts_options,
                                  MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false, f);
   }
-  if (code == 0) code = create_symlinks(*new_root, f);
-  if (code == 0) code = attach_bindings(*new_root, f);
+  if (code == 0)
+    code = create_symlinks(*new_root, f);
+  if (code == 0)
+    code = attach_bindings(*new_root, f);
   return code;
 }
 
@@ -630,22 +637,29 @@ int view_enter(const struct helper_config *c, const struct descriptor *d, uint32
   int root = -1;
   int staging = -1;
   int code = enter_private_namespace(f);
-  if (code == 0) code = open_root(&root, f);
+  if (code == 0)
+    code = open_root(&root, f);
   if (code == 0) {
     int error = mounts_mountpoint(root, "/tmp", MOUNTPOINT_DIRECTORY, &plan.owned, &staging);
     code = error == 0 ? 0 : refuse_path(f, "staging directory", "/tmp", error);
   }
-  if (code == 0) code = plan_view(c, d, uid, staging, f);
+  if (code == 0)
+    code = plan_view(c, d, uid, staging, f);
   int new_root = -1;
   if (code == 0 && d->view_profile == PROFILE_GOVERNED) {
     code = build_governed(root, f);
   } else if (code == 0) {
     code = build_strict(staging, &new_root, f);
   }
-  if (code == 0) code = apply_protects(d, f);
-  if (code == 0 && new_root >= 0) code = enter_strict_root(new_root, f);
-  if (new_root >= 0) close(new_root);
-  if (staging >= 0) close(staging);
-  if (root >= 0) close(root);
+  if (code == 0)
+    code = apply_protects(d, f);
+  if (code == 0 && new_root >= 0)
+    code = enter_strict_root(new_root, f);
+  if (new_root >= 0)
+    close(new_root);
+  if (staging >= 0)
+    close(staging);
+  if (root >= 0)
+    close(root);
   return code;
 }

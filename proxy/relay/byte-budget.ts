@@ -11,7 +11,8 @@ export class ByteBudget {
     readonly maxBytes: number,
     shared?: SharedArrayBuffer,
   ) {
-    if (!Number.isSafeInteger(maxBytes) || maxBytes < 1) throw new RangeError('maxBytes must be a positive safe integer');
+    if (!Number.isSafeInteger(maxBytes) || maxBytes < 1)
+      throw new RangeError('maxBytes must be a positive safe integer');
     this.shared = shared ?? new SharedArrayBuffer(BigInt64Array.BYTES_PER_ELEMENT);
     this.used = new BigInt64Array(this.shared);
   }

@@ -153,7 +153,13 @@ class RelayThread implements KernelRelay {
   }
 
   report(): RelayReport {
-    return { state: this.current, failure: this.failure || null, adopted: this.nextId - 1, open: this.waiting.size, refused: { ...this.refused } };
+    return {
+      state: this.current,
+      failure: this.failure || null,
+      adopted: this.nextId - 1,
+      open: this.waiting.size,
+      refused: { ...this.refused },
+    };
   }
 
   adopt(a: net.Socket, b: net.Socket, options: AdoptOptions = {}): Result<{ tunnel: KernelTunnel }, AdoptFailure> {
@@ -177,7 +183,8 @@ class RelayThread implements KernelRelay {
     b: net.Socket,
     initial: [Buffer | null, Buffer | null],
   ): Result<{ fds: [number, number] }, AdoptFailure> {
-    if (this.current !== 'ready') return fail('relay_not_ready', `the kernel relay is ${this.current}${this.failure ? `: ${this.failure}` : ''}`);
+    if (this.current !== 'ready')
+      return fail('relay_not_ready', `the kernel relay is ${this.current}${this.failure ? `: ${this.failure}` : ''}`);
     if (initial.some((bytes) => bytes !== null && bytes.length > PIPE_CAPACITY)) {
       return fail('not_adoptable', `initial bytes exceed ${PIPE_CAPACITY}`);
     }
@@ -243,7 +250,8 @@ class RelayThread implements KernelRelay {
       this.failure = detail;
     }
     this.markStarted();
-    for (const id of [...this.waiting.keys()]) this.settle({ id, outcome: 'relay_failed', failedSide: null, detail, bytes: [0, 0], eofFrom: [false, false] });
+    for (const id of [...this.waiting.keys()])
+      this.settle({ id, outcome: 'relay_failed', failedSide: null, detail, bytes: [0, 0], eofFrom: [false, false] });
   }
 }
 

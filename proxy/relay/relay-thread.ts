@@ -7,9 +7,7 @@ import { receiveMessageOnPort, workerData, type MessagePort } from 'node:worker_
 import { SpliceLoop, type RelayCommand, type TunnelReport } from './splice-loop.js';
 
 export type ThreadMessage =
-  | { type: 'ready' }
-  | { type: 'ended'; report: TunnelReport }
-  | { type: 'failed'; detail: string };
+  { type: 'ready' } | { type: 'ended'; report: TunnelReport } | { type: 'failed'; detail: string };
 
 const { port, wakeFd } = workerData as { port: MessagePort; wakeFd: number };
 const post = (message: ThreadMessage): void => port.postMessage(message);

@@ -175,7 +175,16 @@ export class SpliceLoop {
   }
 
   private adopt(command: Extract<RelayCommand, { op: 'adopt' }>): void {
-    const direction = (): Direction => ({ pipeRead: -1, pipeWrite: -1, inPipe: 0, eof: false, shut: false, delivered: 0, initial: 0, capacity: PIPE_CAPACITY });
+    const direction = (): Direction => ({
+      pipeRead: -1,
+      pipeWrite: -1,
+      inPipe: 0,
+      eof: false,
+      shut: false,
+      delivered: 0,
+      initial: 0,
+      capacity: PIPE_CAPACITY,
+    });
     const tunnel: Tunnel = {
       id: command.id,
       sides: [

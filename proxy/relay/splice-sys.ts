@@ -49,7 +49,9 @@ export function spliceSys(): SpliceSys {
   const epollCreate1 = lib.func('int epoll_create1(int flags)');
   const epollCtl = lib.func('int epoll_ctl(int epfd, int op, int fd, void *event)');
   const epollWait = lib.func('int epoll_wait(int epfd, void *events, int maxevents, int timeout)');
-  const splice = lib.func('long splice(int fd_in, void *off_in, int fd_out, void *off_out, size_t len, unsigned int flags)');
+  const splice = lib.func(
+    'long splice(int fd_in, void *off_in, int fd_out, void *off_out, size_t len, unsigned int flags)',
+  );
   const pipe2 = lib.func('int pipe2(void *fds, int flags)');
   const eventfd = lib.func('int eventfd(unsigned int initval, int flags)');
   const read = lib.func('long read(int fd, void *buf, size_t count)');

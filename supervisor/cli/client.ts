@@ -21,7 +21,9 @@ export const START_HINT =
   'start one with `turnhost serve` (or `make run` in a checkout), or point to it with --server URL and --data-dir DIR';
 
 export function describeTarget(target: ServerTarget): string {
-  return target.kind === 'tcp' ? `http://${target.host.includes(':') ? `[${target.host}]` : target.host}:${target.port}` : `unix:${target.path}`;
+  return target.kind === 'tcp'
+    ? `http://${target.host.includes(':') ? `[${target.host}]` : target.host}:${target.port}`
+    : `unix:${target.path}`;
 }
 
 export function parseServerUrl(value: string): ServerTarget | null {
@@ -64,7 +66,10 @@ export function resolveConnection(options: {
   const read = readTokenFile(config.dataDir);
   if (read.ok) return { target, token: read.token };
   if (read.reason === 'token_missing')
-    throw new CliExit(EXIT.serverNotRunning, `turnhost: no API token in ${config.dataDir} (${read.detail}): no server has run with this data directory; ${START_HINT}`);
+    throw new CliExit(
+      EXIT.serverNotRunning,
+      `turnhost: no API token in ${config.dataDir} (${read.detail}): no server has run with this data directory; ${START_HINT}`,
+    );
   throw new CliExit(EXIT.unavailable, `turnhost: cannot use the API token: ${read.detail}`);
 }
 
@@ -74,14 +79,20 @@ export interface ApiResponse {
 }
 
 function notRunning(connection: Connection, code: string | undefined): CliExit {
-  return new CliExit(EXIT.serverNotRunning, `turnhost: no server answers at ${describeTarget(connection.target)} (${code ?? 'error'}); ${START_HINT}`);
+  return new CliExit(
+    EXIT.serverNotRunning,
+    `turnhost: no server answers at ${describeTarget(connection.target)} (${code ?? 'error'}); ${START_HINT}`,
+  );
 }
 
 const CONNECTION_ERRORS = new Set(['ECONNREFUSED', 'ENOENT', 'ECONNRESET', 'EHOSTUNREACH', 'ENOTSOCK', 'EACCES']);
 
 export function apiRequest(connection: Connection, method: string, path: string, body?: unknown): Promise<ApiResponse> {
   const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
-  const where = connection.target.kind === 'tcp' ? { host: connection.target.host, port: connection.target.port } : { socketPath: connection.target.path };
+  const where =
+    connection.target.kind === 'tcp'
+      ? { host: connection.target.host, port: connection.target.port }
+      : { socketPath: connection.target.path };
   return new Promise((resolve, reject) => {
     const req = http.request(
       {
@@ -109,7 +120,9 @@ export function apiRequest(connection: Connection, method: string, path: string,
       },
     );
     req.on('error', (error: NodeJS.ErrnoException) => {
-      reject(error.code !== undefined && CONNECTION_ERRORS.has(error.code) ? notRunning(connection, error.code) : error);
+      reject(
+        error.code !== undefined && CONNECTION_ERRORS.has(error.code) ? notRunning(connection, error.code) : error,
+      );
     });
     req.end(payload);
   });
@@ -171,9 +184,15 @@ function holdEvents(ws: WebSocket): OpenedSocket {
 }
 
 export function openWebSocket(connection: Connection, path: string): Promise<OpenedSocket> {
-  const url = connection.target.kind === 'tcp' ? `ws://${describeTarget(connection.target).slice('http://'.length)}${path}` : `ws+unix://${connection.target.path}:${path}`;
+  const url =
+    connection.target.kind === 'tcp'
+      ? `ws://${describeTarget(connection.target).slice('http://'.length)}${path}`
+      : `ws+unix://${connection.target.path}:${path}`;
   return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url, { headers: { authorization: `Bearer ${connection.token}` }, maxPayload: 64 * 1024 * 1024 });
+    const ws = new WebSocket(url, {
+      headers: { authorization: `Bearer ${connection.token}` },
+      maxPayload: 64 * 1024 * 1024,
+    });
     const held = holdEvents(ws);
     ws.once('open', () => resolve(held));
     ws.once('unexpected-response', (_req, res) => {
@@ -194,7 +213,9 @@ export function openWebSocket(connection: Connection, path: string): Promise<Ope
       });
     });
     ws.once('error', (error: NodeJS.ErrnoException) => {
-      reject(error.code !== undefined && CONNECTION_ERRORS.has(error.code) ? notRunning(connection, error.code) : error);
+      reject(
+        error.code !== undefined && CONNECTION_ERRORS.has(error.code) ? notRunning(connection, error.code) : error,
+      );
     });
   });
 }

@@ -11,7 +11,9 @@ function table(rows: Array<[string, string]>): string {
 function mode(availability: ModeAvailability | undefined): string {
   if (availability === undefined) return 'not probed';
   const when = `(${availability.trigger}, ${availability.checkedAt})`;
-  return availability.available ? `available ${when}` : `UNAVAILABLE: ${availability.requirement ?? 'no requirement named'} ${when}`;
+  return availability.available
+    ? `available ${when}`
+    : `UNAVAILABLE: ${availability.requirement ?? 'no requirement named'} ${when}`;
 }
 
 export function workerHostRows(status: WorkerHostStatus | null): Array<[string, string]> {
@@ -22,16 +24,32 @@ export function workerHostRows(status: WorkerHostStatus | null): Array<[string, 
     ['identity', status.identity + (status.workerUid !== undefined ? ` (worker uid ${status.workerUid})` : '')],
   ];
   if (status.rootServer) rows.push(['root server', `WARNING: ${status.rootServer.warning}`]);
-  for (const limit of status.limits.enforced) rows.push([`limit ${limit.limit}`, `enforced ${limit.value} (${limit.source}${limit.backend ? `, ${limit.backend}` : ''})`]);
-  for (const limit of status.limits.absent) rows.push([`limit ${limit.limit}`, `absent: ${limit.reason} (${limit.source})`]);
+  for (const limit of status.limits.enforced)
+    rows.push([
+      `limit ${limit.limit}`,
+      `enforced ${limit.value} (${limit.source}${limit.backend ? `, ${limit.backend}` : ''})`,
+    ]);
+  for (const limit of status.limits.absent)
+    rows.push([`limit ${limit.limit}`, `absent: ${limit.reason} (${limit.source})`]);
   const b = status.boundary;
   rows.push(
     ['seccomp', `${b.seccomp.available ? 'available' : 'UNAVAILABLE'}: ${b.seccomp.detail}`],
     ['net namespaces', `${b.networkNamespaces.available ? 'available' : 'UNAVAILABLE'}: ${b.networkNamespaces.detail}`],
     ['landlock', `${b.landlock.available ? `ABI ${b.landlock.abi}` : 'UNAVAILABLE'}: ${b.landlock.detail}`],
-    ['cgroup', `${b.cgroup.layout}${b.cgroup.delegated ? ', delegated' : ''}${b.cgroup.nsdelegate ? ', nsdelegate' : ''}: ${b.cgroup.detail}`],
-    ['identity helper', b.identityHelper.path === null ? 'none configured' : `${b.identityHelper.path}: ${b.identityHelper.detail}`],
-    ['governed', status.governed.available ? 'available' : `UNAVAILABLE: ${status.governed.detail ?? status.governed.reason ?? ''}`],
+    [
+      'cgroup',
+      `${b.cgroup.layout}${b.cgroup.delegated ? ', delegated' : ''}${b.cgroup.nsdelegate ? ', nsdelegate' : ''}: ${b.cgroup.detail}`,
+    ],
+    [
+      'identity helper',
+      b.identityHelper.path === null ? 'none configured' : `${b.identityHelper.path}: ${b.identityHelper.detail}`,
+    ],
+    [
+      'governed',
+      status.governed.available
+        ? 'available'
+        : `UNAVAILABLE: ${status.governed.detail ?? status.governed.reason ?? ''}`,
+    ],
   );
   return rows;
 }
@@ -45,7 +63,12 @@ interface StatusAnswer {
   host: { kernel: string; distro: string; cpus: number; memoryBytes: number };
   runtime: {
     workerHost: WorkerHostStatus | null;
-    events: { fallbackActive: boolean; fallbackPendingEvents: number; lastFallbackReason: string | null; databasePath: string };
+    events: {
+      fallbackActive: boolean;
+      fallbackPendingEvents: number;
+      lastFallbackReason: string | null;
+      databasePath: string;
+    };
     preparedWorkers?: { ready: number; starting: number };
     egressRelay?: RelayReport | null;
   };
@@ -56,7 +79,10 @@ export function formatStatus(answer: StatusAnswer): string {
   const events = answer.runtime.events;
   return table([
     ['software', `turnhost ${answer.software.release} (commit ${answer.software.sourceCommit})`],
-    ['host', `${answer.host.distro}, kernel ${answer.host.kernel}, ${answer.host.cpus} CPUs, ${(answer.host.memoryBytes / 2 ** 30).toFixed(1)} GiB`],
+    [
+      'host',
+      `${answer.host.distro}, kernel ${answer.host.kernel}, ${answer.host.cpus} CPUs, ${(answer.host.memoryBytes / 2 ** 30).toFixed(1)} GiB`,
+    ],
     ['uptime', `${Math.round(answer.uptime)} s`],
     [
       'events',
@@ -76,7 +102,10 @@ function egressRelayRows(relay: RelayReport | null | undefined): Array<[string, 
   if (relay === null) return [['egress relay', 'not started (no turn proxy yet)']];
   const refused = relay.refused.relay_not_ready + relay.refused.not_adoptable;
   const state = relay.state === 'failed' ? `FAILED: ${relay.failure ?? 'unknown'}` : relay.state;
-  const fallback = refused === 0 ? '' : `, ${refused} relayed in Node (not ready ${relay.refused.relay_not_ready}, not adoptable ${relay.refused.not_adoptable})`;
+  const fallback =
+    refused === 0
+      ? ''
+      : `, ${refused} relayed in Node (not ready ${relay.refused.relay_not_ready}, not adoptable ${relay.refused.not_adoptable})`;
   return [['egress relay', `${state}, ${relay.adopted} tunnels spliced, ${relay.open} open${fallback}`]];
 }
 

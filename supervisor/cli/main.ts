@@ -89,7 +89,12 @@ function configOverrides(values: Values): ConfigOverrides {
 }
 
 function connect(values: Values, env: NodeJS.ProcessEnv): Connection {
-  return resolveConnection({ server: str(values, 'server'), configPath: str(values, 'config'), overrides: configOverrides(values), env });
+  return resolveConnection({
+    server: str(values, 'server'),
+    configPath: str(values, 'config'),
+    overrides: configOverrides(values),
+    env,
+  });
 }
 
 function print(text: string): void {
@@ -124,12 +129,17 @@ async function serve(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
 
 async function status(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
   const body = expectOk(await apiRequest(connect(values, env), 'GET', '/api/status'), 'status');
-  print(values['json'] ? JSON.stringify(body, null, 2) + '\n' : formatStatus(body as Parameters<typeof formatStatus>[0]));
+  print(
+    values['json'] ? JSON.stringify(body, null, 2) + '\n' : formatStatus(body as Parameters<typeof formatStatus>[0]),
+  );
   return EXIT.ok;
 }
 
 async function check(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
-  const body = expectOk(await apiRequest(connect(values, env), 'POST', '/api/status/worker-host'), 'check') as WorkerHostStatus;
+  const body = expectOk(
+    await apiRequest(connect(values, env), 'POST', '/api/status/worker-host'),
+    'check',
+  ) as WorkerHostStatus;
   print(values['json'] ? JSON.stringify(body, null, 2) + '\n' : formatWorkerHost(body));
   return body.ordinary?.available === true ? EXIT.ok : EXIT.unavailable;
 }
@@ -157,7 +167,10 @@ async function events(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
     return EXIT.ok;
   }
   if (values['limit'] !== undefined) throw usage('--limit does not apply to --follow');
-  const socket = await openWebSocket(connection, `/api/governance/events/stream${eventParams(values, ['session', 'turn', 'kind', 'after'])}`);
+  const socket = await openWebSocket(
+    connection,
+    `/api/governance/events/stream${eventParams(values, ['session', 'turn', 'kind', 'after'])}`,
+  );
   return new Promise((resolve) => {
     const stop = (): void => socket.close();
     process.once('SIGINT', stop);
@@ -198,7 +211,8 @@ export function buildTurnRequest(values: Values, argv: string[], cwd: string): T
   if (turnId !== undefined) request.turnId = turnId;
   const timeout = str(values, 'timeout');
   if (timeout !== undefined) {
-    if (!/^[0-9]+(\.[0-9]+)?$/.test(timeout) || Number(timeout) <= 0) throw usage('--timeout: expected a positive number of seconds');
+    if (!/^[0-9]+(\.[0-9]+)?$/.test(timeout) || Number(timeout) <= 0)
+      throw usage('--timeout: expected a positive number of seconds');
     request.timeoutSeconds = Number(timeout);
   }
   const env = keyValues(list(values, 'env'), '--env');
@@ -206,7 +220,10 @@ export function buildTurnRequest(values: Values, argv: string[], cwd: string): T
   const allow = list(values, 'allow');
   if (allow.length > 0) request.egressAllow = allow;
   const limits = keyValues(list(values, 'limit'), '--limit');
-  if (limits.length > 0) request.limits = Object.fromEntries(limits.map(([name, value]) => [name, /^[0-9]+(\.[0-9]+)?$/.test(value) ? Number(value) : value]));
+  if (limits.length > 0)
+    request.limits = Object.fromEntries(
+      limits.map(([name, value]) => [name, /^[0-9]+(\.[0-9]+)?$/.test(value) ? Number(value) : value]),
+    );
   if (values['tty']) request.tty = { cols: process.stdout.columns || 80, rows: process.stdout.rows || 24 };
   return request;
 }

@@ -7,7 +7,14 @@ import os from 'node:os';
 import { createLogger } from '../../core/log.js';
 import type { ConfigOverrides } from '../config/load.js';
 import { loadConfig } from '../config/load.js';
-import type { TurnAttachment, TurnCreateFailure, TurnRecord, TurnRequest, TurnResult, TurnStreamEvent } from '../turns/types.js';
+import type {
+  TurnAttachment,
+  TurnCreateFailure,
+  TurnRecord,
+  TurnRequest,
+  TurnResult,
+  TurnStreamEvent,
+} from '../turns/types.js';
 import { apiRequest, expectOk, openWebSocket, type Connection, type OpenedSocket } from './client.js';
 import { CliExit, EXIT } from './exit-codes.js';
 
@@ -51,8 +58,19 @@ function remoteAttachment(socket: OpenedSocket): TurnAttachment {
     onEvent(listener) {
       let exited = false;
       socket.onMessage((text) => {
-        const message = JSON.parse(text) as { type: string; stream?: 'stdout'; data?: string; result?: TurnResult; error?: string };
-        if (message.type === 'output') listener({ type: 'output', stream: message.stream ?? 'stdout', data: Buffer.from(message.data ?? '', 'base64') });
+        const message = JSON.parse(text) as {
+          type: string;
+          stream?: 'stdout';
+          data?: string;
+          result?: TurnResult;
+          error?: string;
+        };
+        if (message.type === 'output')
+          listener({
+            type: 'output',
+            stream: message.stream ?? 'stdout',
+            data: Buffer.from(message.data ?? '', 'base64'),
+          });
         else if (message.type === 'exit' && message.result) {
           exited = true;
           listener({ type: 'exit', result: message.result });
@@ -71,13 +89,21 @@ function remoteAttachment(socket: OpenedSocket): TurnAttachment {
 
 /** The attach stream ended without an exit record; runRemote then asks for the turn record. */
 const LOST: TurnResult = Object.freeze({
-    status: 'internal_error',
-    exitCode: null,
-    signal: null,
-    durationMs: 0,
-    usage: { userCpuUsec: null, systemCpuUsec: null, maxRssKiB: null, cgroupCpuUsec: null, memoryPeakBytes: null, pidsPeak: null, oomKills: null },
-    limitHits: [],
-    detail: 'the connection to the supervisor closed before the turn ended',
+  status: 'internal_error',
+  exitCode: null,
+  signal: null,
+  durationMs: 0,
+  usage: {
+    userCpuUsec: null,
+    systemCpuUsec: null,
+    maxRssKiB: null,
+    cgroupCpuUsec: null,
+    memoryPeakBytes: null,
+    pidsPeak: null,
+    oomKills: null,
+  },
+  limitHits: [],
+  detail: 'the connection to the supervisor closed before the turn ended',
 });
 
 /** Passes output through (unless --json), forwards input, resizes and signals; resolves with the result. */
@@ -147,13 +173,21 @@ export async function runLocal(
   if (!loaded.ok) throw new CliExit(EXIT.usage, `turnhost: configuration: ${loaded.detail}`);
   // One turn and gone: a worker prepared for a next turn would only be booted to be stopped.
   const config = { ...loaded.config, turns: { ...loaded.config.turns, preparedWorkers: 0 } };
-  const logger = createLogger({ level: config.logLevel === 'info' ? 'warn' : config.logLevel, fields: { component: 'run-local' } });
+  const logger = createLogger({
+    level: config.logLevel === 'info' ? 'warn' : config.logLevel,
+    fields: { component: 'run-local' },
+  });
   // Only `run --local` needs the supervisor's own parts; a remote run stays a thin client.
-  const { createProbeContext, createProductionTurnManager, lockDataDir, openStore, prepareDataDir } = await import('../daemon.js');
+  const { createProbeContext, createProductionTurnManager, lockDataDir, openStore, prepareDataDir } =
+    await import('../daemon.js');
   const dataDir = prepareDataDir(config.dataDir);
   if (!dataDir.ok) throw new CliExit(EXIT.failed, `turnhost: ${dataDir.detail}`);
   const lock = await lockDataDir(config.dataDir);
-  if (!lock.ok) throw new CliExit(EXIT.failed, `turnhost: ${lock.detail}; use the running server (drop --local) or another --data-dir`);
+  if (!lock.ok)
+    throw new CliExit(
+      EXIT.failed,
+      `turnhost: ${lock.detail}; use the running server (drop --local) or another --data-dir`,
+    );
   const opened = openStore(config, logger);
   if (!opened.ok) {
     await lock.release();
@@ -161,11 +195,17 @@ export async function runLocal(
   }
   const store = opened.store;
   try {
-    const built = await createProductionTurnManager({ config, logger, store, probeContext: createProbeContext(config, logger, settings.env) });
+    const built = await createProductionTurnManager({
+      config,
+      logger,
+      store,
+      probeContext: createProbeContext(config, logger, settings.env),
+    });
     if (!built.ok) throw new CliExit(EXIT.failed, `turnhost: turn manager unavailable: ${built.detail}`);
     try {
       const created = await built.turns.create(options.request);
-      if (!created.ok) throw new CliExit(CREATE_FAILURE_EXIT[created.reason], `turnhost: run: ${created.detail} (${created.reason})`);
+      if (!created.ok)
+        throw new CliExit(CREATE_FAILURE_EXIT[created.reason], `turnhost: run: ${created.detail} (${created.reason})`);
       const attached = built.turns.attach(created.turn.id);
       if (!attached.ok) throw new CliExit(EXIT.failed, `turnhost: run: ${attached.detail}`);
       const result = await drive(attached.attachment, { tty: options.request.tty !== undefined, json: options.json });

@@ -106,7 +106,9 @@ export function defaultConfig(options: { installed: boolean; cwd: string }): Tur
       maxTimeoutSeconds: 3600,
       workspaceRoots: options.installed ? [] : [options.cwd, os.tmpdir()],
       envExtra: [],
-      tempRoot: options.installed ? INSTALLED_TURN_TEMP_ROOT : path.join(os.tmpdir(), `turnhost-${process.geteuid?.() ?? 0}-turn-temp`),
+      tempRoot: options.installed
+        ? INSTALLED_TURN_TEMP_ROOT
+        : path.join(os.tmpdir(), `turnhost-${process.geteuid?.() ?? 0}-turn-temp`),
       preparedWorkers: 1,
       preparedWorkerIdleSeconds: 120,
     },
@@ -115,12 +117,15 @@ export function defaultConfig(options: { installed: boolean; cwd: string }): Tur
 }
 
 const limitValue: Leaf = (v) =>
-  (typeof v === 'number' && Number.isFinite(v) && v > 0) || (typeof v === 'string' && /^[0-9]+(\.[0-9]+)?[KMGT]?$/i.test(v))
+  (typeof v === 'number' && Number.isFinite(v) && v > 0) ||
+  (typeof v === 'string' && /^[0-9]+(\.[0-9]+)?[KMGT]?$/i.test(v))
     ? null
     : 'expected a positive number or a string such as "512M"';
 
 const hostPattern: Leaf = (v) =>
-  typeof v === 'string' && /^(\*\.)?[A-Za-z0-9.:[\]_-]{1,255}$/.test(v) ? null : 'expected a host pattern (host, *.suffix, optional :port)';
+  typeof v === 'string' && /^(\*\.)?[A-Za-z0-9.:[\]_-]{1,255}$/.test(v)
+    ? null
+    : 'expected a host pattern (host, *.suffix, optional :port)';
 
 const cidr: Leaf = (v) => {
   if (typeof v !== 'string') return 'expected a CIDR such as "10.1.0.0/16"';
@@ -157,7 +162,9 @@ export const CONFIG_SCHEMA: ObjectSchema = {
     dataDir: absolutePath,
     listen: { fields: { tcp: orNull(tcpAddress), socket: orNull(absolutePath), allowNonLoopback: boolean } },
     apiToken: orNull((v) =>
-      typeof v === 'string' && /^[\x21-\x7e]{16,512}$/.test(v) ? null : 'expected 16-512 printable ASCII characters without spaces',
+      typeof v === 'string' && /^[\x21-\x7e]{16,512}$/.test(v)
+        ? null
+        : 'expected 16-512 printable ASCII characters without spaces',
     ),
     logLevel: oneOf('debug', 'info', 'warn', 'error'),
     events: { fields: { unboundRetentionDays: positiveInteger } },
@@ -166,7 +173,10 @@ export const CONFIG_SCHEMA: ObjectSchema = {
     limits: {
       fields: {},
       entries: {
-        key: (k) => ((LIMIT_NAMES as readonly string[]).includes(k) ? null : `unknown limit (expected one of ${LIMIT_NAMES.join(', ')})`),
+        key: (k) =>
+          (LIMIT_NAMES as readonly string[]).includes(k)
+            ? null
+            : `unknown limit (expected one of ${LIMIT_NAMES.join(', ')})`,
         value: limitValue,
       },
     },
@@ -186,7 +196,9 @@ export const CONFIG_SCHEMA: ObjectSchema = {
     fs: {
       fields: {
         protectedPaths: protectedPathList,
-        scratch: { fields: { dir: orNull(absolutePath), capBytes: positiveInteger, pruneIntervalSeconds: positiveInteger } },
+        scratch: {
+          fields: { dir: orNull(absolutePath), capBytes: positiveInteger, pruneIntervalSeconds: positiveInteger },
+        },
         hostWriteMaxBytes: positiveInteger,
       },
     },
@@ -256,8 +268,13 @@ type EnvParser = (raw: string) => { value: unknown } | { expected: string };
 const asString: EnvParser = (raw) => ({ value: raw });
 const asNullableString: EnvParser = (raw) => ({ value: raw === '' || raw === 'none' ? null : raw });
 const asBoolean: EnvParser = (raw) =>
-  ['1', 'true', 'yes'].includes(raw) ? { value: true } : ['0', 'false', 'no'].includes(raw) ? { value: false } : { expected: 'expected true/false/1/0' };
-const asInteger: EnvParser = (raw) => (/^[0-9]+$/.test(raw) ? { value: Number(raw) } : { expected: 'expected an integer' });
+  ['1', 'true', 'yes'].includes(raw)
+    ? { value: true }
+    : ['0', 'false', 'no'].includes(raw)
+      ? { value: false }
+      : { expected: 'expected true/false/1/0' };
+const asInteger: EnvParser = (raw) =>
+  /^[0-9]+$/.test(raw) ? { value: Number(raw) } : { expected: 'expected an integer' };
 const asPathList: EnvParser = (raw) => ({ value: raw === '' ? [] : raw.split(':') });
 
 /** Every environment override. TURNHOST_WORKER_LIMITS is deliberately absent: the limits code reads and reports it. */
@@ -302,7 +319,8 @@ function readConfigFile(file: string): Result<{ layer: Layer }, 'config_invalid'
   try {
     const stat = fs.statSync(file);
     if (!stat.isFile()) return fail('config_invalid', `${file}: not a regular file`);
-    if (stat.size > MAX_CONFIG_FILE_BYTES) return fail('config_invalid', `${file}: larger than ${MAX_CONFIG_FILE_BYTES} bytes`);
+    if (stat.size > MAX_CONFIG_FILE_BYTES)
+      return fail('config_invalid', `${file}: larger than ${MAX_CONFIG_FILE_BYTES} bytes`);
     text = fs.readFileSync(file, 'utf8');
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code ?? 'read error';
@@ -362,7 +380,8 @@ export function loadConfig(options: LoadConfigOptions): ConfigLoadResult {
     if (raw === undefined) continue;
     const parsed = override.parse(raw);
     if ('expected' in parsed) return fail('config_invalid', `${override.name}: ${parsed.expected}`);
-    const value = override.key === 'dataDir' && typeof parsed.value === 'string' ? path.resolve(cwd, parsed.value) : parsed.value;
+    const value =
+      override.key === 'dataDir' && typeof parsed.value === 'string' ? path.resolve(cwd, parsed.value) : parsed.value;
     const problem = checkOverride(override.name, override.key, value);
     if (problem !== null) return fail('config_invalid', problem);
     setPath(layer, override.key, value);

@@ -46,11 +46,7 @@ export function openDatabase(
  */
 function createPrivateFile(databasePath: string): void {
   fs.mkdirSync(path.dirname(databasePath), { recursive: true, mode: 0o700 });
-  const fd = fs.openSync(
-    databasePath,
-    fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW,
-    0o600,
-  );
+  const fd = fs.openSync(databasePath, fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW, 0o600);
   try {
     fs.fchmodSync(fd, 0o600);
   } finally {
@@ -66,7 +62,9 @@ function applyMigrations(db: Database.Database, migrations: readonly Migration[]
   const schemaVersion = (): number => db.pragma('user_version', { simple: true }) as number;
   const refuseNewer = (current: number): void => {
     if (current > migrations.length) {
-      throw new Error(`schema version ${current} is newer than this build knows (${migrations.length}); refusing to use it`);
+      throw new Error(
+        `schema version ${current} is newer than this build knows (${migrations.length}); refusing to use it`,
+      );
     }
   };
   refuseNewer(schemaVersion());

@@ -117,7 +117,8 @@ class SqliteEventStore implements EventStore {
     const pending: PendingEvent[] = [];
     for (const [index, input] of inputs.entries()) {
       const checked = this.validate(input);
-      if (!checked.ok) return fail('invalid_event', inputs.length > 1 ? `event ${index}: ${checked.detail}` : checked.detail);
+      if (!checked.ok)
+        return fail('invalid_event', inputs.length > 1 ? `event ${index}: ${checked.detail}` : checked.detail);
       pending.push(checked.event);
     }
     let ids: number[];
@@ -159,7 +160,9 @@ class SqliteEventStore implements EventStore {
   pruneUnbound(now: Date = new Date()): number {
     const cutoff = new Date(now.getTime() - this.options.unboundRetentionDays * 86_400_000).toISOString();
     // Without INDEXED BY the planner walks every unbound entry of events_session_id instead of the `at` range.
-    return this.runDelete('DELETE FROM events INDEXED BY events_unbound_at WHERE session_id IS NULL AND at < ?', [cutoff]);
+    return this.runDelete('DELETE FROM events INDEXED BY events_unbound_at WHERE session_id IS NULL AND at < ?', [
+      cutoff,
+    ]);
   }
 
   status(): EventStoreStatus {
@@ -217,7 +220,8 @@ class SqliteEventStore implements EventStore {
     } catch (error) {
       return bad(`${where}payload is not serialisable: ${describeError(error)}`);
     }
-    if (Buffer.byteLength(payloadJson) > MAX_PAYLOAD_BYTES) return bad(`${where}payload exceeds ${MAX_PAYLOAD_BYTES} bytes`);
+    if (Buffer.byteLength(payloadJson) > MAX_PAYLOAD_BYTES)
+      return bad(`${where}payload exceeds ${MAX_PAYLOAD_BYTES} bytes`);
     return {
       ok: true,
       event: {
@@ -256,7 +260,11 @@ class SqliteEventStore implements EventStore {
       count: events.length,
       detail: reason,
     });
-    return { ok: true, stored: 'fallback', detail: `database write failed (${reason}); kept in ${this.options.fallbackLogPath}` };
+    return {
+      ok: true,
+      stored: 'fallback',
+      detail: `database write failed (${reason}); kept in ${this.options.fallbackLogPath}`,
+    };
   }
 
   private noteFallback(reason: string): void {
@@ -342,7 +350,11 @@ class SqliteEventStore implements EventStore {
     }
   }
 
-  private queryStatement(bySession: boolean, byTurn: boolean, byKind: boolean): Database.Statement<unknown[], EventRow> {
+  private queryStatement(
+    bySession: boolean,
+    byTurn: boolean,
+    byKind: boolean,
+  ): Database.Statement<unknown[], EventRow> {
     const key = `${+bySession}${+byTurn}${+byKind}`;
     let statement = this.queryStatements.get(key);
     if (!statement) {

@@ -7,7 +7,6 @@ import type { Result } from '../../core/result.js';
 import type { WorkerProfile } from '../../core/modes.js';
 import type { AppendResult, EventActor, EventInput, EventSink } from '../../core/events.js';
 
-
 /** A stored event. `schemaVersion` is the kind's version when this event was written. */
 export interface GovernanceEvent {
   id: number;

@@ -4,8 +4,17 @@
  * directory's entries as raw name bytes.
  */
 import {
-  close, getdents64, openat, openat2, O_CLOEXEC, O_DIRECTORY, O_NOFOLLOW, O_RDONLY, RESOLVE_BENEATH,
-  RESOLVE_NO_SYMLINKS, type SysResult,
+  close,
+  getdents64,
+  openat,
+  openat2,
+  O_CLOEXEC,
+  O_DIRECTORY,
+  O_NOFOLLOW,
+  O_RDONLY,
+  RESOLVE_BENEATH,
+  RESOLVE_NO_SYMLINKS,
+  type SysResult,
 } from './sys.js';
 
 const DIR_OPEN_FLAGS = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;

@@ -8,9 +8,34 @@ import { createHash, randomBytes } from 'node:crypto';
 import { fail, ok, type Fail, type Result } from '../../core/result.js';
 import { closeQuietly, openDirBeneath } from './dirs.js';
 import {
-  AT_FDCWD, cName, fchmod, fileType, fstat, fsync, lstatat, mkdirat, openat, openat2, pread, pwrite,
-  renameat2, sameIdentity, unlinkat, O_CLOEXEC, O_CREAT, O_DIRECTORY, O_EXCL, O_NOFOLLOW, O_NONBLOCK,
-  O_RDONLY, O_WRONLY, RENAME_NOREPLACE, RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS, type FileStat, type SysFail,
+  AT_FDCWD,
+  cName,
+  fchmod,
+  fileType,
+  fstat,
+  fsync,
+  lstatat,
+  mkdirat,
+  openat,
+  openat2,
+  pread,
+  pwrite,
+  renameat2,
+  sameIdentity,
+  unlinkat,
+  O_CLOEXEC,
+  O_CREAT,
+  O_DIRECTORY,
+  O_EXCL,
+  O_NOFOLLOW,
+  O_NONBLOCK,
+  O_RDONLY,
+  O_WRONLY,
+  RENAME_NOREPLACE,
+  RESOLVE_BENEATH,
+  RESOLVE_NO_SYMLINKS,
+  type FileStat,
+  type SysFail,
 } from './sys.js';
 
 export type FsRefusal =
@@ -108,15 +133,18 @@ export function closeRoot(root: RootHandle): void {
  */
 export function validateRelativePath(path: string): Result<{ components: string[] }, 'invalid_path'> {
   if (typeof path !== 'string' || path.length === 0) return fail('invalid_path', 'path must be a non-empty string');
-  if (Buffer.byteLength(path, 'utf8') > MAX_PATH_BYTES) return fail('invalid_path', `path exceeds ${MAX_PATH_BYTES} bytes`);
+  if (Buffer.byteLength(path, 'utf8') > MAX_PATH_BYTES)
+    return fail('invalid_path', `path exceeds ${MAX_PATH_BYTES} bytes`);
   if (path.startsWith('/')) return fail('invalid_path', 'path must be relative, not absolute');
-  if (/[\u0000-\u001f\u007f-\u009f]/.test(path)) return fail('invalid_path', 'path must not contain NUL or control characters');
+  if (/[\u0000-\u001f\u007f-\u009f]/.test(path))
+    return fail('invalid_path', 'path must not contain NUL or control characters');
   if (/\p{Cs}/u.test(path)) return fail('invalid_path', 'path must be valid Unicode (no lone surrogates)');
   const components = path.split('/');
   if (components.length > MAX_PATH_DEPTH) return fail('invalid_path', `path exceeds ${MAX_PATH_DEPTH} components`);
   for (const component of components) {
     if (component === '') return fail('invalid_path', 'path must not contain empty components (// or a trailing /)');
-    if (component === '.' || component === '..') return fail('invalid_path', 'path must not contain . or .. components');
+    if (component === '.' || component === '..')
+      return fail('invalid_path', 'path must not contain . or .. components');
     if (Buffer.byteLength(component, 'utf8') > MAX_COMPONENT_BYTES) {
       return fail('invalid_path', `path component exceeds ${MAX_COMPONENT_BYTES} bytes`);
     }
@@ -147,7 +175,8 @@ function refuseComponent(parentFd: number, name: Buffer, label: string): Refused
  * directory was removed under us (a held fd of a deleted directory refuses new entries).
  */
 function unexpected(err: SysFail, label: string): Refused {
-  if (err.reason === 'ENOENT') return fail('topology_changed', `${label}: its directory was removed during the operation`);
+  if (err.reason === 'ENOENT')
+    return fail('topology_changed', `${label}: its directory was removed during the operation`);
   return fail('io_error', `${label}: ${err.detail}`);
 }
 
@@ -175,7 +204,12 @@ function walkDirectories(root: RootHandle, dirs: string[], create: boolean): Res
   return ok({ chain });
 }
 
-function openComponent(parentFd: number, name: Buffer, label: string, create: boolean): Result<{ held: HeldDir }, FsRefusal> {
+function openComponent(
+  parentFd: number,
+  name: Buffer,
+  label: string,
+  create: boolean,
+): Result<{ held: HeldDir }, FsRefusal> {
   let opened = openDirBeneath(parentFd, name);
   if (!opened.ok && opened.reason === 'ENOENT') {
     if (!create) return fail('not_found', `${label} does not exist`);
@@ -203,7 +237,10 @@ function verifyChain(chain: HeldDir[]): Result<{}, FsRefusal> {
     const held = chain[i]!;
     const st = lstatat(parent.fd, held.name!);
     if (!st.ok || !sameIdentity(st.stat, held)) {
-      return fail('topology_changed', `directory ${JSON.stringify(held.name!.toString('utf8'))} was moved or replaced during the operation`);
+      return fail(
+        'topology_changed',
+        `directory ${JSON.stringify(held.name!.toString('utf8'))} was moved or replaced during the operation`,
+      );
     }
   }
   return ok({});
@@ -278,7 +315,8 @@ function sha256(data: Buffer): string {
 
 /** Reads a regular single-link file beneath the root through the no-follow walk. */
 export function readFile(root: RootHandle, rel: string, maxBytes: number): Result<ReadReceipt, FsRefusal> {
-  if (!Number.isSafeInteger(maxBytes) || maxBytes < 0) return fail('invalid_option', 'maxBytes must be a non-negative integer');
+  if (!Number.isSafeInteger(maxBytes) || maxBytes < 0)
+    return fail('invalid_option', 'maxBytes must be a non-negative integer');
   const path = validateRelativePath(rel);
   if (!path.ok) return path;
   const leafName = path.components[path.components.length - 1]!;
@@ -303,19 +341,22 @@ export function readFile(root: RootHandle, rel: string, maxBytes: number): Resul
 function checkWriteOptions(data: Buffer, options: WriteOptions): Result<{}, FsRefusal> {
   // Options reach here from HTTP bodies: checked whatever the type says.
   // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition
-  if (options.mode !== 'create' && options.mode !== 'replace') return fail('invalid_option', 'mode must be create or replace');
+  if (options.mode !== 'create' && options.mode !== 'replace')
+    return fail('invalid_option', 'mode must be create or replace');
   if (!Number.isSafeInteger(options.maxBytes) || options.maxBytes < 0) {
     return fail('invalid_option', 'maxBytes must be a non-negative integer');
   }
   if (options.expectedSha256 !== undefined) {
     if (options.mode !== 'replace') return fail('invalid_option', 'expectedSha256 applies to mode replace only');
-    if (!SHA256_HEX.test(options.expectedSha256)) return fail('invalid_option', 'expectedSha256 must be 64 lowercase hex digits');
+    if (!SHA256_HEX.test(options.expectedSha256))
+      return fail('invalid_option', 'expectedSha256 must be 64 lowercase hex digits');
   }
   const fileMode = options.fileMode ?? DEFAULT_FILE_MODE;
   if (!Number.isInteger(fileMode) || fileMode < 0 || fileMode > 0o777) {
     return fail('invalid_option', 'fileMode must be permission bits (0 to 0777)');
   }
-  if (data.length > options.maxBytes) return fail('too_large', `${data.length} bytes exceed the ${options.maxBytes}-byte cap`);
+  if (data.length > options.maxBytes)
+    return fail('too_large', `${data.length} bytes exceed the ${options.maxBytes}-byte cap`);
   return ok({});
 }
 
@@ -338,13 +379,16 @@ function checkDestination(
   const leaf = openLeaf(parentFd, name, label);
   if (!leaf.ok) {
     if (leaf.reason !== 'not_found') return leaf;
-    return options.expectedSha256 === undefined ? ok({ existing: null }) : fail('stale_base', `${label} no longer exists`);
+    return options.expectedSha256 === undefined
+      ? ok({ existing: null })
+      : fail('stale_base', `${label} no longer exists`);
   }
   try {
     if (options.expectedSha256 !== undefined) {
       const hashed = hashHeld(leaf.fd, label);
       if (!hashed.ok) return hashed;
-      if (hashed.sha256 !== options.expectedSha256) return fail('stale_base', `${label} content changed since it was read`);
+      if (hashed.sha256 !== options.expectedSha256)
+        return fail('stale_base', `${label} content changed since it was read`);
     }
     return ok({ existing: { dev: leaf.stat.dev, ino: leaf.stat.ino } });
   } finally {
@@ -353,7 +397,13 @@ function checkDestination(
 }
 
 /** The destination is still what checkDestination saw. */
-function recheckDestination(parentFd: number, name: Buffer, existing: Identity | null, mode: WriteOptions['mode'], label: string): Result<{}, FsRefusal> {
+function recheckDestination(
+  parentFd: number,
+  name: Buffer,
+  existing: Identity | null,
+  mode: WriteOptions['mode'],
+  label: string,
+): Result<{}, FsRefusal> {
   const st = lstatat(parentFd, name);
   if (existing === null) {
     if (st.ok) return fail(mode === 'create' ? 'exists' : 'stale_base', `${label} appeared during the write`);
@@ -430,12 +480,14 @@ function checkAndRename(
   const verified = verifyChain(chain);
   if (!verified.ok) return verified;
   const tempNow = lstatat(parent.fd, temp.name);
-  if (!tempNow.ok || !sameIdentity(tempNow.stat, temp)) return fail('topology_changed', 'temporary file was moved or replaced');
+  if (!tempNow.ok || !sameIdentity(tempNow.stat, temp))
+    return fail('topology_changed', 'temporary file was moved or replaced');
   const destination = recheckDestination(parent.fd, leafName, existing, mode, label);
   if (!destination.ok) return destination;
   const renamed = renameat2(parent.fd, temp.name, parent.fd, leafName, existing === null ? RENAME_NOREPLACE : 0);
   if (renamed.ok) return ok({});
-  if (renamed.reason === 'EEXIST') return fail(mode === 'create' ? 'exists' : 'stale_base', `${label} appeared during the write`);
+  if (renamed.reason === 'EEXIST')
+    return fail(mode === 'create' ? 'exists' : 'stale_base', `${label} appeared during the write`);
   if (renamed.reason === 'ENOENT') return fail('topology_changed', 'temporary file vanished before publication');
   return fail('io_error', `${label}: ${renamed.detail}`);
 }
@@ -444,7 +496,12 @@ function checkAndRename(
  * Writes `data` to `rel` beneath the root: create (destination must be absent) or replace
  * (destination a single-link regular file, optionally with the expected content hash).
  */
-export function writeFile(root: RootHandle, rel: string, data: Buffer, options: WriteOptions): Result<WriteReceipt, FsRefusal> {
+export function writeFile(
+  root: RootHandle,
+  rel: string,
+  data: Buffer,
+  options: WriteOptions,
+): Result<WriteReceipt, FsRefusal> {
   const checked = checkWriteOptions(data, options);
   if (!checked.ok) return checked;
   const path = validateRelativePath(rel);

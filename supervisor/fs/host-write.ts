@@ -62,4 +62,3 @@ export function hostWrite(options: HostWriteOptions): Result<WriteReceipt, FsRef
 export function recordHostWriteRefusal(sink: EventSink, turn: HostWriteTurn, rel: string, reason: FsRefusal): void {
   sink.append(serverTurnEvent(turn, 'host_write_refused', { path: rel.slice(0, MAX_EVENT_PATH_CHARS), reason }));
 }
-

@@ -65,7 +65,12 @@ export function pruneScratch(options: ScratchPruneOptions): Result<ScratchPruneR
   }
 }
 
-function pruneListed(rootFd: number, files: ScratchFile[], options: ScratchPruneOptions, errors: WalkErrors): ScratchPruneResult {
+function pruneListed(
+  rootFd: number,
+  files: ScratchFile[],
+  options: ScratchPruneOptions,
+  errors: WalkErrors,
+): ScratchPruneResult {
   const bytes = sum(files);
   const pinned = files.filter((f) => f.pinned);
   const overage: ScratchOveragePayload = {
@@ -87,7 +92,8 @@ function pruneListed(rootFd: number, files: ScratchFile[], options: ScratchPrune
   }
   const event = overage.overageBytes > 0 ? recordOverage(overage, options) : 'not_needed';
   const underCap = remainingBytes <= options.capBytes;
-  if (!underCap) options.logger.warn('scratch area stays above its cap', { ...overage, remainingBytes, capBytes: options.capBytes });
+  if (!underCap)
+    options.logger.warn('scratch area stays above its cap', { ...overage, remainingBytes, capBytes: options.capBytes });
   return {
     ...overage,
     files: files.length,
@@ -111,11 +117,15 @@ function oldestFirst(files: ScratchFile[]): ScratchFile[] {
 
 function listScratchFiles(rootFd: number, options: ScratchPruneOptions, errors: WalkErrors): ScratchFile[] {
   const files: ScratchFile[] = [];
-  walkTree(rootFd, {
-    entry: (entry) => {
-      if (fileType(entry.stat.mode) === 'file') files.push(toScratchFile(entry, options));
+  walkTree(
+    rootFd,
+    {
+      entry: (entry) => {
+        if (fileType(entry.stat.mode) === 'file') files.push(toScratchFile(entry, options));
+      },
     },
-  }, errors);
+    errors,
+  );
   return files;
 }
 

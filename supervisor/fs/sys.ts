@@ -140,7 +140,13 @@ export function mkdirat(dirFd: number, name: Buffer, mode: number): SysResult {
   return checked('mkdirat', bindings().mkdirat(dirFd, name, mode), noValue);
 }
 
-export function renameat2(oldDirFd: number, oldName: Buffer, newDirFd: number, newName: Buffer, flags: number): SysResult {
+export function renameat2(
+  oldDirFd: number,
+  oldName: Buffer,
+  newDirFd: number,
+  newName: Buffer,
+  flags: number,
+): SysResult {
   return checked('renameat2', bindings().renameat2(oldDirFd, oldName, newDirFd, newName, flags), noValue);
 }
 
@@ -169,7 +175,9 @@ export function fstat(fd: number): SysResult<{ stat: FileStat }> {
 /** Always AT_SYMLINK_NOFOLLOW: a link is reported as a link, never resolved. */
 export function lstatat(dirFd: number, name: Buffer): SysResult<{ stat: FileStat }> {
   const buf = Buffer.alloc(STAT_SIZE);
-  return checked('fstatat', bindings().fstatat(dirFd, name, buf, AT_SYMLINK_NOFOLLOW), () => ({ stat: parseStat(buf) }));
+  return checked('fstatat', bindings().fstatat(dirFd, name, buf, AT_SYMLINK_NOFOLLOW), () => ({
+    stat: parseStat(buf),
+  }));
 }
 
 export function fsync(fd: number): SysResult {
@@ -202,14 +210,21 @@ export function getdents64(dirFd: number, into: Buffer): SysResult<{ bytes: numb
 
 export function fileType(mode: number): 'file' | 'directory' | 'symlink' | 'fifo' | 'socket' | 'device' | 'unknown' {
   switch (mode & S_IFMT) {
-    case S_IFREG: return 'file';
-    case S_IFDIR: return 'directory';
-    case S_IFLNK: return 'symlink';
-    case S_IFIFO: return 'fifo';
-    case S_IFSOCK: return 'socket';
+    case S_IFREG:
+      return 'file';
+    case S_IFDIR:
+      return 'directory';
+    case S_IFLNK:
+      return 'symlink';
+    case S_IFIFO:
+      return 'fifo';
+    case S_IFSOCK:
+      return 'socket';
     case S_IFCHR:
-    case S_IFBLK: return 'device';
-    default: return 'unknown';
+    case S_IFBLK:
+      return 'device';
+    default:
+      return 'unknown';
   }
 }
 

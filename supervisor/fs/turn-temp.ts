@@ -9,7 +9,18 @@ import { basename, dirname, join } from 'node:path';
 import { fail, ok, type Result } from '../../core/result.js';
 import { closeQuietly, openDirBeneath } from './dirs.js';
 import { closeRoot, openRoot, validateRelativePath, type FsRefusal, type RootHandle } from './guard.js';
-import { AT_REMOVEDIR, cName, fchmod, fchown, fileType, fstat, lstatat, mkdirat, sameIdentity, unlinkat } from './sys.js';
+import {
+  AT_REMOVEDIR,
+  cName,
+  fchmod,
+  fchown,
+  fileType,
+  fstat,
+  lstatat,
+  mkdirat,
+  sameIdentity,
+  unlinkat,
+} from './sys.js';
 import { walkTree, WalkErrors, type TreeEntry } from './tree.js';
 
 const TURN_TEMP_MODE = 0o700;
@@ -65,7 +76,8 @@ export interface CreateTurnTempOptions {
 export function createTurnTemp(options: CreateTurnTempOptions): Result<RootHandle, FsRefusal> {
   const name = validateRelativePath(options.name);
   if (!name.ok || name.components.length !== 1) return fail('invalid_path', 'name must be a single path component');
-  if (!isId(options.uid) || !isId(options.gid)) return fail('invalid_option', 'uid and gid must be non-negative integers');
+  if (!isId(options.uid) || !isId(options.gid))
+    return fail('invalid_option', 'uid and gid must be non-negative integers');
   const parent = openRoot(options.parentDir);
   if (!parent.ok) return parent;
   try {
@@ -84,7 +96,8 @@ function isId(value: number): boolean {
 function checkSupervisorOwned(fd: number, path: string): Result<{}, FsRefusal> {
   const st = fstat(fd);
   if (!st.ok) return fail('io_error', `${path}: ${st.detail}`);
-  if (st.stat.uid !== process.geteuid?.()) return fail('alias_denied', `${path} must be owned by the supervisor (uid ${process.geteuid?.()})`);
+  if (st.stat.uid !== process.geteuid?.())
+    return fail('alias_denied', `${path} must be owned by the supervisor (uid ${process.geteuid?.()})`);
   if ((st.stat.mode & 0o022) !== 0) return fail('alias_denied', `${path} must not be group- or world-writable`);
   return ok({});
 }
@@ -92,7 +105,10 @@ function checkSupervisorOwned(fd: number, path: string): Result<{}, FsRefusal> {
 function makeHeldTemp(parentFd: number, options: CreateTurnTempOptions): Result<RootHandle, FsRefusal> {
   const name = cName(options.name);
   const made = mkdirat(parentFd, name, TURN_TEMP_MODE);
-  if (!made.ok) return made.reason === 'EEXIST' ? fail('exists', `turn temp ${options.name} already exists`) : fail('io_error', made.detail);
+  if (!made.ok)
+    return made.reason === 'EEXIST'
+      ? fail('exists', `turn temp ${options.name} already exists`)
+      : fail('io_error', made.detail);
   const opened = openDirBeneath(parentFd, name);
   if (!opened.ok) return fail('io_error', opened.detail);
   const abandon = (detail: string): Result<RootHandle, FsRefusal> => {
@@ -136,10 +152,14 @@ function count(usage: TurnTempUsage, entry: TreeEntry): void {
 export function measureTurnTemp(root: RootHandle): TurnTempUsage & { errors: string[]; errorCount: number } {
   const usage = emptyUsage();
   const errors = new WalkErrors();
-  walkTree(root.fd, {
-    entry: (entry) => count(usage, entry),
-    leaveDirectory: () => usage.directories++,
-  }, errors);
+  walkTree(
+    root.fd,
+    {
+      entry: (entry) => count(usage, entry),
+      leaveDirectory: () => usage.directories++,
+    },
+    errors,
+  );
   return { ...usage, errors: errors.recorded, errorCount: errors.count };
 }
 
@@ -152,18 +172,22 @@ export function measureTurnTemp(root: RootHandle): TurnTempUsage & { errors: str
 export function purgeTurnTemp(root: RootHandle, options: { removeRoot?: boolean } = {}): TurnTempPurge {
   const usage = emptyUsage();
   const errors = new WalkErrors();
-  walkTree(root.fd, {
-    entry: (entry) => {
-      count(usage, entry);
-      const removed = unlinkat(entry.parentFd, entry.name, 0);
-      if (!removed.ok) errors.add(entry.components, removed.detail);
+  walkTree(
+    root.fd,
+    {
+      entry: (entry) => {
+        count(usage, entry);
+        const removed = unlinkat(entry.parentFd, entry.name, 0);
+        if (!removed.ok) errors.add(entry.components, removed.detail);
+      },
+      leaveDirectory: (entry) => {
+        usage.directories++;
+        const removed = unlinkat(entry.parentFd, entry.name, AT_REMOVEDIR);
+        if (!removed.ok) errors.add(entry.components, removed.detail);
+      },
     },
-    leaveDirectory: (entry) => {
-      usage.directories++;
-      const removed = unlinkat(entry.parentFd, entry.name, AT_REMOVEDIR);
-      if (!removed.ok) errors.add(entry.components, removed.detail);
-    },
-  }, errors);
+    errors,
+  );
   if (options.removeRoot) removeRootDirectory(root, errors);
   return {
     ...usage,

@@ -71,7 +71,8 @@ function accessLog(logger: Logger): RequestHandler {
 function errorHandler(logger: Logger): ErrorRequestHandler {
   return (error, req, res, _next) => {
     const type = (error as { type?: unknown }).type;
-    if (type === 'entity.too.large') return sendError(res, 413, 'body_too_large', `body: larger than ${MAX_BODY_BYTES} bytes`);
+    if (type === 'entity.too.large')
+      return sendError(res, 413, 'body_too_large', `body: larger than ${MAX_BODY_BYTES} bytes`);
     // The parser's message quotes the body, so it is neither logged nor answered.
     if (type === 'entity.parse.failed') return sendError(res, 400, 'invalid_request', 'body: not valid JSON');
     if (type === 'encoding.unsupported' || type === 'charset.unsupported')
@@ -79,7 +80,7 @@ function errorHandler(logger: Logger): ErrorRequestHandler {
     logger.error('request failed', {
       method: req.method,
       path: req.path,
-      error: error instanceof Error ? error.stack ?? error.message : String(error),
+      error: error instanceof Error ? (error.stack ?? error.message) : String(error),
     });
     if (res.headersSent) return res.destroy();
     sendError(res, 500, 'internal_error', 'internal error; the supervisor log has the details');
@@ -102,7 +103,13 @@ export function createApp(deps: AppDeps): Express {
 
   app.use(requireToken(deps.token));
   // Host writes: ahead of the 1 MiB body cap; the route enforces config.fs.hostWriteMaxBytes itself.
-  if (deps.turns !== undefined) registerHostWriteRoute(app, { turns: deps.turns, events: deps.store, maxBytes: deps.config.fs.hostWriteMaxBytes, logger: deps.logger });
+  if (deps.turns !== undefined)
+    registerHostWriteRoute(app, {
+      turns: deps.turns,
+      events: deps.store,
+      maxBytes: deps.config.fs.hostWriteMaxBytes,
+      logger: deps.logger,
+    });
   app.use(bodyCap);
 
   const api = express.Router();
@@ -114,7 +121,9 @@ export function createApp(deps: AppDeps): Express {
         runtime: {
           workerHost: deps.latestStatus(),
           events: deps.store.status(),
-          ...(deps.turns ? { preparedWorkers: deps.turns.preparedWorkers(), egressRelay: deps.turns.egressRelay() } : {}),
+          ...(deps.turns
+            ? { preparedWorkers: deps.turns.preparedWorkers(), egressRelay: deps.turns.egressRelay() }
+            : {}),
         },
         uptime: process.uptime(),
       });

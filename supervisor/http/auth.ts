@@ -26,7 +26,8 @@ export function isAuthorized(headers: IncomingHttpHeaders, expected: string): bo
   return presented !== null && tokenMatches(presented, expected);
 }
 
-export const UNAUTHENTICATED_MESSAGE = 'a valid bearer token is required (Authorization: Bearer <token from <dataDir>/api-token>)';
+export const UNAUTHENTICATED_MESSAGE =
+  'a valid bearer token is required (Authorization: Bearer <token from <dataDir>/api-token>)';
 
 export function requireToken(expected: string): RequestHandler {
   return (req, res, next) => {

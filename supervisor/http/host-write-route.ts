@@ -56,7 +56,11 @@ const REFUSAL_STATUS: Record<FsRefusal, { status: number; code: ErrorCode }> = {
 type ParamFailure = { ok: false; reason: 'invalid_request' | 'invalid_path'; detail: string; field: string };
 
 function parseParams(params: URLSearchParams): { ok: true; params: HostWriteParams } | ParamFailure {
-  const invalid = (field: string, detail: string, reason: ParamFailure['reason'] = 'invalid_request'): ParamFailure => ({
+  const invalid = (
+    field: string,
+    detail: string,
+    reason: ParamFailure['reason'] = 'invalid_request',
+  ): ParamFailure => ({
     ok: false,
     reason,
     detail: `${field}: ${detail}`,
@@ -111,7 +115,9 @@ function readBody(req: Request, maxBytes: number): Promise<Result<{ data: Buffer
 
 function sendTooLarge(res: Response, maxBytes: number): void {
   res.setHeader('Connection', 'close');
-  sendError(res, 413, 'body_too_large', `body: larger than ${maxBytes} bytes (fs.hostWriteMaxBytes)`, { field: 'body' });
+  sendError(res, 413, 'body_too_large', `body: larger than ${maxBytes} bytes (fs.hostWriteMaxBytes)`, {
+    field: 'body',
+  });
 }
 
 export function registerHostWriteRoute(router: Router, deps: HostWriteRouteDeps): void {
@@ -132,13 +138,19 @@ export function registerHostWriteRoute(router: Router, deps: HostWriteRouteDeps)
       const query = new URL(req.originalUrl, 'http://localhost').searchParams;
       const parsed = parseParams(query);
       if (!parsed.ok) {
-        if (parsed.reason === 'invalid_path') recordHostWriteRefusal(deps.events, turn, query.get('path') ?? '', 'invalid_path');
+        if (parsed.reason === 'invalid_path')
+          recordHostWriteRefusal(deps.events, turn, query.get('path') ?? '', 'invalid_path');
         return sendError(res, 400, parsed.reason, parsed.detail, { field: parsed.field });
       }
       const { params } = parsed;
       const encoding = req.headers['content-encoding'];
       if (encoding !== undefined && encoding !== 'identity')
-        return sendError(res, 415, 'unsupported_media_type', 'content-encoding: host writes take the raw bytes, no encoding');
+        return sendError(
+          res,
+          415,
+          'unsupported_media_type',
+          'content-encoding: host writes take the raw bytes, no encoding',
+        );
       if (Number(req.headers['content-length'] ?? 0) > deps.maxBytes) {
         recordHostWriteRefusal(deps.events, turn, params.rel, 'too_large');
         return sendTooLarge(res, deps.maxBytes);

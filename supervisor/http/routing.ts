@@ -16,7 +16,12 @@ export function route(router: Router, path: string, handlers: Partial<Record<Met
   if (allowed.includes('GET')) allowed.push('HEAD');
   entry.all((req, res) => {
     res.setHeader('Allow', allowed.join(', '));
-    sendError(res, 405, 'method_not_allowed', `${req.method} is not allowed on ${path}; allowed: ${allowed.join(', ')}`);
+    sendError(
+      res,
+      405,
+      'method_not_allowed',
+      `${req.method} is not allowed on ${path}; allowed: ${allowed.join(', ')}`,
+    );
   });
 }
 

@@ -82,7 +82,10 @@ function closeServer(server: http.Server): Promise<void> {
   });
 }
 
-export async function startHttp(deps: AppDeps, where: HttpListen): Promise<Result<{ server: HttpServerHandle }, ListenFailure>> {
+export async function startHttp(
+  deps: AppDeps,
+  where: HttpListen,
+): Promise<Result<{ server: HttpServerHandle }, ListenFailure>> {
   const app = createApp(deps);
   const upgrades = createUpgradeHandler(deps);
   const servers: http.Server[] = [];
@@ -107,7 +110,10 @@ export async function startHttp(deps: AppDeps, where: HttpListen): Promise<Resul
     const error = await listen(server, address);
     if (error !== null) {
       await closeAll();
-      return fail('listen_failed', `cannot listen on ${where.tcp}: ${(error as NodeJS.ErrnoException).code ?? error.message}`);
+      return fail(
+        'listen_failed',
+        `cannot listen on ${where.tcp}: ${(error as NodeJS.ErrnoException).code ?? error.message}`,
+      );
     }
     const bound = server.address() as net.AddressInfo;
     tcp = { host: bound.address, port: bound.port };
@@ -123,7 +129,10 @@ export async function startHttp(deps: AppDeps, where: HttpListen): Promise<Resul
     const error = await listen(server, { path: where.socket });
     if (error !== null) {
       await closeAll();
-      return fail('listen_failed', `cannot listen on ${where.socket}: ${(error as NodeJS.ErrnoException).code ?? error.message}`);
+      return fail(
+        'listen_failed',
+        `cannot listen on ${where.socket}: ${(error as NodeJS.ErrnoException).code ?? error.message}`,
+      );
     }
     socketPath = where.socket;
     fs.chmodSync(socketPath, SOCKET_MODE);

@@ -30,9 +30,11 @@ export function readTokenFile(dataDir: string): Result<{ token: string }, 'token
     const stat = fs.fstatSync(fd);
     if (!stat.isFile()) return fail('token_unusable', `${file}: not a regular file`);
     if ((stat.mode & 0o077) !== 0) return fail('token_unusable', `${file}: readable by group or others; chmod 600 it`);
-    if (stat.size > MAX_TOKEN_FILE_BYTES) return fail('token_unusable', `${file}: larger than ${MAX_TOKEN_FILE_BYTES} bytes`);
+    if (stat.size > MAX_TOKEN_FILE_BYTES)
+      return fail('token_unusable', `${file}: larger than ${MAX_TOKEN_FILE_BYTES} bytes`);
     const token = fs.readFileSync(fd, 'utf8').trim();
-    if (!/^[\x21-\x7e]{16,512}$/.test(token)) return fail('token_unusable', `${file}: not a token (16-512 printable characters)`);
+    if (!/^[\x21-\x7e]{16,512}$/.test(token))
+      return fail('token_unusable', `${file}: not a token (16-512 printable characters)`);
     return ok({ token });
   } finally {
     fs.closeSync(fd);
@@ -44,7 +46,11 @@ function createTokenFile(dataDir: string): Result<{ token: string }, 'token_unus
   const token = randomBytes(32).toString('base64url');
   let fd: number;
   try {
-    fd = fs.openSync(file, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600);
+    fd = fs.openSync(
+      file,
+      fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW,
+      0o600,
+    );
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
     if (code === 'EEXIST') return fail('token_exists', `${file} exists`);
@@ -61,9 +67,10 @@ function createTokenFile(dataDir: string): Result<{ token: string }, 'token_unus
 }
 
 /** The configured token, else the token file, creating it at first start. */
-export function ensureApiToken(
-  config: { apiToken: string | null; dataDir: string },
-): Result<{ token: string; source: 'config' | 'file' | 'generated' }, 'token_unusable'> {
+export function ensureApiToken(config: {
+  apiToken: string | null;
+  dataDir: string;
+}): Result<{ token: string; source: 'config' | 'file' | 'generated' }, 'token_unusable'> {
   if (config.apiToken !== null) return ok({ token: config.apiToken, source: 'config' });
   const existing = readTokenFile(config.dataDir);
   if (existing.ok) return ok({ token: existing.token, source: 'file' });

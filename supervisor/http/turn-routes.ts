@@ -17,12 +17,19 @@ export function registerTurnRoutes(router: Router, turns: TurnManager): void {
     post: [
       json,
       async (req, res) => {
-        if (!req.is('application/json')) return sendError(res, 400, 'invalid_request', 'body: expected an application/json object');
+        if (!req.is('application/json'))
+          return sendError(res, 400, 'invalid_request', 'body: expected an application/json object');
         const created = await turns.create(req.body);
         if (created.ok) return void res.status(201).json({ turn: created.turn });
         switch (created.reason) {
           case 'invalid_request':
-            return sendError(res, 400, 'invalid_request', created.detail, created.field ? { field: created.field } : {});
+            return sendError(
+              res,
+              400,
+              'invalid_request',
+              created.detail,
+              created.field ? { field: created.field } : {},
+            );
           case 'worker_host_unsupported':
             return sendError(res, 503, 'worker_host_unsupported', created.detail, { requirement: created.detail });
           case 'capacity_exhausted':
@@ -50,7 +57,8 @@ export function registerTurnRoutes(router: Router, turns: TurnManager): void {
     get: (req, res) => {
       const id = String(req.params['id']);
       const turn = TURN_ID_PARAM.test(id) ? turns.get(id) : undefined;
-      if (turn === undefined) return sendError(res, 404, 'not_found', `no turn ${TURN_ID_PARAM.test(id) ? id : '(malformed id)'}`);
+      if (turn === undefined)
+        return sendError(res, 404, 'not_found', `no turn ${TURN_ID_PARAM.test(id) ? id : '(malformed id)'}`);
       res.json({ turn });
     },
   });

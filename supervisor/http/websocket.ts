@@ -39,7 +39,12 @@ export interface UpgradeHandler {
   close(): void;
 }
 
-const STATUS_TEXT: Record<number, string> = { 400: 'Bad Request', 401: 'Unauthorized', 404: 'Not Found', 405: 'Method Not Allowed' };
+const STATUS_TEXT: Record<number, string> = {
+  400: 'Bad Request',
+  401: 'Unauthorized',
+  404: 'Not Found',
+  405: 'Method Not Allowed',
+};
 
 function rejectUpgrade(socket: Duplex, status: number, code: ErrorCode, error: string): void {
   const body = JSON.stringify({ error, code });
@@ -134,7 +139,8 @@ function applyClientMessage(attachment: TurnAttachment, raw: string): string | n
       return null;
     }
     case 'signal':
-      if (typeof m['signal'] !== 'string' || !SIGNALS.has(m['signal'])) return `signal: expected one of ${[...SIGNALS].join(', ')}`;
+      if (typeof m['signal'] !== 'string' || !SIGNALS.has(m['signal']))
+        return `signal: expected one of ${[...SIGNALS].join(', ')}`;
       attachment.signal(m['signal'] as 'SIGINT');
       return null;
     default:
@@ -162,13 +168,16 @@ function attachTurn(ws: WebSocket, attachment: TurnAttachment): void {
 
 export function createUpgradeHandler(deps: UpgradeDeps): UpgradeHandler {
   const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_BODY_BYTES });
-  wss.on('connection', (ws) => ws.on('error', (error) => deps.logger.debug('websocket error', { error: error.message })));
+  wss.on('connection', (ws) =>
+    ws.on('error', (error) => deps.logger.debug('websocket error', { error: error.message })),
+  );
 
   return {
     handle(req, socket, head) {
       socket.on('error', () => socket.destroy());
       const url = new URL(req.url ?? '/', 'http://localhost');
-      if (!isAuthorized(req.headers, deps.token)) return rejectUpgrade(socket, 401, 'unauthenticated', UNAUTHENTICATED_MESSAGE);
+      if (!isAuthorized(req.headers, deps.token))
+        return rejectUpgrade(socket, 401, 'unauthenticated', UNAUTHENTICATED_MESSAGE);
       if (req.method !== 'GET') return rejectUpgrade(socket, 405, 'method_not_allowed', 'WebSocket upgrades use GET');
 
       if (url.pathname === EVENTS_STREAM_PATH) {
@@ -184,8 +193,10 @@ export function createUpgradeHandler(deps: UpgradeDeps): UpgradeHandler {
       if (attach !== null && deps.turns !== undefined) {
         const turns = deps.turns;
         const id = attach[1] ?? '';
-        if (!TURN_ID_PARAM.test(id) || turns.get(id) === undefined) return rejectUpgrade(socket, 404, 'not_found', 'no such turn');
-        if ([...url.searchParams.keys()].length > 0) return rejectUpgrade(socket, 400, 'invalid_request', 'attach takes no parameters');
+        if (!TURN_ID_PARAM.test(id) || turns.get(id) === undefined)
+          return rejectUpgrade(socket, 404, 'not_found', 'no such turn');
+        if ([...url.searchParams.keys()].length > 0)
+          return rejectUpgrade(socket, 400, 'invalid_request', 'attach takes no parameters');
         return wss.handleUpgrade(req, socket, head, (ws) => {
           wss.emit('connection', ws, req);
           const attached = turns.attach(id);

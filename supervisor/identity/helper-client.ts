@@ -114,7 +114,20 @@ export class HelperDescriptorError extends CodedError {
 const OP_KEYS: Record<HelperOp, { allowed: ReadonlySet<string>; required: readonly string[] }> = {
   probe: { allowed: new Set(['uid']), required: [] },
   launch: {
-    allowed: new Set(['uid', 'gid', 'cgroups', 'rlimits', 'hostname', 'cwd', 'env', 'profile', 'workspace', 'temp', 'socket', 'protect']),
+    allowed: new Set([
+      'uid',
+      'gid',
+      'cgroups',
+      'rlimits',
+      'hostname',
+      'cwd',
+      'env',
+      'profile',
+      'workspace',
+      'temp',
+      'socket',
+      'protect',
+    ]),
     required: ['uid', 'gid', 'cwd', 'profile', 'workspace', 'temp'],
   },
   view: {
@@ -176,7 +189,8 @@ function protectLines(rules: unknown): string[] {
   return rules.map((rule: Partial<HelperProtectRule>, index) => {
     const field = `protect[${index}]`;
     // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- the descriptor is checked whatever its type says
-    if (!PROTECT_MODES.includes(rule?.mode as HelperProtectMode)) refuse(`${field}.mode`, 'must be read_only, mask_file or mask_directory');
+    if (!PROTECT_MODES.includes(rule?.mode as HelperProtectMode))
+      refuse(`${field}.mode`, 'must be read_only, mask_file or mask_directory');
     if (typeof rule.path !== 'string' || !isCanonicalRelativePath(rule.path)) {
       refuse(`${field}.path`, 'must be relative to the workspace, with no empty, "." or ".." components');
     }
@@ -200,7 +214,8 @@ function rlimitLines(rlimits: HelperDescriptor['rlimits']): string[] {
   // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- the descriptor is checked whatever its type says
   if (typeof rlimits !== 'object' || rlimits === null) refuse('rlimits', 'must be an object');
   return Object.entries(rlimits).map(([name, value]) => {
-    if (!RLIMIT_NAMES.includes(name as HelperRlimitName)) refuse(`rlimits.${name}`, 'unknown rlimit (nproc, data, fsize, nofile)');
+    if (!RLIMIT_NAMES.includes(name as HelperRlimitName))
+      refuse(`rlimits.${name}`, 'unknown rlimit (nproc, data, fsize, nofile)');
     const isInteger = typeof value === 'bigint' || (typeof value === 'number' && Number.isSafeInteger(value));
     if (!isInteger || BigInt(value) < 0n || BigInt(value) >= DESCRIPTOR_LIMITS.maxRlimitExclusive) {
       refuse(`rlimits.${name}`, 'must be a non-negative integer below 10^18');
@@ -240,10 +255,12 @@ function descriptorLines(d: HelperDescriptor): string[] {
   if (d.uid !== undefined) lines.push(`uid ${checkId('uid', d.uid)}`);
   if (d.gid !== undefined) lines.push(`gid ${checkId('gid', d.gid)}`);
   if (d.op === 'launch' && d.gid !== d.uid) refuse('gid', 'must equal uid');
-  for (const cgroup of checkPathList('cgroups', d.cgroups ?? [], DESCRIPTOR_LIMITS.maxCgroups)) lines.push(`cgroup ${cgroup}`);
+  for (const cgroup of checkPathList('cgroups', d.cgroups ?? [], DESCRIPTOR_LIMITS.maxCgroups))
+    lines.push(`cgroup ${cgroup}`);
   if (d.rlimits !== undefined) lines.push(...rlimitLines(d.rlimits));
   if (d.hostname !== undefined) {
-    if (typeof d.hostname !== 'string' || !HOSTNAME.test(d.hostname)) refuse('hostname', '1-64 of [A-Za-z0-9.-], not starting with "-"');
+    if (typeof d.hostname !== 'string' || !HOSTNAME.test(d.hostname))
+      refuse('hostname', '1-64 of [A-Za-z0-9.-], not starting with "-"');
     lines.push(`hostname ${d.hostname}`);
   }
   if (d.cwd !== undefined) lines.push(`cwd ${checkPath('cwd', d.cwd)}`);
@@ -258,7 +275,8 @@ function descriptorLines(d: HelperDescriptor): string[] {
   if (d.socket !== undefined) lines.push(viewPathLine('socket', d.socket));
   if (d.protect !== undefined) lines.push(...protectLines(d.protect));
   const tempNeedsView = d.temp !== undefined && d.op !== 'reclaim';
-  if ((d.protect !== undefined || tempNeedsView) && d.workspace === undefined) refuse('workspace', 'required with protect or temp');
+  if ((d.protect !== undefined || tempNeedsView) && d.workspace === undefined)
+    refuse('workspace', 'required with protect or temp');
   if (d.paths !== undefined) {
     const paths = checkPathList('paths', d.paths, DESCRIPTOR_LIMITS.maxPaths);
     if (paths.length === 0) refuse('paths', 'at least one path');
@@ -277,7 +295,8 @@ export function encodeDescriptor(d: HelperDescriptor): Buffer {
     }
   }
   const bytes = Buffer.from(lines.join('\n') + '\n', 'utf8');
-  if (bytes.length > DESCRIPTOR_LIMITS.maxBytes) refuse('descriptor', `larger than ${DESCRIPTOR_LIMITS.maxBytes} bytes`);
+  if (bytes.length > DESCRIPTOR_LIMITS.maxBytes)
+    refuse('descriptor', `larger than ${DESCRIPTOR_LIMITS.maxBytes} bytes`);
   return bytes;
 }
 
@@ -349,7 +368,10 @@ function runHelperOnce(helper: HelperLocation, descriptor: Buffer): Promise<Resu
 function outcomeFailure(run: HelperRun): Fail<HelperFailureReason> | null {
   if (run.signal !== null) return fail('helper_signaled', `identity helper killed by ${run.signal}`);
   if (run.exitCode === 0) return null;
-  return parseHelperRefusal(run.exitCode, run.stderr) ?? fail('helper_exit_unknown', `identity helper exited ${run.exitCode}`);
+  return (
+    parseHelperRefusal(run.exitCode, run.stderr) ??
+    fail('helper_exit_unknown', `identity helper exited ${run.exitCode}`)
+  );
 }
 
 /** `key value` lines (value = rest of the line); the first occurrence of a key wins. */
@@ -422,7 +444,13 @@ export async function runHelperProbe(
   const workerUid = decimalField(receipt, 'worker_uid');
   const [first, count] = (receipt.uid_range ?? '').split(' ').map(Number);
   const helperVersion = receipt.helper_version;
-  if (workerUid === null || workerUid === 0 || first === undefined || count === undefined || helperVersion === undefined) {
+  if (
+    workerUid === null ||
+    workerUid === 0 ||
+    first === undefined ||
+    count === undefined ||
+    helperVersion === undefined
+  ) {
     return fail('helper_output_invalid', 'probe receipt lacks worker_uid, uid_range or helper_version');
   }
   const mismatch = probeMismatch(receipt, workerUid);
@@ -478,7 +506,8 @@ export async function runHelperView(
     return fail('helper_output_invalid', 'view answer does not list every path');
   }
   const viewBuilt = receipt.view === 'built';
-  if (viewBuilt !== (request.workspace !== undefined)) return fail('helper_output_invalid', `view answer says view ${receipt.view ?? 'missing'}`);
+  if (viewBuilt !== (request.workspace !== undefined))
+    return fail('helper_output_invalid', `view answer says view ${receipt.view ?? 'missing'}`);
   return ok({ workerUid, viewBuilt, entries });
 }
 
@@ -492,7 +521,8 @@ export async function runHelperKill(
   const receipt = parseReceipt(run.stdout);
   const workerUid = decimalField(receipt, 'worker_uid');
   const signalled = decimalField(receipt, 'killed');
-  if (workerUid === null || signalled === null) return fail('helper_output_invalid', 'kill answer lacks worker_uid or killed');
+  if (workerUid === null || signalled === null)
+    return fail('helper_output_invalid', 'kill answer lacks worker_uid or killed');
   return ok({ workerUid, signalled });
 }
 
@@ -510,7 +540,8 @@ export async function runHelperReclaim(
   const receipt = parseReceipt(run.stdout);
   const workerUid = decimalField(receipt, 'worker_uid');
   const counts = /^reclaimed (\d+) skipped (\d+)$/m.exec(run.stdout);
-  if (workerUid === null || counts === null) return fail('helper_output_invalid', 'reclaim answer lacks worker_uid or counts');
+  if (workerUid === null || counts === null)
+    return fail('helper_output_invalid', 'reclaim answer lacks worker_uid or counts');
   return ok({ workerUid, reclaimed: Number(counts[1]), skipped: Number(counts[2]) });
 }
 

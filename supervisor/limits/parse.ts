@@ -76,12 +76,18 @@ export function parseLimitSettings(
   const limits: ResolvedLimits = {};
   for (const [name, raw] of Object.entries(settings as Record<string, unknown>)) {
     if (!isLimitName(name)) {
-      return fail('malformed_limits', `${origin}: unknown limit "${name}" (known: ${Object.keys(LIMIT_UNITS).join(', ')})`);
+      return fail(
+        'malformed_limits',
+        `${origin}: unknown limit "${name}" (known: ${Object.keys(LIMIT_UNITS).join(', ')})`,
+      );
     }
     if (raw === undefined) continue;
     const value = typeof raw === 'string' || typeof raw === 'number' ? parseLimitValue(name, raw) : null;
     if (value === null) {
-      return fail('malformed_limits', `${origin}: ${name} must be ${UNIT_WORDS[LIMIT_UNITS[name]]}, got ${JSON.stringify(raw)}`);
+      return fail(
+        'malformed_limits',
+        `${origin}: ${name} must be ${UNIT_WORDS[LIMIT_UNITS[name]]}, got ${JSON.stringify(raw)}`,
+      );
     }
     limits[name] = value;
   }
@@ -117,7 +123,10 @@ export function lowerOnly(
     if (value === undefined) continue;
     const ceiling = defaults[name];
     if (ceiling !== undefined && value > ceiling) {
-      return fail('limit_raise', `${name}: override ${value} is above the configured limit ${ceiling}; overrides may only lower`);
+      return fail(
+        'limit_raise',
+        `${name}: override ${value} is above the configured limit ${ceiling}; overrides may only lower`,
+      );
     }
     limits[name] = value;
   }

@@ -56,9 +56,18 @@ let syscall: ((...args: unknown[]) => number) | undefined;
 /** `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)` answers the ABI. */
 export function probeLandlock(): BoundaryFacilities['landlock'] {
   syscall ??= libc().func('long syscall(long, ...)') as (...args: unknown[]) => number;
-  const abi = syscall(SYS_LANDLOCK_CREATE_RULESET, 'void *', null, 'size_t', 0, 'uint32_t', LANDLOCK_CREATE_RULESET_VERSION);
+  const abi = syscall(
+    SYS_LANDLOCK_CREATE_RULESET,
+    'void *',
+    null,
+    'size_t',
+    0,
+    'uint32_t',
+    LANDLOCK_CREATE_RULESET_VERSION,
+  );
   if (abi >= 1) return { available: true, detail: `Landlock ABI ${abi}`, abi };
   const errno = lastErrno();
-  const why = errno === 38 ? 'kernel without Landlock' : errno === 95 ? 'Landlock disabled at boot (lsm=)' : errnoName(errno);
+  const why =
+    errno === 38 ? 'kernel without Landlock' : errno === 95 ? 'Landlock disabled at boot (lsm=)' : errnoName(errno);
   return { available: false, detail: `Landlock unavailable: ${why}`, abi: null };
 }

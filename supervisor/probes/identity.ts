@@ -70,7 +70,8 @@ function resolveThroughCheckedDirectories(
   helperPath: string,
 ): Result<{ realPath: string; stat: fs.Stats }, 'helper_unqualified'> {
   const rootStat = lstatOrNull('/');
-  const rootRequirement = rootStat === null ? 'identity helper directory / cannot be read' : directoryRequirement('/', rootStat);
+  const rootRequirement =
+    rootStat === null ? 'identity helper directory / cannot be read' : directoryRequirement('/', rootStat);
   if (rootRequirement !== null) return fail('helper_unqualified', rootRequirement);
   const pending = helperPath.split('/').filter((c) => c !== '' && c !== '.');
   let dir = '/';
@@ -83,11 +84,15 @@ function resolveThroughCheckedDirectories(
     }
     const full = path.join(dir, name);
     const stat = lstatOrNull(full);
-    if (stat === null) return fail('helper_unqualified', `identity helper ${helperPath} does not exist (${full} is missing)`);
+    if (stat === null)
+      return fail('helper_unqualified', `identity helper ${helperPath} does not exist (${full} is missing)`);
     if (stat.isSymbolicLink()) {
       hops += 1;
       if (hops > MAX_SYMLINK_HOPS) {
-        return fail('helper_unqualified', `identity helper ${helperPath} resolves through more than ${MAX_SYMLINK_HOPS} symbolic links`);
+        return fail(
+          'helper_unqualified',
+          `identity helper ${helperPath} resolves through more than ${MAX_SYMLINK_HOPS} symbolic links`,
+        );
       }
       const target = fs.readlinkSync(full);
       if (target.startsWith('/')) dir = '/';
@@ -95,7 +100,8 @@ function resolveThroughCheckedDirectories(
       continue;
     }
     if (pending.length === 0) return ok({ realPath: full, stat });
-    if (!stat.isDirectory()) return fail('helper_unqualified', `identity helper ${helperPath}: ${full} is not a directory`);
+    if (!stat.isDirectory())
+      return fail('helper_unqualified', `identity helper ${helperPath}: ${full} is not a directory`);
     const requirement = directoryRequirement(full, stat);
     if (requirement !== null) return fail('helper_unqualified', requirement);
     dir = full;
@@ -154,7 +160,12 @@ export async function probeIdentity(
   if (helperPath === null) {
     return {
       identity: 'shared_uid',
-      helper: { available: false, detail: 'no identity helper configured: workers run as the supervisor uid', path: null, qualified: false },
+      helper: {
+        available: false,
+        detail: 'no identity helper configured: workers run as the supervisor uid',
+        path: null,
+        qualified: false,
+      },
     };
   }
   const unestablished = (requirement: string, qualified: boolean): IdentityProbe => ({
@@ -165,7 +176,10 @@ export async function probeIdentity(
   const qualification = qualifyIdentityHelper(helperPath, ids);
   if (!qualification.ok) return unestablished(qualification.detail, false);
   if (helperProbe === undefined) {
-    return unestablished(`identity helper ${helperPath} qualifies but no helper probe ran: its worker uid is unverified`, true);
+    return unestablished(
+      `identity helper ${helperPath} qualifies but no helper probe ran: its worker uid is unverified`,
+      true,
+    );
   }
   const receipt = await helperProbe().catch((error: unknown) => fail('helper_probe_threw', String(error)));
   if (!receipt.ok) return unestablished(`identity helper ${helperPath} probe failed: ${receipt.detail}`, true);

@@ -13,7 +13,14 @@ import { probeIdentity, type HelperProbe, type IdentityProbe, type SupervisorIds
 import { probeLimits } from './limits.js';
 import { rootServerWarning, supervisorIsRoot } from './root.js';
 import { probeMaskedView, type HelperViewProbe } from './view.js';
-import type { BoundaryFacilities, GovernedStatus, ModeAvailability, ProbeTrigger, WorkerHostStatus, WorkerLimitsStatus } from './types.js';
+import type {
+  BoundaryFacilities,
+  GovernedStatus,
+  ModeAvailability,
+  ProbeTrigger,
+  WorkerHostStatus,
+  WorkerLimitsStatus,
+} from './types.js';
 import type { IdentityMode, WorkerMode } from '../../core/modes.js';
 
 export interface ProbeContext {
@@ -58,7 +65,11 @@ function contextIds(ctx: ProbeContext): SupervisorIds {
 const PROFILE_OF: Record<WorkerMode, 'governed' | 'strict'> = { ordinary: 'governed', restricted: 'strict' };
 
 /** The masked views are verified only with a helper view runner and an established worker uid. */
-async function probeViews(ctx: ProbeContext, identity: IdentityProbe, modes: readonly WorkerMode[]): Promise<BoundaryFacts['viewRequirement']> {
+async function probeViews(
+  ctx: ProbeContext,
+  identity: IdentityProbe,
+  modes: readonly WorkerMode[],
+): Promise<BoundaryFacts['viewRequirement']> {
   const { helperView } = ctx;
   const workerUid = identity.workerUid;
   if (helperView === undefined || workerUid === undefined) return {};
@@ -116,7 +127,8 @@ function firstMissingRequirement(facts: BoundaryFacts, mode: WorkerMode): string
  */
 let boundaryProvenInProcess = false;
 
-export const RESTRICTED_DISABLED_REQUIREMENT = 'restricted mode is disabled in the configuration (modes.restricted.enabled is false)';
+export const RESTRICTED_DISABLED_REQUIREMENT =
+  'restricted mode is disabled in the configuration (modes.restricted.enabled is false)';
 
 function modeAvailability(
   facts: BoundaryFacts,
@@ -124,9 +136,10 @@ function modeAvailability(
   mode: WorkerMode,
   trigger: ProbeTrigger,
 ): ModeAvailability {
-  const requirement = mode === 'restricted' && !config.modes.restricted.enabled
-    ? RESTRICTED_DISABLED_REQUIREMENT
-    : firstMissingRequirement(facts, mode);
+  const requirement =
+    mode === 'restricted' && !config.modes.restricted.enabled
+      ? RESTRICTED_DISABLED_REQUIREMENT
+      : firstMissingRequirement(facts, mode);
   const checkedAt = new Date().toISOString();
   if (requirement === undefined) {
     if (mode === 'ordinary') boundaryProvenInProcess = true;

@@ -56,14 +56,19 @@ export function probeLimits(inputs: LimitsInputs): WorkerLimitsStatus {
 
   // rlimits are set by the helper with setrlimit/prlimit, which Linux always has.
   for (const limit of RLIMITS) {
-    const gap = limit === 'processes' && inputs.workersRunAsRoot
-      ? 'uid 0 for processes: workers run as uid 0, which RLIMIT_NPROC does not bind'
-      : null;
+    const gap =
+      limit === 'processes' && inputs.workersRunAsRoot
+        ? 'uid 0 for processes: workers run as uid 0, which RLIMIT_NPROC does not bind'
+        : null;
     settle(limit, 'rlimit', gap);
   }
   for (const limit of CGROUP_LIMITS) {
     const backend = layout.backendFor[limit];
-    settle(limit, 'cgroup', backend === undefined ? (layout.unavailable[limit] ?? `controller ${limit} unavailable`) : null);
+    settle(
+      limit,
+      'cgroup',
+      backend === undefined ? (layout.unavailable[limit] ?? `controller ${limit} unavailable`) : null,
+    );
   }
   return status;
 }

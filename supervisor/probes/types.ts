@@ -16,7 +16,6 @@ export interface ModeAvailability {
   requirement?: string;
 }
 
-
 export interface LimitEnforced {
   limit: LimitName;
   source: 'rlimit' | 'cgroup';

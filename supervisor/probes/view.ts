@@ -12,7 +12,9 @@ import type { HelperProfile, HelperViewEntry, HelperViewRequest } from '../ident
 const HOST_TMP = '/tmp';
 
 /** Runs the helper's `view` operation (injected: the daemon binds it to the configured helper). */
-export type HelperViewProbe = (request: HelperViewRequest) => Promise<Result<{ workerUid: number; viewBuilt: boolean; entries: HelperViewEntry[] }>>;
+export type HelperViewProbe = (
+  request: HelperViewRequest,
+) => Promise<Result<{ workerUid: number; viewBuilt: boolean; entries: HelperViewEntry[] }>>;
 
 interface SentinelTree {
   base: string;
@@ -65,9 +67,21 @@ interface Expectation {
 function expectations(tree: SentinelTree, profile: HelperProfile): Expectation[] {
   const ws = (name: string) => path.join(tree.workspace, name);
   const list: Expectation[] = [
-    { path: ws('masked-file'), what: 'a mask_file path must read empty and refuse writes', holds: (e) => e.exists && e.empty === true && !e.write },
-    { path: ws('masked-dir'), what: 'a mask_directory path must be an empty read-only directory', holds: (e) => e.exists && e.empty === true && !e.write },
-    { path: ws('read-only'), what: 'a read_only path must keep its content and refuse writes', holds: (e) => e.read && e.empty === false && !e.write },
+    {
+      path: ws('masked-file'),
+      what: 'a mask_file path must read empty and refuse writes',
+      holds: (e) => e.exists && e.empty === true && !e.write,
+    },
+    {
+      path: ws('masked-dir'),
+      what: 'a mask_directory path must be an empty read-only directory',
+      holds: (e) => e.exists && e.empty === true && !e.write,
+    },
+    {
+      path: ws('read-only'),
+      what: 'a read_only path must keep its content and refuse writes',
+      holds: (e) => e.read && e.empty === false && !e.write,
+    },
     { path: tree.hostOnly, what: "the host's /tmp must be replaced by a fresh one", holds: (e) => !e.exists },
     { path: '/proc/1', what: "other users' processes must be invisible in /proc", holds: (e) => !e.exists },
     { path: '/etc', what: 'host system directories must be read-only', holds: (e) => !e.write },
@@ -84,7 +98,11 @@ function expectations(tree: SentinelTree, profile: HelperProfile): Expectation[]
 }
 
 /** Undefined when the view holds; otherwise a requirement naming what failed. */
-export async function probeMaskedView(run: HelperViewProbe, profile: HelperProfile, workerUid: number): Promise<string | undefined> {
+export async function probeMaskedView(
+  run: HelperViewProbe,
+  profile: HelperProfile,
+  workerUid: number,
+): Promise<string | undefined> {
   let tree: SentinelTree;
   try {
     tree = plantSentinels(workerUid);
@@ -110,7 +128,9 @@ export async function probeMaskedView(run: HelperViewProbe, profile: HelperProfi
       const entry = answer.entries[index];
       return entry === undefined || entry.path !== check.path || !check.holds(entry);
     });
-    return broken === undefined ? undefined : `the ${profile} worker view does not hold: ${broken.what} (${broken.path})`;
+    return broken === undefined
+      ? undefined
+      : `the ${profile} worker view does not hold: ${broken.what} (${broken.path})`;
   } finally {
     fs.rmSync(tree.base, { recursive: true, force: true });
   }

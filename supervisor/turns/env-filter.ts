@@ -8,15 +8,42 @@ export const ENV_EXTRA_CONTROL = 'TURNHOST_ENV_EXTRA';
 
 /** Names a command may receive from the turn request without configuration. */
 const ALLOWED_NAMES = new Set([
-  'PATH', 'HOME', 'USER', 'LOGNAME', 'SHELL', 'TERM', 'COLORTERM', 'NO_COLOR', 'FORCE_COLOR',
-  'LANG', 'LANGUAGE', 'TZ', 'TMPDIR', 'PWD', 'EDITOR', 'PAGER', 'COLUMNS', 'LINES',
+  'PATH',
+  'HOME',
+  'USER',
+  'LOGNAME',
+  'SHELL',
+  'TERM',
+  'COLORTERM',
+  'NO_COLOR',
+  'FORCE_COLOR',
+  'LANG',
+  'LANGUAGE',
+  'TZ',
+  'TMPDIR',
+  'PWD',
+  'EDITOR',
+  'PAGER',
+  'COLUMNS',
+  'LINES',
 ]);
 const ALLOWED_PREFIXES = ['LC_'];
 
 /** Names that are never forwarded, even when an operator lists them: they steer loaders or our own proxying. */
 const NEVER_NAMES = new Set([
-  ENV_EXTRA_CONTROL, 'LD_PRELOAD', 'LD_LIBRARY_PATH', 'LD_AUDIT', 'NODE_OPTIONS',
-  'HTTP_PROXY', 'HTTPS_PROXY', 'ALL_PROXY', 'NO_PROXY', 'http_proxy', 'https_proxy', 'all_proxy', 'no_proxy',
+  ENV_EXTRA_CONTROL,
+  'LD_PRELOAD',
+  'LD_LIBRARY_PATH',
+  'LD_AUDIT',
+  'NODE_OPTIONS',
+  'HTTP_PROXY',
+  'HTTPS_PROXY',
+  'ALL_PROXY',
+  'NO_PROXY',
+  'http_proxy',
+  'https_proxy',
+  'all_proxy',
+  'no_proxy',
 ]);
 
 const NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
@@ -41,10 +68,7 @@ export interface EnvFilterResult {
   dropped: string[];
 }
 
-export function filterSubprocessEnv(
-  requested: Record<string, string>,
-  extraNames: readonly string[],
-): EnvFilterResult {
+export function filterSubprocessEnv(requested: Record<string, string>, extraNames: readonly string[]): EnvFilterResult {
   const extra = new Set(extraNames.filter((n) => !NEVER_NAMES.has(n)));
   const env: Record<string, string> = {};
   const dropped: string[] = [];

@@ -181,7 +181,8 @@ async function workerLifecycle(env: LaunchEnvironment, w: WorkerState): Promise<
 
   // 1. This mode's probe, now: a pass is never cached.
   const probe = await probeMode(deps.probeContext, spec.mode, 'turn');
-  if (!probe.availability.available) return refuse(hostRefusal(probe.availability.requirement ?? 'the worker boundary is unavailable'));
+  if (!probe.availability.available)
+    return refuse(hostRefusal(probe.availability.requirement ?? 'the worker boundary is unavailable'));
   if (!env.cgroupSubtree.ok) return refuse(hostRefusal(`turn cgroups are unavailable: ${env.cgroupSubtree.detail}`));
   const helper = probe.identity === 'separate_uid' ? helperLocation(deps.config) : null;
   const stampAtProbe = helperStamp(helper);
@@ -225,7 +226,11 @@ async function workerLifecycle(env: LaunchEnvironment, w: WorkerState): Promise<
     allowedPeerUid: uid,
     socketOwnership: env.supervisorIsRoot ? 'owner' : 'peer-cred-only',
     policy: spec.policy,
-    caps: { maxConnections: deps.config.egress.maxConnections, maxBytes: deps.config.egress.maxBytes, idleTimeoutMs: deps.config.egress.idleTimeoutMs },
+    caps: {
+      maxConnections: deps.config.egress.maxConnections,
+      maxBytes: deps.config.egress.maxBytes,
+      idleTimeoutMs: deps.config.egress.idleTimeoutMs,
+    },
     sink: deps.events,
     // A prepared worker's proxy learns its turn at the claim, before the command can connect.
     turn: { sessionId: '', turnId: name, profile: profileFor(spec.mode), model: null },
@@ -281,7 +286,18 @@ async function workerLifecycle(env: LaunchEnvironment, w: WorkerState): Promise<
 
   // 6. The claim's checks: the view's host entries and the helper unchanged since the launch,
   //    and the live process attested (credentials, namespaces, cgroup membership).
-  const usable = ready.ok && turn ? checkClaim(connection, { identity: probe.identity, uid, cgroupPaths: cgroup.paths, helper, stampAtProbe, view, fingerprint }) : ready;
+  const usable =
+    ready.ok && turn
+      ? checkClaim(connection, {
+          identity: probe.identity,
+          uid,
+          cgroupPaths: cgroup.paths,
+          helper,
+          stampAtProbe,
+          view,
+          fingerprint,
+        })
+      : ready;
   if (!turn || (ready.ok && !usable.ok)) {
     // The worker may have left its leaf (one way its attestation fails); it also ends itself
     // when its protocol fd closes, which covers a worker this supervisor may not signal.
@@ -296,7 +312,14 @@ async function workerLifecycle(env: LaunchEnvironment, w: WorkerState): Promise<
   // 7. Bind the turn: its record names this worker; its timeout runs; its output flows.
   w.turn = turn;
   proxy.attribute(turn.attribution, logger.child({ turnId: turn.record.id, component: 'proxy' }));
-  turn.bind({ identity: probe.identity, uid, cgroupPaths: cgroup.paths, temp: temp.temp, connection, kill: killWorker });
+  turn.bind({
+    identity: probe.identity,
+    uid,
+    cgroupPaths: cgroup.paths,
+    temp: temp.temp,
+    connection,
+    kill: killWorker,
+  });
   w.outcome({ kind: 'bound' });
   let refusal: string | null = null;
 
@@ -364,10 +387,20 @@ function checkClaim(connection: WorkerConnection, facts: ClaimFacts): Result {
   if (viewFingerprint(facts.view) !== facts.fingerprint)
     return fail('view_changed', 'the workspace or a protected path changed since the worker was launched');
   const pid = connection.pid;
-  if (pid === undefined || connection.ended) return fail('worker_attestation_failed', 'worker attestation: the worker is no longer running');
+  if (pid === undefined || connection.ended)
+    return fail('worker_attestation_failed', 'worker attestation: the worker is no longer running');
   if (helperStamp(facts.helper) !== facts.stampAtProbe)
-    return fail('worker_attestation_failed', 'worker attestation: the identity helper or its config changed since the worker was launched');
-  return attestWorker({ pid, identity: facts.identity, uid: facts.uid, gid: facts.uid, cgroupPaths: facts.cgroupPaths });
+    return fail(
+      'worker_attestation_failed',
+      'worker attestation: the identity helper or its config changed since the worker was launched',
+    );
+  return attestWorker({
+    pid,
+    identity: facts.identity,
+    uid: facts.uid,
+    gid: facts.uid,
+    cgroupPaths: facts.cgroupPaths,
+  });
 }
 
 /** Starts a worker for the pool and waits until it is ready; null (logged) when it cannot be. */
@@ -393,7 +426,8 @@ export async function launchTurn(
 ): Promise<LaunchOutcome> {
   const { deps } = env;
   const resolved = resolveWorkerSpec(deps.config, deps.env ?? process.env, request);
-  if (!resolved.ok) return { ok: false, reason: 'invalid_request', detail: resolved.detail, field: resolved.field ?? 'limits' };
+  if (!resolved.ok)
+    return { ok: false, reason: 'invalid_request', detail: resolved.detail, field: resolved.field ?? 'limits' };
   const { spec } = resolved;
   const workspace = openRoot(request.cwd);
   if (!workspace.ok) return { ok: false, reason: 'invalid_request', detail: `cwd: ${workspace.detail}`, field: 'cwd' };
@@ -401,7 +435,8 @@ export async function launchTurn(
 
   const prepared = await pool.take(workerKey(spec));
   let claim = prepared ? await prepared.claim(turn) : null;
-  if (prepared && claim?.kind === 'unusable') deps.logger.warn('prepared worker not used', { preparedWorker: prepared.name, detail: claim.detail });
+  if (prepared && claim?.kind === 'unusable')
+    deps.logger.warn('prepared worker not used', { preparedWorker: prepared.name, detail: claim.detail });
   if (claim === null || claim.kind === 'unusable') {
     claim = await startWorker(env, spec, turn.record.id, { makeRoom: () => pool.evictOne() }).claim(turn);
   }
@@ -414,4 +449,3 @@ export async function launchTurn(
   void turn.done.then(() => setImmediate(() => pool.prepareFor(spec)));
   return turn.launched;
 }
-

@@ -94,7 +94,8 @@ function intOption(fd: number, name: number): number | null {
 
 function checkListeningTcp(fd: number): Result<{ port: number }, 'listener_refused'> {
   if (intOption(fd, SO_DOMAIN) !== AF_INET) return refused('not an AF_INET socket');
-  if (intOption(fd, SO_TYPE) !== SOCK_STREAM || intOption(fd, SO_PROTOCOL) !== IPPROTO_TCP) return refused('not a TCP socket');
+  if (intOption(fd, SO_TYPE) !== SOCK_STREAM || intOption(fd, SO_PROTOCOL) !== IPPROTO_TCP)
+    return refused('not a TCP socket');
   if (intOption(fd, SO_ACCEPTCONN) !== 1) return refused('not listening');
   const bound = boundInet4(fd);
   if (!bound.ok) return refused(bound.detail);
@@ -140,7 +141,9 @@ export function receiveWorkerListener(supervisorFd: number): Result<{ fd: number
   const received = receiveFd(supervisorFd);
   if (!received.ok) return refused(received.detail);
   const fd = received.fd;
-  const checked = received.payload.equals(LISTENER_HANDOVER_PAYLOAD) ? checkListener(fd) : refused('the message is not a listener hand-over');
+  const checked = received.payload.equals(LISTENER_HANDOVER_PAYLOAD)
+    ? checkListener(fd)
+    : refused('the message is not a listener hand-over');
   if (!checked.ok) {
     bindings().close(fd);
     return checked;

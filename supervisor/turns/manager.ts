@@ -56,7 +56,10 @@ export function createTurnManager(deps: TurnManagerDeps): Promise<TurnManager> {
       if (running.has(id) || records.exists(id))
         return { ...fail('conflict', `turn ${id} already exists`), field: 'turnId' };
       if (running.size >= deps.config.turns.maxConcurrent)
-        return fail('capacity_exhausted', `${running.size} turns are running; the limit is ${deps.config.turns.maxConcurrent} (turns.maxConcurrent)`);
+        return fail(
+          'capacity_exhausted',
+          `${running.size} turns are running; the limit is ${deps.config.turns.maxConcurrent} (turns.maxConcurrent)`,
+        );
 
       const output = createOutputChannel();
       const launched = await launchTurn(launchEnv, pool, { ...request, turnId: id }, output);
@@ -76,7 +79,10 @@ export function createTurnManager(deps: TurnManagerDeps): Promise<TurnManager> {
 
     cancel(id) {
       const turn = running.get(id);
-      if (!turn) return records.exists(id) ? fail('not_running', `turn ${id} has already finished`) : fail('not_found', `no turn ${id}`);
+      if (!turn)
+        return records.exists(id)
+          ? fail('not_running', `turn ${id} has already finished`)
+          : fail('not_found', `no turn ${id}`);
       turn.stop('cancelled');
       return ok({ turn: turn.record });
     },
@@ -85,9 +91,7 @@ export function createTurnManager(deps: TurnManagerDeps): Promise<TurnManager> {
       const turn = running.get(id) ?? recent.get(id);
       const record = turn?.record ?? records.get(id);
       if (!record) return fail('not_found', `no turn ${id}`);
-      const attachment: TurnAttachment = turn
-        ? turn.attach()
-        : finishedAttachment(record);
+      const attachment: TurnAttachment = turn ? turn.attach() : finishedAttachment(record);
       return ok({ attachment });
     },
 

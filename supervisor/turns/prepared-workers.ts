@@ -60,7 +60,9 @@ interface Entry<W> {
   idleTimer: NodeJS.Timeout | null;
 }
 
-export function createPreparedWorkerPool<W extends PoolWorker, S>(options: PoolOptions<W, S>): PreparedWorkerPool<W, S> {
+export function createPreparedWorkerPool<W extends PoolWorker, S>(
+  options: PoolOptions<W, S>,
+): PreparedWorkerPool<W, S> {
   const entries: Entry<W>[] = [];
   const stopping = new Set<Promise<void>>();
   let closed = false;

@@ -12,11 +12,15 @@ export function recoverInterruptedTurns(env: LaunchEnvironment): void {
   const { deps, records } = env;
   const unfinished = records.unfinished();
   // A turn that claimed a prepared worker runs in a leaf named after the worker, not the turn.
-  const turnOfLeaf = new Map(unfinished.flatMap(({ turn, cgroupPaths }) => cgroupPaths.map((leaf) => [leaf, turn] as const)));
+  const turnOfLeaf = new Map(
+    unfinished.flatMap(({ turn, cgroupPaths }) => cgroupPaths.map((leaf) => [leaf, turn] as const)),
+  );
   const turnById = new Map<string, TurnRecord>(unfinished.map(({ turn }) => [turn.id, turn]));
   if (env.cgroupSubtree.ok) {
     for (const reaped of reapStaleTurnCgroups(env.cgroupSubtree.subtree)) {
-      const turn = reaped.paths.map((leaf) => turnOfLeaf.get(leaf)).find((found) => found !== undefined) ?? turnById.get(reaped.turnId);
+      const turn =
+        reaped.paths.map((leaf) => turnOfLeaf.get(leaf)).find((found) => found !== undefined) ??
+        turnById.get(reaped.turnId);
       deps.events.append({
         sessionId: turn?.sessionId ?? null,
         // A prepared worker no turn had claimed belongs to no turn.
@@ -37,7 +41,11 @@ export function recoverInterruptedTurns(env: LaunchEnvironment): void {
   }
   for (const { turn } of unfinished) {
     records.update(
-      finishedWithoutRun(turn, 'interrupted', 'the supervisor stopped while this turn ran; its processes were killed at the next start'),
+      finishedWithoutRun(
+        turn,
+        'interrupted',
+        'the supervisor stopped while this turn ran; its processes were killed at the next start',
+      ),
     );
     deps.logger.warn('turn interrupted by a supervisor restart', { turnId: turn.id });
   }

@@ -86,7 +86,12 @@ export class Turn implements RunningTurn {
       tty: request.tty !== undefined,
       result: null,
     };
-    this.attribution = { sessionId: request.sessionId, turnId: request.turnId, profile: this.record.profile, model: request.model ?? null };
+    this.attribution = {
+      sessionId: request.sessionId,
+      turnId: request.turnId,
+      profile: this.record.profile,
+      model: request.model ?? null,
+    };
     this.done = new Promise((resolve) => (this.resolveDone = resolve));
     this.launched = new Promise((resolve) => (this.resolveLaunched = resolve));
   }
@@ -221,11 +226,22 @@ export class Turn implements RunningTurn {
     if (!this.rootsOpen || !this.worker) return null;
     return {
       roots: { workspace: this.workspace, temp: this.worker.temp },
-      turn: { sessionId: this.record.sessionId, turnId: this.record.id, profile: this.record.profile, model: this.request.model ?? null },
+      turn: {
+        sessionId: this.record.sessionId,
+        turnId: this.record.id,
+        profile: this.record.profile,
+        model: this.request.model ?? null,
+      },
     };
   }
 
   private recordHostRefusal(requirement: string): void {
-    this.env.deps.events.append(serverTurnEvent(this.attribution, 'worker_host_refusal', { mode: this.record.mode, requirement, trigger: 'turn' }));
+    this.env.deps.events.append(
+      serverTurnEvent(this.attribution, 'worker_host_refusal', {
+        mode: this.record.mode,
+        requirement,
+        trigger: 'turn',
+      }),
+    );
   }
 }

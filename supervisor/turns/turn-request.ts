@@ -39,7 +39,13 @@ export function resolveWorkerSpec(
   const policy = buildTurnPolicy(config.egress, { mode: request.mode, additions: request.egressAllow });
   if (!policy.ok) return { ...policy, field: 'egressAllow' };
   return ok({
-    spec: { mode: request.mode, cwd: request.cwd, limits: limits.limits, egressAdditions: request.egressAllow ?? [], policy: policy.policy },
+    spec: {
+      mode: request.mode,
+      cwd: request.cwd,
+      limits: limits.limits,
+      egressAdditions: request.egressAllow ?? [],
+      policy: policy.policy,
+    },
   });
 }
 
@@ -63,7 +69,11 @@ function resolveTurnLimits(
 }
 
 /** The command's environment: a fixed base, then the request's variables through the subprocess filter. */
-export function commandEnv(config: TurnhostConfig, env: NodeJS.ProcessEnv, request: TurnRequest): Record<string, string> {
+export function commandEnv(
+  config: TurnhostConfig,
+  env: NodeJS.ProcessEnv,
+  request: TurnRequest,
+): Record<string, string> {
   const extra = [...config.turns.envExtra, ...parseEnvExtra(env[ENV_EXTRA_CONTROL]).names];
   const filtered = filterSubprocessEnv(request.env ?? {}, extra);
   return {

@@ -60,7 +60,11 @@ export function buildResult(inputs: ResultInputs): TurnResult {
 }
 
 /** A turn that ends without a worker result (refused, or interrupted by a supervisor restart). */
-export function finishedWithoutRun(turn: TurnRecord, status: 'launch_refused' | 'interrupted', detail: string): TurnRecord {
+export function finishedWithoutRun(
+  turn: TurnRecord,
+  status: 'launch_refused' | 'interrupted',
+  detail: string,
+): TurnRecord {
   const endedAt = new Date().toISOString();
   const result: TurnResult = {
     status,

@@ -80,8 +80,7 @@ export interface TurnRecord {
 
 /** What an attached client receives, in order; `exit` is last. */
 export type TurnStreamEvent =
-  | { type: 'output'; stream: 'stdout' | 'stderr' | 'pty'; data: Buffer }
-  | { type: 'exit'; result: TurnResult };
+  { type: 'output'; stream: 'stdout' | 'stderr' | 'pty'; data: Buffer } | { type: 'exit'; result: TurnResult };
 
 export interface TurnAttachment {
   /** Output produced before attaching is replayed first (bounded backlog). */
@@ -92,11 +91,7 @@ export interface TurnAttachment {
   detach(): void;
 }
 
-export type TurnCreateFailure =
-  | 'invalid_request'
-  | 'worker_host_unsupported'
-  | 'capacity_exhausted'
-  | 'conflict';
+export type TurnCreateFailure = 'invalid_request' | 'worker_host_unsupported' | 'capacity_exhausted' | 'conflict';
 
 export interface TurnManager {
   /** Validates, probes the mode, launches. Resolves once the worker is running (or refused). */

@@ -39,7 +39,10 @@ export interface UidLease {
 }
 
 /** A uid from the pool of this range (one pool per verified range, made on first use). */
-export function leaseUid(pools: Map<string, UidPool>, range: { first: number; count: number }): Result<UidLease, 'uid_range_exhausted'> {
+export function leaseUid(
+  pools: Map<string, UidPool>,
+  range: { first: number; count: number },
+): Result<UidLease, 'uid_range_exhausted'> {
   const key = `${range.first}:${range.count}`;
   let pool = pools.get(key);
   if (!pool) {

@@ -35,7 +35,17 @@ function isBeneath(dir: string, root: string): boolean {
 }
 
 const KNOWN_FIELDS = new Set([
-  'sessionId', 'turnId', 'mode', 'argv', 'cwd', 'env', 'tty', 'timeoutSeconds', 'egressAllow', 'limits', 'model',
+  'sessionId',
+  'turnId',
+  'mode',
+  'argv',
+  'cwd',
+  'env',
+  'tty',
+  'timeoutSeconds',
+  'egressAllow',
+  'limits',
+  'model',
 ]);
 
 export function validateTurnRequest(
@@ -69,7 +79,10 @@ export function validateTurnRequest(
   if (typeof cwd !== 'string' || !path.isAbsolute(cwd) || hasControl(cwd) || path.resolve(cwd) !== cwd)
     return refuse('cwd', 'expected a normalised absolute path');
   if (!config.turns.workspaceRoots.some((root) => isBeneath(cwd, root)))
-    return refuse('cwd', `must lie beneath a configured workspace root (turns.workspaceRoots: ${config.turns.workspaceRoots.join(', ') || 'none configured'})`);
+    return refuse(
+      'cwd',
+      `must lie beneath a configured workspace root (turns.workspaceRoots: ${config.turns.workspaceRoots.join(', ') || 'none configured'})`,
+    );
 
   const request: TurnRequest = { sessionId, mode, argv: argv as string[], cwd };
   if (turnId !== undefined) request.turnId = turnId;
@@ -87,7 +100,8 @@ export function validateTurnRequest(
     if (!isRecord(tty)) return refuse('tty', 'expected { cols, rows }');
     for (const dim of ['cols', 'rows'] as const) {
       const v = tty[dim];
-      if (typeof v !== 'number' || !Number.isInteger(v) || v < 1 || v > 1000) return refuse(`tty.${dim}`, 'expected an integer 1-1000');
+      if (typeof v !== 'number' || !Number.isInteger(v) || v < 1 || v > 1000)
+        return refuse(`tty.${dim}`, 'expected an integer 1-1000');
     }
     request.tty = { cols: tty.cols as number, rows: tty.rows as number };
   }
@@ -96,7 +110,10 @@ export function validateTurnRequest(
     if (typeof timeoutSeconds !== 'number' || !Number.isFinite(timeoutSeconds) || timeoutSeconds <= 0)
       return refuse('timeoutSeconds', 'expected a positive number');
     if (timeoutSeconds > config.turns.maxTimeoutSeconds)
-      return refuse('timeoutSeconds', `above the configured maximum ${config.turns.maxTimeoutSeconds} (turns.maxTimeoutSeconds)`);
+      return refuse(
+        'timeoutSeconds',
+        `above the configured maximum ${config.turns.maxTimeoutSeconds} (turns.maxTimeoutSeconds)`,
+      );
     request.timeoutSeconds = timeoutSeconds;
   }
 
@@ -110,13 +127,15 @@ export function validateTurnRequest(
     if (!isRecord(limits)) return refuse('limits', 'expected an object');
     for (const [name, value] of Object.entries(limits)) {
       if (!LIMIT_NAMES.has(name)) return refuse(`limits.${name}`, 'unknown limit');
-      if (typeof value !== 'string' && typeof value !== 'number') return refuse(`limits.${name}`, 'expected a number or a string with a unit');
+      if (typeof value !== 'string' && typeof value !== 'number')
+        return refuse(`limits.${name}`, 'expected a number or a string with a unit');
     }
     request.limits = limits;
   }
 
   if (model !== undefined) {
-    if (typeof model !== 'string' || model.length > 200 || hasControl(model)) return refuse('model', 'expected a string of at most 200 characters');
+    if (typeof model !== 'string' || model.length > 200 || hasControl(model))
+      return refuse('model', 'expected a string of at most 200 characters');
     request.model = model;
   }
   return { ok: true, request };

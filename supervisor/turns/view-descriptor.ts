@@ -16,20 +16,30 @@ function contains(root: string, dir: string): boolean {
 }
 
 /** The view's workspace and protect rules for a turn whose cwd is `cwd` (absolute). */
-export function turnViewKeys(config: TurnhostConfig, cwd: string): Result<{ workspace: string; protect: HelperProtectRule[] }> {
+export function turnViewKeys(
+  config: TurnhostConfig,
+  cwd: string,
+): Result<{ workspace: string; protect: HelperProtectRule[] }> {
   const roots = config.turns.workspaceRoots.map((root) => path.resolve(root)).filter((root) => contains(root, cwd));
   const workspace = roots.sort((a, b) => b.length - a.length)[0];
-  if (workspace === undefined) return fail('workspace_unconfigured', `cwd ${cwd} lies beneath no turns.workspaceRoots entry`);
+  if (workspace === undefined)
+    return fail('workspace_unconfigured', `cwd ${cwd} lies beneath no turns.workspaceRoots entry`);
   const protect: HelperProtectRule[] = [];
   for (const [index, rule] of config.fs.protectedPaths.entries()) {
     if (path.resolve(rule.root) !== workspace) continue;
     const relative = rule.path.replace(/\/+$/, '');
     if (!isCanonicalRelativePath(relative))
-      return fail('protected_path_invalid', `fs.protectedPaths[${index}].path ${JSON.stringify(rule.path)} is not a canonical relative path`);
+      return fail(
+        'protected_path_invalid',
+        `fs.protectedPaths[${index}].path ${JSON.stringify(rule.path)} is not a canonical relative path`,
+      );
     protect.push({ mode: rule.mode, path: relative });
   }
   if (protect.length > DESCRIPTOR_LIMITS.maxProtect)
-    return fail('protected_path_invalid', `more than ${DESCRIPTOR_LIMITS.maxProtect} fs.protectedPaths rules for ${workspace}`);
+    return fail(
+      'protected_path_invalid',
+      `more than ${DESCRIPTOR_LIMITS.maxProtect} fs.protectedPaths rules for ${workspace}`,
+    );
   return ok({ workspace, protect });
 }
 

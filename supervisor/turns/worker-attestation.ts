@@ -27,7 +27,8 @@ export interface AttestationExpectation {
 
 type AttestationResult = Result<{}, 'worker_attestation_failed'>;
 
-const refused = (detail: string): AttestationResult => fail('worker_attestation_failed', `worker attestation: ${detail}`);
+const refused = (detail: string): AttestationResult =>
+  fail('worker_attestation_failed', `worker attestation: ${detail}`);
 
 /** The `Name:\tvalue` lines of /proc/<pid>/status. */
 export function parseStatusFields(text: string): Map<string, string> {
@@ -39,20 +40,30 @@ export function parseStatusFields(text: string): Map<string, string> {
   return fields;
 }
 
-function expectField(fields: Map<string, string>, name: string, accepts: (value: string) => boolean, wanted: string): string | null {
+function expectField(
+  fields: Map<string, string>,
+  name: string,
+  accepts: (value: string) => boolean,
+  wanted: string,
+): string | null {
   const value = fields.get(name);
   if (value === undefined) return `${name} is missing from the worker's status`;
   return accepts(value) ? null : `${name} is "${value}", expected ${wanted}`;
 }
 
-const allIds = (expected: number) => (value: string): boolean => {
-  const ids = value.split(/\s+/);
-  return ids.length === 4 && ids.every((id) => id === String(expected));
-};
+const allIds =
+  (expected: number) =>
+  (value: string): boolean => {
+    const ids = value.split(/\s+/);
+    return ids.length === 4 && ids.every((id) => id === String(expected));
+  };
 const isZeroMask = (value: string): boolean => /^0+$/.test(value);
 
 /** What every worker must show, and what separate_uid adds: its own identity, no groups, no capabilities. */
-export function checkStatusFields(fields: Map<string, string>, expect: Pick<AttestationExpectation, 'identity' | 'uid' | 'gid'>): string | null {
+export function checkStatusFields(
+  fields: Map<string, string>,
+  expect: Pick<AttestationExpectation, 'identity' | 'uid' | 'gid'>,
+): string | null {
   const checks: Array<[string, (value: string) => boolean, string]> = [
     ['Uid', allIds(expect.uid), `${expect.uid} for real, effective, saved and fs uid`],
     ['NoNewPrivs', (v) => v === '1', '1'],

@@ -98,7 +98,10 @@ export class WorkerConnection {
   async ready(timeoutMs: number): Promise<Result> {
     let timer: NodeJS.Timeout | undefined;
     const timedOut = new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)));
-    await Promise.race([this.until(() => this.phase !== 'booting' || this.ended || this.firstError !== null), timedOut]);
+    await Promise.race([
+      this.until(() => this.phase !== 'booting' || this.ended || this.firstError !== null),
+      timedOut,
+    ]);
     clearTimeout(timer);
     if (this.firstError !== null) return fail('worker_not_ready', this.firstError);
     if (this.phase === 'waiting') return ok({});

@@ -35,8 +35,14 @@ export function createWorkerTemp(options: {
     if (helper) {
       // A failed reclaim leaves worker-owned entries the purge cannot remove: its receipt says partial.
       const reclaimed = await runHelperReclaim(helper, { uid, temp: temp.path });
-      if (reclaimed.ok) logger.debug('turn temp reclaimed', { worker: name, reclaimed: reclaimed.reclaimed, skipped: reclaimed.skipped });
-      else logger.warn('turn temp reclaim failed', { worker: name, reason: reclaimed.reason, detail: reclaimed.detail });
+      if (reclaimed.ok)
+        logger.debug('turn temp reclaimed', {
+          worker: name,
+          reclaimed: reclaimed.reclaimed,
+          skipped: reclaimed.skipped,
+        });
+      else
+        logger.warn('turn temp reclaim failed', { worker: name, reason: reclaimed.reason, detail: reclaimed.detail });
     }
     const purge = purgeTurnTemp(temp, { removeRoot: true });
     if (purge.outcome !== 'purged')

@@ -42,8 +42,20 @@ t.before(async () => {
 t.teardown(() => origin.close());
 
 const LOOPBACK_IPV4_SPELLINGS = [
-  '127.0.0.1', '127.1', '127.0.1', '0x7f.1', '0x7F.0.0.1', '0177.0.0.1', '0177.1', '2130706433',
-  '0x7f000001', '0x7f.0x0.0x0.0x1', '127.0.0.1.', '[::ffff:127.0.0.1]', '[::ffff:7f00:1]', '[::FFFF:7F00:0001]',
+  '127.0.0.1',
+  '127.1',
+  '127.0.1',
+  '0x7f.1',
+  '0x7F.0.0.1',
+  '0177.0.0.1',
+  '0177.1',
+  '2130706433',
+  '0x7f000001',
+  '0x7f.0x0.0x0.0x1',
+  '127.0.0.1.',
+  '[::ffff:127.0.0.1]',
+  '[::ffff:7f00:1]',
+  '[::FFFF:7F00:0001]',
 ];
 const LOOPBACK_IPV6_SPELLINGS = ['[::1]', '[0:0:0:0:0:0:0:1]', '[::0:1]'];
 
@@ -65,15 +77,18 @@ t.test('every spelling of a loopback address is refused without an operator rang
   t.ok((await h.events('egress_denial')).every((e) => e.payload.reason === 'denied_address_class'));
 });
 
-t.test('control: with 127.0.0.0/8 allowed, the same IPv4 spellings reach the origin (they are canonicalised)', async (t) => {
-  const p = origin.port;
-  const h = await startHarness({ egress: { allowlist: [`127.0.0.1:${p}`], allowAddressRanges: LOOPBACK_RANGE } });
-  t.teardown(() => h.close());
-  for (const spelling of LOOPBACK_IPV4_SPELLINGS) {
-    const forward = await exchange({ path: h.socketPath }, forwardRequest(`${spelling}:${p}`));
-    t.equal(forward.status, 200, spelling);
-  }
-});
+t.test(
+  'control: with 127.0.0.0/8 allowed, the same IPv4 spellings reach the origin (they are canonicalised)',
+  async (t) => {
+    const p = origin.port;
+    const h = await startHarness({ egress: { allowlist: [`127.0.0.1:${p}`], allowAddressRanges: LOOPBACK_RANGE } });
+    t.teardown(() => h.close());
+    for (const spelling of LOOPBACK_IPV4_SPELLINGS) {
+      const forward = await exchange({ path: h.socketPath }, forwardRequest(`${spelling}:${p}`));
+      t.equal(forward.status, 200, spelling);
+    }
+  },
+);
 
 t.test('an allowed name that resolves to an internal address is refused after resolution', async (t) => {
   const p = origin.port;
@@ -104,7 +119,10 @@ t.test('an allowed name that resolves to an internal address is refused after re
     const tunnel = await openTunnel({ path: h.socketPath }, `${name}.example.test:${p}`);
     t.equal(tunnel.response.headers['x-turnhost-denial'], 'denied_address_class', `CONNECT ${name}`);
   }
-  const h2 = await startHarness({ egress: { allowlist: [`*.example.test:${p}`], allowAddressRanges: LOOPBACK_RANGE }, resolver });
+  const h2 = await startHarness({
+    egress: { allowlist: [`*.example.test:${p}`], allowAddressRanges: LOOPBACK_RANGE },
+    resolver,
+  });
   t.teardown(() => h2.close());
   const mixed = await exchange({ path: h2.socketPath }, forwardRequest(`mixed.example.test:${p}`));
   t.equal(mixed.headers['x-turnhost-denial'], 'denied_address_class', 'one internal answer refuses the whole name');
@@ -115,7 +133,10 @@ t.test('an allowed name that resolves to an internal address is refused after re
 t.test('NUL, CR/LF and zone-id hosts are refused before matching and before resolution', async (t) => {
   const p = origin.port;
   const { resolver, asked } = recordingResolver();
-  const h = await startHarness({ egress: { allowlist: [`*.example.test:${p}`, `[fe80::1]:${p}`], allowAddressRanges: LOOPBACK_RANGE }, resolver });
+  const h = await startHarness({
+    egress: { allowlist: [`*.example.test:${p}`, `[fe80::1]:${p}`], allowAddressRanges: LOOPBACK_RANGE },
+    resolver,
+  });
   t.teardown(() => h.close());
   const before = origin.connections;
   const attempts: Array<[string, string]> = [
@@ -136,18 +157,31 @@ t.test('NUL, CR/LF and zone-id hosts are refused before matching and before reso
   for (const [label, request] of attempts) {
     const response = await exchange({ path: h.socketPath }, request);
     t.ok(response.status === 400 || response.status === 403, `${label}: refused (${response.status})`);
-    t.ok(['invalid_host', 'invalid_port', 'invalid_request'].includes(response.headers['x-turnhost-denial'] ?? ''), `${label}: ${response.headers['x-turnhost-denial']}`);
+    t.ok(
+      ['invalid_host', 'invalid_port', 'invalid_request'].includes(response.headers['x-turnhost-denial'] ?? ''),
+      `${label}: ${response.headers['x-turnhost-denial']}`,
+    );
   }
   t.same(asked, [], 'nothing was resolved');
   t.equal(origin.connections, before, 'nothing was dialled');
-  t.notOk((await h.events('egress_denial')).some((e) => e.payload.reason === 'not_allowlisted'), 'refused by validation, not by matching');
+  t.notOk(
+    (await h.events('egress_denial')).some((e) => e.payload.reason === 'not_allowlisted'),
+    'refused by validation, not by matching',
+  );
 });
 
 t.test('*.example.test reaches neither example.test nor evilexample.test', async (t) => {
   const p = origin.port;
-  const h = await startHarness({ egress: { allowlist: [`*.example.test:${p}`], allowAddressRanges: LOOPBACK_RANGE }, resolver: recordingResolver().resolver });
+  const h = await startHarness({
+    egress: { allowlist: [`*.example.test:${p}`], allowAddressRanges: LOOPBACK_RANGE },
+    resolver: recordingResolver().resolver,
+  });
   t.teardown(() => h.close());
-  t.equal((await exchange({ path: h.socketPath }, forwardRequest(`a.example.test:${p}`))).status, 200, 'a proper subdomain is allowed');
+  t.equal(
+    (await exchange({ path: h.socketPath }, forwardRequest(`a.example.test:${p}`))).status,
+    200,
+    'a proper subdomain is allowed',
+  );
   for (const host of ['example.test', 'evilexample.test', 'example.test.evil.test', 'EXAMPLE.test.']) {
     const forward = await exchange({ path: h.socketPath }, forwardRequest(`${host}:${p}`));
     t.equal(forward.headers['x-turnhost-denial'], 'not_allowlisted', host);
@@ -156,11 +190,17 @@ t.test('*.example.test reaches neither example.test nor evilexample.test', async
 
 t.test('an empty allowlist gives no network, even with an operator range', async (t) => {
   const p = origin.port;
-  const h = await startHarness({ egress: { allowlist: [], inferenceHosts: [], allowAddressRanges: LOOPBACK_RANGE }, resolver: recordingResolver().resolver });
+  const h = await startHarness({
+    egress: { allowlist: [], inferenceHosts: [], allowAddressRanges: LOOPBACK_RANGE },
+    resolver: recordingResolver().resolver,
+  });
   t.teardown(() => h.close());
   const before = origin.connections;
   for (const host of [`127.0.0.1:${p}`, `${ORIGIN_NAME}:${p}`]) {
-    t.equal((await exchange({ path: h.socketPath }, forwardRequest(host))).headers['x-turnhost-denial'], 'not_allowlisted');
+    t.equal(
+      (await exchange({ path: h.socketPath }, forwardRequest(host))).headers['x-turnhost-denial'],
+      'not_allowlisted',
+    );
     t.equal((await openTunnel({ path: h.socketPath }, host)).response.headers['x-turnhost-denial'], 'not_allowlisted');
   }
   t.equal(origin.connections, before);
@@ -171,53 +211,105 @@ t.test('a Host header that disagrees with the request target is refused', async 
   const h = await startHarness({ egress: { allowlist: [`${ORIGIN_NAME}:${p}`], allowAddressRanges: LOOPBACK_RANGE } });
   t.teardown(() => h.close());
   const before = origin.connections;
-  const mismatch = await exchange({ path: h.socketPath }, `GET http://${ORIGIN_NAME}:${p}/ HTTP/1.1\r\nHost: internal.example.test\r\nConnection: close\r\n\r\n`);
+  const mismatch = await exchange(
+    { path: h.socketPath },
+    `GET http://${ORIGIN_NAME}:${p}/ HTTP/1.1\r\nHost: internal.example.test\r\nConnection: close\r\n\r\n`,
+  );
   t.equal(mismatch.headers['x-turnhost-denial'], 'host_mismatch');
-  const duplicate = await exchange({ path: h.socketPath }, `GET http://${ORIGIN_NAME}:${p}/ HTTP/1.1\r\nHost: ${ORIGIN_NAME}:${p}\r\nHost: internal.example.test\r\nConnection: close\r\n\r\n`);
-  t.ok(duplicate.status === 400 || duplicate.headers['x-turnhost-denial'] === 'host_mismatch', 'duplicate Host refused');
-  const connectMismatch = await exchange({ path: h.socketPath }, `CONNECT ${ORIGIN_NAME}:${p} HTTP/1.1\r\nHost: internal.example.test:443\r\n\r\n`);
+  const duplicate = await exchange(
+    { path: h.socketPath },
+    `GET http://${ORIGIN_NAME}:${p}/ HTTP/1.1\r\nHost: ${ORIGIN_NAME}:${p}\r\nHost: internal.example.test\r\nConnection: close\r\n\r\n`,
+  );
+  t.ok(
+    duplicate.status === 400 || duplicate.headers['x-turnhost-denial'] === 'host_mismatch',
+    'duplicate Host refused',
+  );
+  const connectMismatch = await exchange(
+    { path: h.socketPath },
+    `CONNECT ${ORIGIN_NAME}:${p} HTTP/1.1\r\nHost: internal.example.test:443\r\n\r\n`,
+  );
   t.equal(connectMismatch.headers['x-turnhost-denial'], 'host_mismatch');
   t.equal(origin.connections, before);
 });
 
-t.test('after CONNECT the tunnel is opaque: a CONNECT or request inside it is relayed as bytes, not obeyed', async (t) => {
-  const hashOrigin = await startHashOrigin();
-  t.teardown(() => hashOrigin.close());
-  const { resolver, asked } = recordingResolver();
-  const h = await startHarness({ egress: { allowlist: [`${ORIGIN_NAME}:${hashOrigin.port}`], allowAddressRanges: LOOPBACK_RANGE }, resolver });
-  t.teardown(() => h.close());
-  const inner = `CONNECT denied.example.test:443 HTTP/1.1\r\n\r\nGET http://denied.example.test/ HTTP/1.1\r\n\r\n`;
-  const { response, socket } = await openTunnel({ path: h.socketPath }, `${ORIGIN_NAME}:${hashOrigin.port}`);
-  t.equal(response.status, 200);
-  const answer = readAll(socket);
-  socket.end(inner);
-  const expected = crypto.createHash('sha256').update(inner).digest('hex');
-  t.equal((await answer).toString(), `${Buffer.byteLength(inner)} ${expected}`, 'the origin received the inner bytes verbatim');
-  // Bytes pipelined right behind the CONNECT head are tunnel bytes too.
-  const client = net.connect({ path: h.socketPath, allowHalfOpen: true });
-  const pipelined = readAll(client);
-  client.end(`CONNECT ${ORIGIN_NAME}:${hashOrigin.port} HTTP/1.1\r\n\r\n${inner}`);
-  t.equal((await pipelined).toString(), `HTTP/1.1 200 Connection Established\r\n\r\n${Buffer.byteLength(inner)} ${expected}`);
-  t.same([...new Set(asked)], [ORIGIN_NAME], 'denied.example.test was never resolved');
-  t.equal((await h.events('egress_denial')).length, 0);
-});
+t.test(
+  'after CONNECT the tunnel is opaque: a CONNECT or request inside it is relayed as bytes, not obeyed',
+  async (t) => {
+    const hashOrigin = await startHashOrigin();
+    t.teardown(() => hashOrigin.close());
+    const { resolver, asked } = recordingResolver();
+    const h = await startHarness({
+      egress: { allowlist: [`${ORIGIN_NAME}:${hashOrigin.port}`], allowAddressRanges: LOOPBACK_RANGE },
+      resolver,
+    });
+    t.teardown(() => h.close());
+    const inner = `CONNECT denied.example.test:443 HTTP/1.1\r\n\r\nGET http://denied.example.test/ HTTP/1.1\r\n\r\n`;
+    const { response, socket } = await openTunnel({ path: h.socketPath }, `${ORIGIN_NAME}:${hashOrigin.port}`);
+    t.equal(response.status, 200);
+    const answer = readAll(socket);
+    socket.end(inner);
+    const expected = crypto.createHash('sha256').update(inner).digest('hex');
+    t.equal(
+      (await answer).toString(),
+      `${Buffer.byteLength(inner)} ${expected}`,
+      'the origin received the inner bytes verbatim',
+    );
+    // Bytes pipelined right behind the CONNECT head are tunnel bytes too.
+    const client = net.connect({ path: h.socketPath, allowHalfOpen: true });
+    const pipelined = readAll(client);
+    client.end(`CONNECT ${ORIGIN_NAME}:${hashOrigin.port} HTTP/1.1\r\n\r\n${inner}`);
+    t.equal(
+      (await pipelined).toString(),
+      `HTTP/1.1 200 Connection Established\r\n\r\n${Buffer.byteLength(inner)} ${expected}`,
+    );
+    t.same([...new Set(asked)], [ORIGIN_NAME], 'denied.example.test was never resolved');
+    t.equal((await h.events('egress_denial')).length, 0);
+  },
+);
 
 t.test('secret markers in headers, query strings and bodies appear in no event and no log line', async (t) => {
   const hashOrigin = await startHashOrigin();
   t.teardown(() => hashOrigin.close());
   const p = origin.port;
   const h = await startHarness({
-    egress: { allowlist: [`${ORIGIN_NAME}:${p}`, `${ORIGIN_NAME}:${hashOrigin.port}`], allowAddressRanges: LOOPBACK_RANGE },
+    egress: {
+      allowlist: [`${ORIGIN_NAME}:${p}`, `${ORIGIN_NAME}:${hashOrigin.port}`],
+      allowAddressRanges: LOOPBACK_RANGE,
+    },
   });
   t.teardown(() => h.close());
-  const secretHeaders = 'Authorization: Bearer SECRET-MARKER-AUTH\r\nCookie: s=SECRET-MARKER-COOKIE\r\nX-Api-Key: SECRET-MARKER-KEY\r\n';
-  const allowed = await exchange({ path: h.socketPath }, forwardRequest(`${ORIGIN_NAME}:${p}`, '/p?token=SECRET-MARKER-QUERY#SECRET-MARKER-FRAGMENT', secretHeaders, 'SECRET-MARKER-BODY'));
+  const secretHeaders =
+    'Authorization: Bearer SECRET-MARKER-AUTH\r\nCookie: s=SECRET-MARKER-COOKIE\r\nX-Api-Key: SECRET-MARKER-KEY\r\n';
+  const allowed = await exchange(
+    { path: h.socketPath },
+    forwardRequest(
+      `${ORIGIN_NAME}:${p}`,
+      '/p?token=SECRET-MARKER-QUERY#SECRET-MARKER-FRAGMENT',
+      secretHeaders,
+      'SECRET-MARKER-BODY',
+    ),
+  );
   t.equal(allowed.status, 200);
-  await exchange({ path: h.socketPath }, forwardRequest(`denied.example.test:${p}`, '/p?token=SECRET-MARKER-QUERY2', secretHeaders, 'SECRET-MARKER-BODY2'));
-  await exchange({ path: h.socketPath }, forwardRequest(`user:SECRET-MARKER-USERINFO@${ORIGIN_NAME}:${p}`, '/?SECRET-MARKER-Q3'));
-  await exchange({ path: h.socketPath }, `GET http://${ORIGIN_NAME}:${p}/?SECRET-MARKER-Q4 HTTP/1.1\r\nHost: other.test\r\n${secretHeaders}Connection: close\r\n\r\n`);
-  await exchange({ path: h.socketPath }, `GET http://${ORIGIN_NAME}:${p}/?SECRET-MARKER-Q5 HTTP/1.1\r\nHost: ${ORIGIN_NAME}:${p}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n`);
-  await exchange({ path: h.socketPath }, `GET http://${ORIGIN_NAME}:${p}/?SECRET-MARKER-Q6 HTTP/1.1\r\nBad Header SECRET-MARKER-MALFORMED\r\n\r\n`);
+  await exchange(
+    { path: h.socketPath },
+    forwardRequest(`denied.example.test:${p}`, '/p?token=SECRET-MARKER-QUERY2', secretHeaders, 'SECRET-MARKER-BODY2'),
+  );
+  await exchange(
+    { path: h.socketPath },
+    forwardRequest(`user:SECRET-MARKER-USERINFO@${ORIGIN_NAME}:${p}`, '/?SECRET-MARKER-Q3'),
+  );
+  await exchange(
+    { path: h.socketPath },
+    `GET http://${ORIGIN_NAME}:${p}/?SECRET-MARKER-Q4 HTTP/1.1\r\nHost: other.test\r\n${secretHeaders}Connection: close\r\n\r\n`,
+  );
+  await exchange(
+    { path: h.socketPath },
+    `GET http://${ORIGIN_NAME}:${p}/?SECRET-MARKER-Q5 HTTP/1.1\r\nHost: ${ORIGIN_NAME}:${p}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n`,
+  );
+  await exchange(
+    { path: h.socketPath },
+    `GET http://${ORIGIN_NAME}:${p}/?SECRET-MARKER-Q6 HTTP/1.1\r\nBad Header SECRET-MARKER-MALFORMED\r\n\r\n`,
+  );
   const { socket } = await openTunnel({ path: h.socketPath }, `${ORIGIN_NAME}:${hashOrigin.port}`);
   const answer = readAll(socket);
   socket.end('SECRET-MARKER-TUNNEL');
@@ -264,7 +356,10 @@ t.test("another uid cannot use this turn's proxy", async (t) => {
   const workerUid = 65534;
   const otherUid = 65533;
   const authority = `${ORIGIN_NAME}:${p}`;
-  const h = await startHarness({ allowedPeerUid: workerUid, egress: { allowlist: [authority], allowAddressRanges: LOOPBACK_RANGE } });
+  const h = await startHarness({
+    allowedPeerUid: workerUid,
+    egress: { allowlist: [authority], allowAddressRanges: LOOPBACK_RANGE },
+  });
   t.teardown(() => h.close());
   const stat = fs.statSync(h.socketPath);
   t.equal(stat.mode & 0o777, 0o600, 'socket mode 0600');
@@ -276,7 +371,11 @@ t.test("another uid cannot use this turn's proxy", async (t) => {
   const before = origin.connections;
   // The file mode is the first wall; the peer check holds even when the mode is wrong.
   fs.chmodSync(h.socketPath, 0o666);
-  t.match(await requestAs(otherUid, h.socketPath, authority), /403.*X-Turnhost-Denial: peer_refused/i, 'another uid is refused by SO_PEERCRED');
+  t.match(
+    await requestAs(otherUid, h.socketPath, authority),
+    /403.*X-Turnhost-Denial: peer_refused/i,
+    'another uid is refused by SO_PEERCRED',
+  );
   const rootAnswer = await exchange({ path: h.socketPath }, forwardRequest(authority));
   t.equal(rootAnswer.headers['x-turnhost-denial'], 'peer_refused', 'root is not the worker either');
   t.equal(origin.connections, before, 'refused peers reached nothing');
@@ -298,7 +397,11 @@ t.test('a non-root-style start (peer-cred-only socket, mode 0666) still refuses 
   t.equal(stat.mode & 0o777, 0o666, 'socket mode 0666: no chown was needed');
   t.equal(stat.uid, process.getuid!(), 'socket still owned by the supervisor');
   const before = origin.connections;
-  t.match(await requestAs(otherUid, h.socketPath, authority), /403.*X-Turnhost-Denial: peer_refused/i, 'another uid is refused by SO_PEERCRED');
+  t.match(
+    await requestAs(otherUid, h.socketPath, authority),
+    /403.*X-Turnhost-Denial: peer_refused/i,
+    'another uid is refused by SO_PEERCRED',
+  );
   const rootAnswer = await exchange({ path: h.socketPath }, forwardRequest(authority));
   t.equal(rootAnswer.headers['x-turnhost-denial'], 'peer_refused', 'root is not the worker either');
   t.equal(origin.connections, before, 'refused peers reached nothing');

@@ -15,7 +15,13 @@ const ATTACKER_UID = 65021;
 const GUARD_WRITES = 3000;
 const ATTACKER_MAX_ROUNDS = 5_000_000;
 
-const RACE_REFUSALS: readonly FsRefusal[] = ['alias_denied', 'topology_changed', 'stale_base', 'exists', 'not_a_directory'];
+const RACE_REFUSALS: readonly FsRefusal[] = [
+  'alias_denied',
+  'topology_changed',
+  'stale_base',
+  'exists',
+  'not_a_directory',
+];
 
 /**
  * Runs as the worker uid. Each round swaps `a` and then `a/b` with a symlink to an outside
@@ -58,11 +64,15 @@ function facts(dir: string): DirFacts {
 }
 
 function startAttacker(root: string, sentinelDir: string, sentinelFile: string): Promise<ChildProcess> {
-  const child = spawn(process.execPath, ['-e', ATTACKER, root, sentinelDir, sentinelFile, String(ATTACKER_MAX_ROUNDS)], {
-    uid: ATTACKER_UID,
-    gid: ATTACKER_UID,
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+  const child = spawn(
+    process.execPath,
+    ['-e', ATTACKER, root, sentinelDir, sentinelFile, String(ATTACKER_MAX_ROUNDS)],
+    {
+      uid: ATTACKER_UID,
+      gid: ATTACKER_UID,
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
   return new Promise((resolve, reject) => {
     child.once('error', reject);
     child.stdout.once('data', () => resolve(child));
@@ -98,7 +108,8 @@ t.test('directory and symlink swaps by a worker uid never redirect a guarded wri
     const result = writeFile(handle, target, Buffer.from(`write ${i}\n`), { mode, maxBytes: 64 });
     const key = result.ok ? 'ok' : result.reason;
     outcomes.set(key, (outcomes.get(key) ?? 0) + 1);
-    if (!result.ok && !RACE_REFUSALS.includes(result.reason)) unexpected.push(`${target}: ${result.reason} ${result.detail}`);
+    if (!result.ok && !RACE_REFUSALS.includes(result.reason))
+      unexpected.push(`${target}: ${result.reason} ${result.detail}`);
   }
   attacker.kill('SIGKILL');
   await exited;

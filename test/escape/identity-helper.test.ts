@@ -38,10 +38,22 @@ t.teardown(() => {
 });
 
 function launchLines(extra: string[], launchUid = uid): string {
-  return descriptorText(['op launch', `uid ${launchUid}`, `gid ${launchUid}`, 'cwd /', ...viewLines(dir, launchUid), ...extra]);
+  return descriptorText([
+    'op launch',
+    `uid ${launchUid}`,
+    `gid ${launchUid}`,
+    'cwd /',
+    ...viewLines(dir, launchUid),
+    ...extra,
+  ]);
 }
 
-function expectRefusal(t: Test, run: { code: number | null; stdout: string; stderr: string }, code: number, pattern: RegExp): void {
+function expectRefusal(
+  t: Test,
+  run: { code: number | null; stdout: string; stderr: string },
+  code: number,
+  pattern: RegExp,
+): void {
   t.equal(run.code, code, `exit code ${code}`);
   t.equal(run.stdout, '', 'no worker output');
   t.match(run.stderr, /^identity-helper: .+\n$/, 'exactly one identity-helper line');
@@ -50,7 +62,12 @@ function expectRefusal(t: Test, run: { code: number | null; stdout: string; stde
 
 t.test('uid outside the range is refused (above, below, zero)', async (t) => {
   for (const bad of [uidRange.first + uidRange.count, uidRange.first - 1, 0]) {
-    expectRefusal(t, runHelperRaw(configPath, launchLines([], bad), dir), HELPER_EXIT_CODES.uid_out_of_range, /outside the worker range/);
+    expectRefusal(
+      t,
+      runHelperRaw(configPath, launchLines([], bad), dir),
+      HELPER_EXIT_CODES.uid_out_of_range,
+      /outside the worker range/,
+    );
   }
   const probe = runHelperRaw(configPath, descriptorText(['op probe', `uid ${uidRange.first + uidRange.count}`]), dir);
   expectRefusal(t, probe, HELPER_EXIT_CODES.uid_out_of_range, /outside the worker range/);
@@ -63,8 +80,18 @@ t.test('gid different from uid is refused', async (t) => {
 
 t.test('a cgroup outside the allowed root is refused', async (t) => {
   const outside = path.join(path.dirname(cgroup.root), 'not-ours');
-  expectRefusal(t, runHelperRaw(configPath, launchLines([`cgroup ${outside}`]), dir), HELPER_EXIT_CODES.cgroup_refused, /not beneath a cgroup_root/);
-  expectRefusal(t, runHelperRaw(configPath, launchLines([`cgroup ${cgroup.root}`]), dir), HELPER_EXIT_CODES.cgroup_refused, /not beneath/);
+  expectRefusal(
+    t,
+    runHelperRaw(configPath, launchLines([`cgroup ${outside}`]), dir),
+    HELPER_EXIT_CODES.cgroup_refused,
+    /not beneath a cgroup_root/,
+  );
+  expectRefusal(
+    t,
+    runHelperRaw(configPath, launchLines([`cgroup ${cgroup.root}`]), dir),
+    HELPER_EXIT_CODES.cgroup_refused,
+    /not beneath/,
+  );
   const dotdot = runHelperRaw(configPath, launchLines([`cgroup ${cgroup.root}/../not-ours`]), dir);
   expectRefusal(t, dotdot, HELPER_EXIT_CODES.descriptor_malformed, /canonical/);
 });
@@ -117,27 +144,55 @@ t.test('malformed descriptors are refused', async (t) => {
     ['9 cgroups', launchLines(Array.from({ length: 9 }, (_, i) => `cgroup ${cgroup.root}/c${i}`)), /more than 8/],
     ['257 env', launchLines(Array.from({ length: 257 }, (_, i) => `env V${i}=x`)), /more than 256/],
     ['rlimit duplicate', launchLines(['rlimit nofile 10', 'rlimit nofile 10']), /duplicate nofile/],
-    ['launch without a view', descriptorText(['op launch', `uid ${uid}`, `gid ${uid}`, 'cwd /']), /missing required key 'profile'/],
+    [
+      'launch without a view',
+      descriptorText(['op launch', `uid ${uid}`, `gid ${uid}`, 'cwd /']),
+      /missing required key 'profile'/,
+    ],
     ['protect escaping the workspace', launchLines(['protect read_only ../etc']), /protect: path must be relative/],
     ['protect absolute', launchLines(['protect mask_file /etc/shadow']), /protect: path must be relative/],
     ['protect dot', launchLines(['protect mask_directory .']), /protect: path must be relative/],
     ['protect without a path', launchLines(['protect mask_file']), /expected 'MODE RELPATH'/],
     ['65 protect', launchLines(Array.from({ length: 65 }, (_, i) => `protect read_only p${i}`)), /more than 64/],
-    ['workspace /', descriptorText(['op view', 'profile governed', 'workspace /', 'path /']), /workspace: must be a canonical absolute path other than \//],
-    ['protect without workspace', descriptorText(['op view', 'profile governed', 'protect read_only x', 'path /']), /need a workspace/],
-    ['socket for view', descriptorText(['op view', 'profile governed', 'socket /run/x.sock', 'path /']), /not valid for op view/],
+    [
+      'workspace /',
+      descriptorText(['op view', 'profile governed', 'workspace /', 'path /']),
+      /workspace: must be a canonical absolute path other than \//,
+    ],
+    [
+      'protect without workspace',
+      descriptorText(['op view', 'profile governed', 'protect read_only x', 'path /']),
+      /need a workspace/,
+    ],
+    [
+      'socket for view',
+      descriptorText(['op view', 'profile governed', 'socket /run/x.sock', 'path /']),
+      /not valid for op view/,
+    ],
   ];
   for (const [name, text, pattern] of malformed) {
-    t.test(name, async (t) => expectRefusal(t, runHelperRaw(configPath, text, dir), HELPER_EXIT_CODES.descriptor_malformed, pattern));
+    t.test(name, async (t) =>
+      expectRefusal(t, runHelperRaw(configPath, text, dir), HELPER_EXIT_CODES.descriptor_malformed, pattern),
+    );
   }
 });
 
 t.test('oversized descriptors are refused', async (t) => {
   const longLine = descriptorText(['op launch', `env LONG=${'x'.repeat(4096)}`]);
-  expectRefusal(t, runHelperRaw(configPath, longLine, dir), HELPER_EXIT_CODES.descriptor_malformed, /longer than 4096 bytes/);
+  expectRefusal(
+    t,
+    runHelperRaw(configPath, longLine, dir),
+    HELPER_EXIT_CODES.descriptor_malformed,
+    /longer than 4096 bytes/,
+  );
   const manyLines = Array.from({ length: 40 }, (_, i) => `env A${i}=${'y'.repeat(2000)}`);
   const huge = descriptorText(['op launch', ...manyLines]);
-  expectRefusal(t, runHelperRaw(configPath, huge, dir), HELPER_EXIT_CODES.descriptor_malformed, /larger than 65536 bytes/);
+  expectRefusal(
+    t,
+    runHelperRaw(configPath, huge, dir),
+    HELPER_EXIT_CODES.descriptor_malformed,
+    /larger than 65536 bytes/,
+  );
 });
 
 t.test('unknown keys, versions, operations, rlimits and profiles are refused', async (t) => {
@@ -152,7 +207,9 @@ t.test('unknown keys, versions, operations, rlimits and profiles are refused', a
     ['unknown protect mode', launchLines(['protect hide .env']), /protect: unknown mode/],
   ];
   for (const [name, text, pattern] of unknown) {
-    t.test(name, async (t) => expectRefusal(t, runHelperRaw(configPath, text, dir), HELPER_EXIT_CODES.descriptor_unknown, pattern));
+    t.test(name, async (t) =>
+      expectRefusal(t, runHelperRaw(configPath, text, dir), HELPER_EXIT_CODES.descriptor_unknown, pattern),
+    );
   }
 });
 
@@ -164,10 +221,20 @@ t.test('an rlimit above the hard limit is refused (the helper only lowers)', asy
 t.test('a config that is group-writable or a symlink is refused', async (t) => {
   const writable = writeConfig(dir, { uidRange }, 'writable.conf');
   fs.chmodSync(writable, 0o664);
-  expectRefusal(t, runHelperRaw(writable, descriptorText(['op probe']), dir), HELPER_EXIT_CODES.config_invalid, /owned by root, not group\/other-writable/);
+  expectRefusal(
+    t,
+    runHelperRaw(writable, descriptorText(['op probe']), dir),
+    HELPER_EXIT_CODES.config_invalid,
+    /owned by root, not group\/other-writable/,
+  );
   const link = path.join(dir, 'symlinked.conf');
   fs.symlinkSync(configPath, link);
-  expectRefusal(t, runHelperRaw(link, descriptorText(['op probe']), dir), HELPER_EXIT_CODES.config_invalid, /cannot open/);
+  expectRefusal(
+    t,
+    runHelperRaw(link, descriptorText(['op probe']), dir),
+    HELPER_EXIT_CODES.config_invalid,
+    /cannot open/,
+  );
 });
 
 t.test('a setuid-root binary run as the worker does not elevate', async (t) => {
@@ -176,7 +243,9 @@ t.test('a setuid-root binary run as the worker does not elevate', async (t) => {
   fs.chownSync(setuidCopy, 0, 0);
   fs.chmodSync(setuidCopy, 0o4755);
   // Control: without no_new_privs the bit works on this filesystem, so the case below is real.
-  const control = spawnSync('setpriv', [`--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', setuidCopy], { encoding: 'utf8' });
+  const control = spawnSync('setpriv', [`--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', setuidCopy], {
+    encoding: 'utf8',
+  });
   t.match(control.stdout, new RegExp(`^uid ${uid} 0 0$`, 'm'), 'control: setuid bit elevates without no_new_privs');
   // The copy lives under /tmp, which the view replaces: view_path keeps it (nosuid, like every
   // mount of the view, so no_new_privs and nosuid both stand in the way here).
@@ -222,7 +291,11 @@ t.test('fd 4 reaches the worker only as a unix SOCK_SEQPACKET socket, the listen
       encoding: 'utf8',
     });
     t.equal(run.status, 0, run.stderr);
-    t.same(parseReport(run.stdout).get('fd'), ['0', '1', '2', '3', '4'], 'the channel passes, the file after it does not');
+    t.same(
+      parseReport(run.stdout).get('fd'),
+      ['0', '1', '2', '3', '4'],
+      'the channel passes, the file after it does not',
+    );
   } finally {
     for (const fd of [descriptorFd, leaked]) fs.closeSync(fd);
     closeChannelEnd(channel.workerFd);
@@ -231,7 +304,11 @@ t.test('fd 4 reaches the worker only as a unix SOCK_SEQPACKET socket, the listen
 });
 
 t.test("the caller's supplementary groups never reach the worker", async (t) => {
-  const run = runWithDescriptor(['setpriv', '--groups=4,27,100', asanHelper, '--config', configPath], launchLines([]), dir);
+  const run = runWithDescriptor(
+    ['setpriv', '--groups=4,27,100', asanHelper, '--config', configPath],
+    launchLines([]),
+    dir,
+  );
   t.equal(run.code, 0, run.stderr);
   t.same(parseReport(run.stdout).get('groups'), ['0']);
 });
@@ -255,15 +332,33 @@ t.test('callers that are not root', async (t) => {
   // 4755 so the helper's own caller check is what refuses; 4750 is the production mode.
   const openHelper = path.join(userDir, 'identity-helper-4755');
   const productionHelper = path.join(userDir, 'identity-helper-4750');
-  execFileSync('make', ['-s', '-C', helperDir, 'custom', `CUSTOM_CONFIG_PATH=${compiledConfig}`, `CUSTOM_OUT=${openHelper}`]);
+  execFileSync('make', [
+    '-s',
+    '-C',
+    helperDir,
+    'custom',
+    `CUSTOM_CONFIG_PATH=${compiledConfig}`,
+    `CUSTOM_OUT=${openHelper}`,
+  ]);
   fs.copyFileSync(openHelper, productionHelper);
   fs.chownSync(openHelper, 0, 0);
   fs.chmodSync(openHelper, 0o4755);
-  fs.chownSync(productionHelper, 0, Number(execFileSync('getent', ['group', group], { encoding: 'utf8' }).split(':')[2]));
+  fs.chownSync(
+    productionHelper,
+    0,
+    Number(execFileSync('getent', ['group', group], { encoding: 'utf8' }).split(':')[2]),
+  );
   fs.chmodSync(productionHelper, 0o4750);
   // runuser, not setpriv: setpriv keeps its capabilities until execve, so the kernel's exec
   // permission check (the 4750 case) would pass for anyone.
-  const asUser = (user: string, helper: string, args: string[] = []): string[] => ['runuser', '-u', user, '--', helper, ...args];
+  const asUser = (user: string, helper: string, args: string[] = []): string[] => [
+    'runuser',
+    '-u',
+    user,
+    '--',
+    helper,
+    ...args,
+  ];
   const probe = descriptorText(['op probe']);
 
   t.test('a member of caller_group may probe through the setuid helper', async (t) => {

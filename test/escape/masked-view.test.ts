@@ -37,7 +37,8 @@ function worldWritable(file: string, content: string): void {
 
 /** World-writable sentinels: whatever refuses a write below is the view, not file modes. */
 function plantSentinels(): void {
-  for (const name of ['.env', 'keys', 'ci.yml', 'data', 'config', 'config-old', 'deploy-old']) fs.rmSync(path.join(harness.workspace, name), { recursive: true, force: true });
+  for (const name of ['.env', 'keys', 'ci.yml', 'data', 'config', 'config-old', 'deploy-old'])
+    fs.rmSync(path.join(harness.workspace, name), { recursive: true, force: true });
   worldWritable(path.join(harness.workspace, '.env'), 'TOKEN=sentinel-secret\n');
   fs.mkdirSync(path.join(harness.workspace, 'keys'), { mode: 0o777 });
   fs.chmodSync(path.join(harness.workspace, 'keys'), 0o777);
@@ -50,10 +51,17 @@ function plantSentinels(): void {
 }
 plantSentinels();
 
-const TRY_WRITE = 'w() { if (echo probe >> "$1") 2>/dev/null; then echo "write $1 yes"; else echo "write $1 no"; fi; }; ';
+const TRY_WRITE =
+  'w() { if (echo probe >> "$1") 2>/dev/null; then echo "write $1 yes"; else echo "write $1 no"; fi; }; ';
 
 t.test('host paths outside the workspace are read-only', async (t) => {
-  const run = await runTurn(harness, { argv: ['/bin/sh', '-c', `${TRY_WRITE} w /etc/turnhost-escape; w /usr/turnhost-escape; w ${varTmpProbe}; w /dev/shm/turnhost-escape`] });
+  const run = await runTurn(harness, {
+    argv: [
+      '/bin/sh',
+      '-c',
+      `${TRY_WRITE} w /etc/turnhost-escape; w /usr/turnhost-escape; w ${varTmpProbe}; w /dev/shm/turnhost-escape`,
+    ],
+  });
   t.equal(run.result.status, 'ok', run.result.detail ?? run.stderr);
   for (const target of ['/etc/turnhost-escape', '/usr/turnhost-escape', varTmpProbe, '/dev/shm/turnhost-escape'])
     t.match(run.stdout, `write ${target} no`, `${target} refused`);
@@ -61,7 +69,9 @@ t.test('host paths outside the workspace are read-only', async (t) => {
 });
 
 t.test('the workspace and the turn temp are writable (control)', async (t) => {
-  const run = await runTurn(harness, { argv: ['/bin/sh', '-c', `${TRY_WRITE} w ${harness.workspace}/data; w "$TMPDIR/scratch"; w /tmp/scratch`] });
+  const run = await runTurn(harness, {
+    argv: ['/bin/sh', '-c', `${TRY_WRITE} w ${harness.workspace}/data; w "$TMPDIR/scratch"; w /tmp/scratch`],
+  });
   t.match(run.stdout, `write ${harness.workspace}/data yes`);
   t.match(run.stdout, /write \S+\/scratch yes\n/);
   t.match(run.stdout, 'write /tmp/scratch yes');
@@ -70,7 +80,11 @@ t.test('the workspace and the turn temp are writable (control)', async (t) => {
 
 t.test('a masked file reads empty and cannot be written or removed', async (t) => {
   const run = await runTurn(harness, {
-    argv: ['/bin/sh', '-c', `${TRY_WRITE} echo "[$(cat .env)]"; w .env; rm -f .env 2>/dev/null || echo "remove refused"; mv .env moved 2>/dev/null || echo "rename refused"`],
+    argv: [
+      '/bin/sh',
+      '-c',
+      `${TRY_WRITE} echo "[$(cat .env)]"; w .env; rm -f .env 2>/dev/null || echo "remove refused"; mv .env moved 2>/dev/null || echo "rename refused"`,
+    ],
   });
   t.match(run.stdout, '[]\n', 'reads as empty');
   t.match(run.stdout, 'write .env no');
@@ -81,7 +95,11 @@ t.test('a masked file reads empty and cannot be written or removed', async (t) =
 
 t.test('a masked directory is empty and cannot be filled', async (t) => {
   const run = await runTurn(harness, {
-    argv: ['/bin/sh', '-c', `${TRY_WRITE} echo "[$(ls -A keys)]"; w keys/new; cat keys/id_ed25519 2>/dev/null || echo "key unreadable"`],
+    argv: [
+      '/bin/sh',
+      '-c',
+      `${TRY_WRITE} echo "[$(ls -A keys)]"; w keys/new; cat keys/id_ed25519 2>/dev/null || echo "key unreadable"`,
+    ],
   });
   t.match(run.stdout, '[]\n');
   t.match(run.stdout, 'write keys/new no');
@@ -90,7 +108,11 @@ t.test('a masked directory is empty and cannot be filled', async (t) => {
 
 t.test('a read_only protected path cannot be written, truncated or replaced', async (t) => {
   const run = await runTurn(harness, {
-    argv: ['/bin/sh', '-c', `${TRY_WRITE} w ci.yml; (: > ci.yml) 2>/dev/null || echo "truncate refused"; rm -f ci.yml 2>/dev/null || echo "remove refused"; cat ci.yml`],
+    argv: [
+      '/bin/sh',
+      '-c',
+      `${TRY_WRITE} w ci.yml; (: > ci.yml) 2>/dev/null || echo "truncate refused"; rm -f ci.yml 2>/dev/null || echo "remove refused"; cat ci.yml`,
+    ],
   });
   t.match(run.stdout, 'write ci.yml no');
   t.match(run.stdout, 'truncate refused');
@@ -114,10 +136,16 @@ t.test("a host daemon's world-connectable socket in /run cannot be reached", asy
 
 t.test("other users' processes are invisible in /proc", async (t) => {
   const otherUid = harness.uidRange.first + harness.uidRange.count - 1;
-  const sleeper = spawn('setpriv', [`--reuid=${otherUid}`, `--regid=${otherUid}`, '--clear-groups', 'sleep', '300'], { stdio: 'ignore' });
+  const sleeper = spawn('setpriv', [`--reuid=${otherUid}`, `--regid=${otherUid}`, '--clear-groups', 'sleep', '300'], {
+    stdio: 'ignore',
+  });
   t.teardown(() => sleeper.kill('SIGKILL'));
   const run = await runTurn(harness, {
-    argv: ['/bin/sh', '-c', `ls /proc | grep -qx ${sleeper.pid} && echo "sleeper listed" || echo "sleeper hidden"; [ -e /proc/1 ] && echo "init visible" || echo "init hidden"; [ -e /proc/${process.pid} ] && echo "supervisor visible" || echo "supervisor hidden"`],
+    argv: [
+      '/bin/sh',
+      '-c',
+      `ls /proc | grep -qx ${sleeper.pid} && echo "sleeper listed" || echo "sleeper hidden"; [ -e /proc/1 ] && echo "init visible" || echo "init hidden"; [ -e /proc/${process.pid} ] && echo "supervisor visible" || echo "supervisor hidden"`,
+    ],
   });
   t.match(run.stdout, 'sleeper hidden');
   t.match(run.stdout, 'init hidden');
@@ -127,7 +155,11 @@ t.test("other users' processes are invisible in /proc", async (t) => {
 t.test('the strict profile sees no /home, no /etc/shadow and cannot write the workspace', async (t) => {
   const run = await runTurn(harness, {
     mode: 'restricted',
-    argv: ['/bin/sh', '-c', `${TRY_WRITE} for p in /home /etc/shadow /root /var; do [ -e $p ] && echo "$p visible" || echo "$p absent"; done; w ${harness.workspace}/strict; w "$TMPDIR/strict"; echo "[$(cat .env)]"`],
+    argv: [
+      '/bin/sh',
+      '-c',
+      `${TRY_WRITE} for p in /home /etc/shadow /root /var; do [ -e $p ] && echo "$p visible" || echo "$p absent"; done; w ${harness.workspace}/strict; w "$TMPDIR/strict"; echo "[$(cat .env)]"`,
+    ],
   });
   t.equal(run.result.status, 'ok', run.result.detail ?? run.stderr);
   for (const absent of ['/home', '/etc/shadow', '/root', '/var']) t.match(run.stdout, `${absent} absent`);
@@ -154,13 +186,23 @@ t.test('a protected path a worker swapped for a symlink never exposes or opens t
 t.test('renaming a parent of a protected path away does not unmask it for the next turn', async (t) => {
   t.teardown(plantSentinels);
   const first = await runTurn(harness, {
-    argv: ['/bin/sh', '-c', 'cat config/deploy/token; for d in config config/deploy; do mv $d $d-old 2>/dev/null && echo "renamed $d" || echo "rename $d refused"; done; mv config/deploy deploy-old 2>/dev/null && echo "moved deploy" || echo "move deploy refused"'],
+    argv: [
+      '/bin/sh',
+      '-c',
+      'cat config/deploy/token; for d in config config/deploy; do mv $d $d-old 2>/dev/null && echo "renamed $d" || echo "rename $d refused"; done; mv config/deploy deploy-old 2>/dev/null && echo "moved deploy" || echo "move deploy refused"',
+    ],
   });
   t.match(first.stdout, 'rename config refused');
   t.match(first.stdout, 'rename config/deploy refused');
   t.match(first.stdout, 'move deploy refused');
   t.notMatch(first.stdout, /deploy-sentinel/);
-  const second = await runTurn(harness, { argv: ['/bin/sh', '-c', 'cat config/deploy/token config-old/deploy/token deploy-old/token 2>/dev/null; echo done'] });
+  const second = await runTurn(harness, {
+    argv: ['/bin/sh', '-c', 'cat config/deploy/token config-old/deploy/token deploy-old/token 2>/dev/null; echo done'],
+  });
   t.notMatch(second.stdout, /deploy-sentinel/, 'the token stays unreadable');
-  t.equal(fs.readFileSync(path.join(harness.workspace, 'config/deploy/token'), 'utf8'), 'deploy-sentinel\n', 'the host tree is unchanged');
+  t.equal(
+    fs.readFileSync(path.join(harness.workspace, 'config/deploy/token'), 'utf8'),
+    'deploy-sentinel\n',
+    'the host tree is unchanged',
+  );
 });

@@ -55,7 +55,10 @@ t.test('a prepared worker moved out of its turn cgroup is not claimed and does n
   t.equal(run.result.status, 'ok', run.result.detail ?? run.stderr);
   t.not(Number(run.stdout.trim()), prepared.uid, 'the turn did not run in the moved worker');
   t.ok(notUsedLogged(/is not in/), 'the attestation names the missing membership');
-  t.notOk(workerProcesses(harness).some((p) => p.pid === prepared.pid), 'the moved worker was killed');
+  t.notOk(
+    workerProcesses(harness).some((p) => p.pid === prepared.pid),
+    'the moved worker was killed',
+  );
 });
 
 t.test('a prepared worker is not claimed across a change of the identity helper config', async (t) => {

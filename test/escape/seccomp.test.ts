@@ -16,16 +16,69 @@ const EPERM = 1;
 const ENOSYS = 38;
 
 const DENIED = [
-  'ptrace', 'process_vm_readv', 'process_vm_writev', 'keyctl', 'add_key', 'request_key', 'bpf',
-  'perf_event_open', 'userfaultfd', 'io_uring_setup', 'io_uring_register', 'pidfd_getfd',
-  'kexec_load', 'kexec_file_load', 'init_module', 'finit_module', 'delete_module', 'mount', 'umount2',
-  'open_tree', 'move_mount', 'fsopen', 'fsconfig', 'fsmount', 'fspick', 'mount_setattr', 'open_tree_attr',
-  'pivot_root', 'chroot', 'unshare', 'setns', 'clone_newns', 'clone_newnet', 'clone_newuser', 'clone_newpid',
-  'ioctl_tiocsti', 'ioctl_tiocsti_high', 'ioctl_tioclinux', 'personality', 'acct', 'swapon', 'swapoff', 'reboot',
-  'clock_settime', 'settimeofday', 'adjtimex', 'clock_adjtime', 'syslog', 'quotactl', 'quotactl_fd',
-  'open_by_handle_at', 'socket_packet', 'socket_vsock',
+  'ptrace',
+  'process_vm_readv',
+  'process_vm_writev',
+  'keyctl',
+  'add_key',
+  'request_key',
+  'bpf',
+  'perf_event_open',
+  'userfaultfd',
+  'io_uring_setup',
+  'io_uring_register',
+  'pidfd_getfd',
+  'kexec_load',
+  'kexec_file_load',
+  'init_module',
+  'finit_module',
+  'delete_module',
+  'mount',
+  'umount2',
+  'open_tree',
+  'move_mount',
+  'fsopen',
+  'fsconfig',
+  'fsmount',
+  'fspick',
+  'mount_setattr',
+  'open_tree_attr',
+  'pivot_root',
+  'chroot',
+  'unshare',
+  'setns',
+  'clone_newns',
+  'clone_newnet',
+  'clone_newuser',
+  'clone_newpid',
+  'ioctl_tiocsti',
+  'ioctl_tiocsti_high',
+  'ioctl_tioclinux',
+  'personality',
+  'acct',
+  'swapon',
+  'swapoff',
+  'reboot',
+  'clock_settime',
+  'settimeofday',
+  'adjtimex',
+  'clock_adjtime',
+  'syslog',
+  'quotactl',
+  'quotactl_fd',
+  'open_by_handle_at',
+  'socket_packet',
+  'socket_vsock',
 ];
-const ALLOWED = ['getpid', 'clone_plain', 'fork', 'socket_inet', 'socket_unix', 'personality_query', 'ioctl_tiocgwinsz'];
+const ALLOWED = [
+  'getpid',
+  'clone_plain',
+  'fork',
+  'socket_inet',
+  'socket_unix',
+  'personality_query',
+  'ioctl_tiocgwinsz',
+];
 const KILLED = ['x32_getpid', 'i386_getpid'];
 
 /**
@@ -62,10 +115,14 @@ t.test('without the filter no probe answers EPERM (the probes are meaningful)', 
 });
 
 t.test('under the default filter', async (t) => {
-  const run = spawnSync(process.execPath, ['--import', 'tsx', fixture, probe, ...DENIED, 'clone3', ...ALLOWED, ...NO_RING, ...KILLED], {
-    cwd: root,
-    encoding: 'utf8',
-  });
+  const run = spawnSync(
+    process.execPath,
+    ['--import', 'tsx', fixture, probe, ...DENIED, 'clone3', ...ALLOWED, ...NO_RING, ...KILLED],
+    {
+      cwd: root,
+      encoding: 'utf8',
+    },
+  );
   t.equal(run.status, 0, `fixture exits 0 (stderr: ${run.stderr})`);
   const report = JSON.parse(run.stdout) as { install: { ok: boolean }; childStatus: string; results: ProbeResult[] };
   t.equal(report.install.ok, true, 'filter installed on every thread');
@@ -76,8 +133,14 @@ t.test('under the default filter', async (t) => {
   t.equal(byName.get('clone3')?.stdout, `clone3 errno=${ENOSYS}`, 'clone3 -> ENOSYS so libc falls back to clone');
   for (const name of ALLOWED) t.equal(byName.get(name)?.stdout, `${name} ok`, `${name} still works`);
   for (const name of KILLED) {
-    if (kernelServes(name)) t.equal(byName.get(name)?.signal, 'SIGSYS', `${name}: foreign syscall ABI kills the process`);
-    else t.not(byName.get(name)?.signal ?? null, null, `${name}: the kernel has no entry for this ABI, and the call does not run filtered either`);
+    if (kernelServes(name))
+      t.equal(byName.get(name)?.signal, 'SIGSYS', `${name}: foreign syscall ABI kills the process`);
+    else
+      t.not(
+        byName.get(name)?.signal ?? null,
+        null,
+        `${name}: the kernel has no entry for this ABI, and the call does not run filtered either`,
+      );
   }
   for (const name of NO_RING) t.equal(byName.get(name)?.stdout, `${name} errno=${EBADF}`, `${name}: no ring to enter`);
 });

@@ -12,9 +12,11 @@ import { processesOfUid } from '../support/processes.js';
 const harness = await createTurnHarness({ slot: 2 });
 t.teardown(() => harness.close());
 
-
 function field(report: string, key: string): string | undefined {
-  return report.split('\n').find((line) => line.startsWith(`${key} `))?.slice(key.length + 1);
+  return report
+    .split('\n')
+    .find((line) => line.startsWith(`${key} `))
+    ?.slice(key.length + 1);
 }
 
 t.test('the command runs with no privilege, no capability and the seccomp filter', async (t) => {
@@ -30,7 +32,10 @@ t.test('the command runs with no privilege, no capability and the seccomp filter
   t.equal(field(run.stdout, 'status CapEff'), '0000000000000000');
   t.equal(field(run.stdout, 'status CapBnd'), '0000000000000000');
   t.equal(field(run.stdout, 'status Seccomp'), '2');
-  const fds = run.stdout.split('\n').filter((l) => l.startsWith('fd ')).map((l) => l.slice(3));
+  const fds = run.stdout
+    .split('\n')
+    .filter((l) => l.startsWith('fd '))
+    .map((l) => l.slice(3));
   t.same(fds, ['0', '1', '2'], 'only fds 0-2 reach the command');
   const devs = run.stdout.split('\n').filter((l) => l.startsWith('netdev '));
   t.same(devs, ['netdev lo up'], 'only lo in the network namespace');
@@ -54,7 +59,10 @@ t.test('only allowlisted environment variables reach the command', async (t) => 
     env: { LANG: 'C', TURNHOST_SECRET: 'leak-me', LD_PRELOAD: '/tmp/evil.so', AWS_SECRET_ACCESS_KEY: 'leak-me-too' },
   });
   t.equal(run.result.status, 'ok');
-  const names = run.stdout.trim().split('\n').map((line) => line.split('=')[0]);
+  const names = run.stdout
+    .trim()
+    .split('\n')
+    .map((line) => line.split('=')[0]);
   t.ok(names.includes('LANG'));
   for (const forbidden of ['TURNHOST_SECRET', 'LD_PRELOAD', 'AWS_SECRET_ACCESS_KEY'])
     t.notOk(names.includes(forbidden), `${forbidden} is filtered`);
@@ -75,7 +83,17 @@ t.test('a setuid-root binary does not elevate the command', async (t) => {
 });
 
 t.test('denied syscalls fail with EPERM inside a real turn', async (t) => {
-  const probes = ['ptrace', 'mount', 'unshare', 'setns', 'bpf', 'keyctl', 'ioctl_tiocsti_high', 'clone_newuser', 'socket_packet'];
+  const probes = [
+    'ptrace',
+    'mount',
+    'unshare',
+    'setns',
+    'bpf',
+    'keyctl',
+    'ioctl_tiocsti_high',
+    'clone_newuser',
+    'socket_packet',
+  ];
   const script = probes.map((name) => `${path.join(NATIVE_BUILD, 'try-syscall')} ${name}`).join('; ');
   const run = await runTurn(harness, { argv: ['/bin/sh', '-c', script] });
   for (const name of probes) t.match(run.stdout, new RegExp(`^${name} errno=1$`, 'm'), `${name} → EPERM`);
@@ -134,14 +152,20 @@ t.test('an unavailable boundary refuses the turn, creates no worker and records 
   t.match(created.detail, /identity helper/);
   const page = refusing.events.query({ turn: 'refused-turn' });
   if (!page.ok) throw new Error(page.detail);
-  t.same(page.events.map((e) => e.kind), ['worker_host_refusal']);
+  t.same(
+    page.events.map((e) => e.kind),
+    ['worker_host_refusal'],
+  );
   t.equal(page.events[0]!.payload.trigger, 'turn');
   t.equal(refusing.turns.get('refused-turn')?.result?.status, 'launch_refused');
   t.same(processesOfUid(refusing.uidRange.first), [], 'no worker started');
 });
 
 t.test('a background process holding the output open does not keep the turn alive', async (t) => {
-  const run = await runTurn(harness, { argv: ['/bin/sh', '-c', 'sleep 1000 & echo started; exit 0'], timeoutSeconds: 120 });
+  const run = await runTurn(harness, {
+    argv: ['/bin/sh', '-c', 'sleep 1000 & echo started; exit 0'],
+    timeoutSeconds: 120,
+  });
   t.equal(run.result.status, 'ok', 'the turn ends when its command exits, not at the timeout');
   t.match(run.stdout, /started/);
   t.same(processesOfUid(run.record.workerUid!), []);

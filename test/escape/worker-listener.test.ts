@@ -12,13 +12,28 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import t, { type Test } from 'tap';
-import { closeChannelEnd, openListenerChannel, receiveWorkerListener, type ListenerChannel } from '../../supervisor/turns/listener-channel.js';
+import {
+  closeChannelEnd,
+  openListenerChannel,
+  receiveWorkerListener,
+  type ListenerChannel,
+} from '../../supervisor/turns/listener-channel.js';
 import { ORIGIN_NAME, startHarness, startHttpOrigin } from '../integration/proxy/fixtures/harness.js';
 import { createTurnHarness, REPO_ROOT, runTurn } from '../support/turn-harness.js';
 
 const DIST = path.join(REPO_ROOT, 'dist');
 /** What the holder sends on each channel, in order (channel i is its fd 4 + i). */
-const CASES = ['genuine', 'inherited', 'anyAddress', 'connected', 'udp', 'unix', 'file', 'wrongPayload', 'noFd'] as const;
+const CASES = [
+  'genuine',
+  'inherited',
+  'anyAddress',
+  'connected',
+  'udp',
+  'unix',
+  'file',
+  'wrongPayload',
+  'noFd',
+] as const;
 type Case = (typeof CASES)[number];
 
 const HOLDER = (socketPath: string): string => `
@@ -88,8 +103,19 @@ async function startHolder(t: Test): Promise<Holder> {
   const workerEnds = [...channels.values()].map((channel) => channel.workerFd);
   const child = spawn(
     'unshare',
-    ['--net', '--', '/bin/sh', '-c', 'ip link set lo up && exec "$0" --no-deprecation --input-type=module -e "$1"', process.execPath, HOLDER(path.join(dir, 'unix.sock'))],
-    { stdio: ['pipe', 'pipe', 'inherit', inheritedFd, ...workerEnds], env: { PATH: process.env.PATH ?? '/usr/bin:/bin' } },
+    [
+      '--net',
+      '--',
+      '/bin/sh',
+      '-c',
+      'ip link set lo up && exec "$0" --no-deprecation --input-type=module -e "$1"',
+      process.execPath,
+      HOLDER(path.join(dir, 'unix.sock')),
+    ],
+    {
+      stdio: ['pipe', 'pipe', 'inherit', inheritedFd, ...workerEnds],
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
+    },
   );
   for (const fd of workerEnds) closeChannelEnd(fd);
   t.teardown(async () => {
@@ -116,7 +142,16 @@ function openFds(): number {
 
 /** curl from inside the holder's namespace through its listener; resolves with curl's output and exit code. */
 async function curlInNamespace(holder: Holder, url: string): Promise<string> {
-  const args = [`--net=/proc/${holder.child.pid}/ns/net`, 'curl', '-sS', '-m', '10', '-x', `http://127.0.0.1:${holder.port}`, url];
+  const args = [
+    `--net=/proc/${holder.child.pid}/ns/net`,
+    'curl',
+    '-sS',
+    '-m',
+    '10',
+    '-x',
+    `http://127.0.0.1:${holder.port}`,
+    url,
+  ];
   try {
     return (await promisify(execFile)('nsenter', args)).stdout;
   } catch (error) {
@@ -124,55 +159,73 @@ async function curlInNamespace(holder: Holder, url: string): Promise<string> {
   }
 }
 
-t.test('the hand-over: only a TCP listener on 127.0.0.1 of another namespace is taken; everything else is closed again', async (t) => {
-  const origin = await startHttpOrigin();
-  t.teardown(() => origin.close());
-  const holder = await startHolder(t);
-  const before = openFds();
-  const refusal = (name: Case): string => {
-    const received = receiveWorkerListener(holder.channels.get(name)!.supervisorFd);
-    if (received.ok) {
-      fs.closeSync(received.fd);
-      return 'accepted';
-    }
-    t.equal(received.reason, 'listener_refused');
-    return received.detail;
-  };
-  t.match(refusal('inherited'), /supervisor's network namespace/, "a listener of the supervisor's namespace");
-  t.match(refusal('anyAddress'), /bound to 0\.0\.0\.0:\d+, not 127\.0\.0\.1/, 'a listener on every address');
-  t.match(refusal('connected'), /not listening/, 'a connected TCP socket');
-  t.match(refusal('udp'), /not a TCP socket/, 'a UDP socket');
-  t.match(refusal('unix'), /not an AF_INET socket/, 'a unix listener');
-  t.match(refusal('file'), /not an AF_INET socket/, 'a file');
-  t.match(refusal('wrongPayload'), /not a listener hand-over/, 'a message that is not the hand-over');
-  t.match(refusal('noFd'), /carries 0 file descriptors/, 'a message without a listener');
-  t.equal(openFds(), before, 'every refused fd was closed again');
+t.test(
+  'the hand-over: only a TCP listener on 127.0.0.1 of another namespace is taken; everything else is closed again',
+  async (t) => {
+    const origin = await startHttpOrigin();
+    t.teardown(() => origin.close());
+    const holder = await startHolder(t);
+    const before = openFds();
+    const refusal = (name: Case): string => {
+      const received = receiveWorkerListener(holder.channels.get(name)!.supervisorFd);
+      if (received.ok) {
+        fs.closeSync(received.fd);
+        return 'accepted';
+      }
+      t.equal(received.reason, 'listener_refused');
+      return received.detail;
+    };
+    t.match(refusal('inherited'), /supervisor's network namespace/, "a listener of the supervisor's namespace");
+    t.match(refusal('anyAddress'), /bound to 0\.0\.0\.0:\d+, not 127\.0\.0\.1/, 'a listener on every address');
+    t.match(refusal('connected'), /not listening/, 'a connected TCP socket');
+    t.match(refusal('udp'), /not a TCP socket/, 'a UDP socket');
+    t.match(refusal('unix'), /not an AF_INET socket/, 'a unix listener');
+    t.match(refusal('file'), /not an AF_INET socket/, 'a file');
+    t.match(refusal('wrongPayload'), /not a listener hand-over/, 'a message that is not the hand-over');
+    t.match(refusal('noFd'), /carries 0 file descriptors/, 'a message without a listener');
+    t.equal(openFds(), before, 'every refused fd was closed again');
 
-  const h = await startHarness({
-    allowedPeerUid: 65534,
-    egress: { allowlist: [`${ORIGIN_NAME}:${origin.port}`], allowAddressRanges: ['127.0.0.0/8'] },
-  });
-  let closed = false;
-  t.teardown(async () => {
-    if (!closed) await h.close();
-  });
-  const received = receiveWorkerListener(holder.channels.get('genuine')!.supervisorFd);
-  if (!received.ok) throw new Error(received.detail);
-  t.equal(received.port, holder.port, 'the port the worker listens on');
-  t.ok((await h.proxy.serveWorkerListener(received.fd)).ok, 'served');
-  t.match(await h.proxy.serveWorkerListener(fs.openSync('/dev/null', 'r')), { ok: false, detail: /already serves a worker listener/ }, 'once per proxy');
-  t.match(await h.proxy.serveWorkerListener(987654), { ok: false, detail: /fd 987654\) is not open/ });
+    const h = await startHarness({
+      allowedPeerUid: 65534,
+      egress: { allowlist: [`${ORIGIN_NAME}:${origin.port}`], allowAddressRanges: ['127.0.0.0/8'] },
+    });
+    let closed = false;
+    t.teardown(async () => {
+      if (!closed) await h.close();
+    });
+    const received = receiveWorkerListener(holder.channels.get('genuine')!.supervisorFd);
+    if (!received.ok) throw new Error(received.detail);
+    t.equal(received.port, holder.port, 'the port the worker listens on');
+    t.ok((await h.proxy.serveWorkerListener(received.fd)).ok, 'served');
+    t.match(
+      await h.proxy.serveWorkerListener(fs.openSync('/dev/null', 'r')),
+      { ok: false, detail: /already serves a worker listener/ },
+      'once per proxy',
+    );
+    t.match(await h.proxy.serveWorkerListener(987654), { ok: false, detail: /fd 987654\) is not open/ });
 
-  // curl runs as root, not as the allowed peer uid: on this listener the namespace is the check.
-  t.match(await curlInNamespace(holder, `http://${ORIGIN_NAME}:${origin.port}/from-namespace`), /origin:GET \/from-namespace/);
-  const [event] = await h.eventsOnceStored('egress_connection');
-  t.match(event?.payload, { host: ORIGIN_NAME, path: '/from-namespace', outcome: 'ok' });
-  t.match(await curlInNamespace(holder, 'http://denied.example.test/'), /denied|403|not_allowlisted/i, 'the policy still decides');
+    // curl runs as root, not as the allowed peer uid: on this listener the namespace is the check.
+    t.match(
+      await curlInNamespace(holder, `http://${ORIGIN_NAME}:${origin.port}/from-namespace`),
+      /origin:GET \/from-namespace/,
+    );
+    const [event] = await h.eventsOnceStored('egress_connection');
+    t.match(event?.payload, { host: ORIGIN_NAME, path: '/from-namespace', outcome: 'ok' });
+    t.match(
+      await curlInNamespace(holder, 'http://denied.example.test/'),
+      /denied|403|not_allowlisted/i,
+      'the policy still decides',
+    );
 
-  await h.close();
-  closed = true;
-  t.equal(await curlInNamespace(holder, `http://${ORIGIN_NAME}:${origin.port}/after`), 'exit=7', 'the proxy closed the listener with the turn');
-});
+    await h.close();
+    closed = true;
+    t.equal(
+      await curlInNamespace(holder, `http://${ORIGIN_NAME}:${origin.port}/after`),
+      'exit=7',
+      'the proxy closed the listener with the turn',
+    );
+  },
+);
 
 t.test('a message with two fds is refused and both are closed', async (t) => {
   const channel = openListenerChannel();
@@ -188,13 +241,19 @@ t.test('a message with two fds is refused and both are closed', async (t) => {
   t.equal(openFds(), before - 1, 'only the channel end was closed: both received fds were closed again');
 });
 
-t.test('a worker that hands over anything but its listener gets no turn: launch_refused, the command never runs', async (t) => {
-  const harness = await createTurnHarness({ slot: 79, workerEntry: path.join(REPO_ROOT, 'test/escape/fixtures/decoy-listener-worker.mjs') });
-  t.teardown(() => harness.close());
-  const run = await runTurn(harness, { argv: ['/bin/sh', '-c', 'echo the-command-ran'] });
-  t.equal(run.result.status, 'launch_refused');
-  t.match(run.result.detail, /the worker's egress listener: not an AF_INET socket/);
-  t.notMatch(run.stdout, /the-command-ran/);
-  const refusals = harness.events.query({ turn: run.id, kind: 'worker_host_refusal' });
-  t.match(refusals.ok && refusals.events[0]?.payload, { requirement: /egress listener/ });
-});
+t.test(
+  'a worker that hands over anything but its listener gets no turn: launch_refused, the command never runs',
+  async (t) => {
+    const harness = await createTurnHarness({
+      slot: 79,
+      workerEntry: path.join(REPO_ROOT, 'test/escape/fixtures/decoy-listener-worker.mjs'),
+    });
+    t.teardown(() => harness.close());
+    const run = await runTurn(harness, { argv: ['/bin/sh', '-c', 'echo the-command-ran'] });
+    t.equal(run.result.status, 'launch_refused');
+    t.match(run.result.detail, /the worker's egress listener: not an AF_INET socket/);
+    t.notMatch(run.stdout, /the-command-ran/);
+    const refusals = harness.events.query({ turn: run.id, kind: 'worker_host_refusal' });
+    t.match(refusals.ok && refusals.events[0]?.payload, { requirement: /egress listener/ });
+  },
+);

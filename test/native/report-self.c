@@ -28,8 +28,8 @@ static void print_ids(void) {
 }
 
 static void print_status_fields(void) {
-  static const char *const wanted[] = {"NoNewPrivs:", "CapEff:", "CapPrm:", "CapBnd:",
-                                       "CapAmb:", "Seccomp:"};
+  static const char *const wanted[] = {
+      "NoNewPrivs:", "CapEff:", "CapPrm:", "CapBnd:", "CapAmb:", "Seccomp:"};
   FILE *status = fopen("/proc/self/status", "re");
   char line[512];
   while (status != NULL && fgets(line, sizeof line, status) != NULL) {
@@ -72,8 +72,8 @@ static void print_interfaces(void) {
     struct ifreq request;
     memset(&request, 0, sizeof request);
     snprintf(request.ifr_name, sizeof request.ifr_name, "%s", name);
-    int up = sock >= 0 && ioctl(sock, SIOCGIFFLAGS, &request) == 0 &&
-             (request.ifr_flags & IFF_UP) != 0;
+    int up =
+        sock >= 0 && ioctl(sock, SIOCGIFFLAGS, &request) == 0 && (request.ifr_flags & IFF_UP) != 0;
     printf("netdev %s %s\n", name, up ? "up" : "down");
   }
   if (dev != NULL) {

@@ -27,8 +27,10 @@
 #define NONEXISTENT "/nonexistent-turnhost-probe"
 
 static long child_exits_at_once(long pid) {
-  if (pid == 0) _exit(0);
-  if (pid > 0) waitpid((pid_t)pid, NULL, 0);
+  if (pid == 0)
+    _exit(0);
+  if (pid > 0)
+    waitpid((pid_t)pid, NULL, 0);
   return pid < 0 ? -1 : 0;
 }
 
@@ -46,40 +48,44 @@ static long try_clone3(void) {
 /* A pty that becomes our controlling terminal, so TIOCSTI is allowed by the kernel. */
 static int controlling_pty(void) {
   int master = posix_openpt(O_RDWR | O_NOCTTY);
-  if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0) return -1;
+  if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0)
+    return -1;
   setsid();
   return open(ptsname(master), O_RDWR);
 }
 
 static long try_ioctl(unsigned long cmd) {
   int tty = controlling_pty();
-  if (tty < 0) return -1;
+  if (tty < 0)
+    return -1;
   char byte = 'x';
   return syscall(SYS_ioctl, tty, cmd, &byte);
 }
 
 static long try_process_vm_readv(void) {
   char src[8] = "probe", dst[8];
-  struct iovec local = { dst, sizeof dst }, remote = { src, sizeof src };
+  struct iovec local = {dst, sizeof dst}, remote = {src, sizeof src};
   long n = syscall(SYS_process_vm_readv, getpid(), &local, 1, &remote, 1, 0);
   return n < 0 ? -1 : 0;
 }
 
 static long try_process_vm_writev(void) {
   char src[8] = "probe", dst[8];
-  struct iovec local = { src, sizeof src }, remote = { dst, sizeof dst };
+  struct iovec local = {src, sizeof src}, remote = {dst, sizeof dst};
   long n = syscall(SYS_process_vm_writev, getpid(), &local, 1, &remote, 1, 0);
   return n < 0 ? -1 : 0;
 }
 
 static long try_socket(int domain, int type) {
   long fd = syscall(SYS_socket, domain, type, 0);
-  if (fd >= 0) close((int)fd);
+  if (fd >= 0)
+    close((int)fd);
   return fd < 0 ? -1 : 0;
 }
 
 static long closing(long fd) {
-  if (fd >= 0) close((int)fd);
+  if (fd >= 0)
+    close((int)fd);
   return fd < 0 ? -1 : 0;
 }
 
@@ -95,7 +101,10 @@ struct probe {
   long (*run)(void);
 };
 
-#define PROBE(label, expr) static long probe_##label(void) { return (expr); }
+#define PROBE(label, expr)          \
+  static long probe_##label(void) { \
+    return (expr);                  \
+  }
 PROBE(getpid, syscall(SYS_getpid) > 0 ? 0 : -1)
 PROBE(ptrace, syscall(SYS_ptrace, 0 /* PTRACE_TRACEME */, 0, 0, 0))
 PROBE(process_vm_readv, try_process_vm_readv())
@@ -146,10 +155,10 @@ PROBE(acct, syscall(SYS_acct, NONEXISTENT))
 PROBE(swapon, syscall(SYS_swapon, NONEXISTENT, 0))
 PROBE(swapoff, syscall(SYS_swapoff, NONEXISTENT))
 PROBE(reboot, syscall(SYS_reboot, 0 /* wrong magic: EINVAL */, 0, 0, NULL))
-PROBE(clock_settime, syscall(SYS_clock_settime, CLOCK_REALTIME, &(struct timespec){ 0, -1 }))
+PROBE(clock_settime, syscall(SYS_clock_settime, CLOCK_REALTIME, &(struct timespec){0, -1}))
 PROBE(settimeofday, syscall(SYS_settimeofday, NULL, NULL))
-PROBE(adjtimex, syscall(SYS_adjtimex, &(char[256]){ 0 }) < 0 ? -1 : 0)
-PROBE(clock_adjtime, syscall(SYS_clock_adjtime, CLOCK_REALTIME, &(char[256]){ 0 }) < 0 ? -1 : 0)
+PROBE(adjtimex, syscall(SYS_adjtimex, &(char[256]){0}) < 0 ? -1 : 0)
+PROBE(clock_adjtime, syscall(SYS_clock_adjtime, CLOCK_REALTIME, &(char[256]){0}) < 0 ? -1 : 0)
 PROBE(syslog, syscall(SYS_syslog, 10 /* SIZE_BUFFER */, NULL, 0) < 0 ? -1 : 0)
 PROBE(quotactl, syscall(SYS_quotactl, 0x800005 /* Q_GETINFO */, NONEXISTENT, 0, NULL))
 PROBE(quotactl_fd, syscall(443, -1, 0, 0, NULL))
@@ -161,22 +170,73 @@ PROBE(socket_unix, try_socket(AF_UNIX, SOCK_STREAM))
 PROBE(x32_getpid, syscall(0x40000000L | 39))
 PROBE(i386_getpid, try_i386_getpid())
 
-#define ENTRY(label) { #label, probe_##label }
+#define ENTRY(label) \
+  { #label, probe_##label }
 static const struct probe probes[] = {
-  ENTRY(getpid), ENTRY(ptrace), ENTRY(process_vm_readv), ENTRY(process_vm_writev), ENTRY(keyctl),
-  ENTRY(add_key), ENTRY(request_key), ENTRY(bpf), ENTRY(perf_event_open), ENTRY(userfaultfd),
-  ENTRY(io_uring_setup), ENTRY(io_uring_enter), ENTRY(io_uring_register), ENTRY(pidfd_getfd), ENTRY(kexec_load),
-  ENTRY(kexec_file_load), ENTRY(init_module), ENTRY(finit_module), ENTRY(delete_module),
-  ENTRY(mount), ENTRY(umount2), ENTRY(open_tree), ENTRY(move_mount), ENTRY(fsopen),
-  ENTRY(fsconfig), ENTRY(fsmount), ENTRY(fspick), ENTRY(mount_setattr), ENTRY(open_tree_attr),
-  ENTRY(pivot_root), ENTRY(chroot), ENTRY(unshare), ENTRY(setns), ENTRY(clone_newns),
-  ENTRY(clone_newnet), ENTRY(clone_newuser), ENTRY(clone_newpid), ENTRY(clone_plain),
-  ENTRY(clone3), ENTRY(fork), ENTRY(ioctl_tiocsti), ENTRY(ioctl_tiocsti_high),
-  ENTRY(ioctl_tioclinux), ENTRY(ioctl_tiocgwinsz), ENTRY(personality), ENTRY(personality_query),
-  ENTRY(acct), ENTRY(swapon), ENTRY(swapoff), ENTRY(reboot), ENTRY(clock_settime),
-  ENTRY(settimeofday), ENTRY(adjtimex), ENTRY(clock_adjtime), ENTRY(syslog), ENTRY(quotactl),
-  ENTRY(quotactl_fd), ENTRY(open_by_handle_at), ENTRY(socket_packet), ENTRY(socket_vsock),
-  ENTRY(socket_inet), ENTRY(socket_unix), ENTRY(x32_getpid), ENTRY(i386_getpid),
+    ENTRY(getpid),
+    ENTRY(ptrace),
+    ENTRY(process_vm_readv),
+    ENTRY(process_vm_writev),
+    ENTRY(keyctl),
+    ENTRY(add_key),
+    ENTRY(request_key),
+    ENTRY(bpf),
+    ENTRY(perf_event_open),
+    ENTRY(userfaultfd),
+    ENTRY(io_uring_setup),
+    ENTRY(io_uring_enter),
+    ENTRY(io_uring_register),
+    ENTRY(pidfd_getfd),
+    ENTRY(kexec_load),
+    ENTRY(kexec_file_load),
+    ENTRY(init_module),
+    ENTRY(finit_module),
+    ENTRY(delete_module),
+    ENTRY(mount),
+    ENTRY(umount2),
+    ENTRY(open_tree),
+    ENTRY(move_mount),
+    ENTRY(fsopen),
+    ENTRY(fsconfig),
+    ENTRY(fsmount),
+    ENTRY(fspick),
+    ENTRY(mount_setattr),
+    ENTRY(open_tree_attr),
+    ENTRY(pivot_root),
+    ENTRY(chroot),
+    ENTRY(unshare),
+    ENTRY(setns),
+    ENTRY(clone_newns),
+    ENTRY(clone_newnet),
+    ENTRY(clone_newuser),
+    ENTRY(clone_newpid),
+    ENTRY(clone_plain),
+    ENTRY(clone3),
+    ENTRY(fork),
+    ENTRY(ioctl_tiocsti),
+    ENTRY(ioctl_tiocsti_high),
+    ENTRY(ioctl_tioclinux),
+    ENTRY(ioctl_tiocgwinsz),
+    ENTRY(personality),
+    ENTRY(personality_query),
+    ENTRY(acct),
+    ENTRY(swapon),
+    ENTRY(swapoff),
+    ENTRY(reboot),
+    ENTRY(clock_settime),
+    ENTRY(settimeofday),
+    ENTRY(adjtimex),
+    ENTRY(clock_adjtime),
+    ENTRY(syslog),
+    ENTRY(quotactl),
+    ENTRY(quotactl_fd),
+    ENTRY(open_by_handle_at),
+    ENTRY(socket_packet),
+    ENTRY(socket_vsock),
+    ENTRY(socket_inet),
+    ENTRY(socket_unix),
+    ENTRY(x32_getpid),
+    ENTRY(i386_getpid),
 };
 
 int main(int argc, char **argv) {
@@ -189,14 +249,18 @@ int main(int argc, char **argv) {
       printf("%s\n", probes[i].name);
       continue;
     }
-    if (strcmp(argv[1], probes[i].name) != 0) continue;
+    if (strcmp(argv[1], probes[i].name) != 0)
+      continue;
     errno = 0;
     long ret = probes[i].run();
-    if (ret < 0) printf("%s errno=%d\n", probes[i].name, errno);
-    else printf("%s ok\n", probes[i].name);
+    if (ret < 0)
+      printf("%s errno=%d\n", probes[i].name, errno);
+    else
+      printf("%s ok\n", probes[i].name);
     return 0;
   }
-  if (strcmp(argv[1], "--list") == 0) return 0;
+  if (strcmp(argv[1], "--list") == 0)
+    return 0;
   fprintf(stderr, "try-syscall: unknown probe %s\n", argv[1]);
   return 2;
 }

@@ -10,7 +10,9 @@ interface SpawnHookState {
 }
 
 export function stopTapInjectingIntoChildren(): void {
-  const state = (globalThis as Record<symbol, SpawnHookState | undefined>)[Symbol.for('process-on-spawn@*:singletonId')];
+  const state = (globalThis as Record<symbol, SpawnHookState | undefined>)[
+    Symbol.for('process-on-spawn@*:singletonId')
+  ];
   state?.listeners.push((options) => {
     options.env = Object.fromEntries(
       Object.entries(options.env).filter(([name]) => name !== 'NODE_OPTIONS' && !name.startsWith('_TAPJS_')),

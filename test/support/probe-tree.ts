@@ -26,7 +26,13 @@ export interface ProbeTreeSpec {
   seccompActions?: string;
 }
 
-export function mountLine(id: number, root: string, mountPoint: string, fsType: 'cgroup' | 'cgroup2', superOptions: string): string {
+export function mountLine(
+  id: number,
+  root: string,
+  mountPoint: string,
+  fsType: 'cgroup' | 'cgroup2',
+  superOptions: string,
+): string {
   return `${id} 23 0:${id} ${root} ${mountPoint} rw,nosuid,nodev,noexec,relatime shared:${id} - ${fsType} ${fsType} ${superOptions}`;
 }
 
@@ -51,7 +57,8 @@ export function buildProbeTree(spec: ProbeTreeSpec): ProbeTree {
     cgroupDir(relative, files) {
       const dir = path.join(sysFsCgroup, relative);
       fs.mkdirSync(dir, { recursive: true, mode: 0o755 });
-      for (const [name, content] of Object.entries(files)) fs.writeFileSync(path.join(dir, name), content, { mode: 0o644 });
+      for (const [name, content] of Object.entries(files))
+        fs.writeFileSync(path.join(dir, name), content, { mode: 0o644 });
       return dir;
     },
     cleanup() {
@@ -102,7 +109,10 @@ export function hybridTree(options: { memsw: boolean } = { memsw: true }): Probe
 }
 
 /** A complete config (the product's defaults, no limits configured) whose probe roots point at `tree`. */
-export function probeConfig(tree: { proc: string; sysFsCgroup: string }, overrides: Partial<TurnhostConfig> = {}): TurnhostConfig {
+export function probeConfig(
+  tree: { proc: string; sysFsCgroup: string },
+  overrides: Partial<TurnhostConfig> = {},
+): TurnhostConfig {
   const defaults = defaultConfig({ installed: false, cwd: '/nonexistent' });
   return {
     ...defaults,

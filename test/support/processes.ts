@@ -24,5 +24,7 @@ export function liveProcesses(): LiveProcess[] {
 
 /** Live processes of a uid. */
 export function processesOfUid(uid: number): number[] {
-  return liveProcesses().filter((p) => p.uid === uid).map((p) => p.pid);
+  return liveProcesses()
+    .filter((p) => p.uid === uid)
+    .map((p) => p.pid);
 }

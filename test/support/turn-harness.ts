@@ -69,7 +69,9 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
   // The helper refuses a config under a world-writable directory such as /tmp.
   const helperDir = fs.mkdtempSync('/run/turnhost-harness-');
   const uidRange = harnessUidRange(options.slot, options.uidCount);
-  const subtreeName = options.stateDir ? `turnhost-test-${options.slot}-${path.basename(base)}` : `turnhost-test-${options.slot}-${process.pid}`;
+  const subtreeName = options.stateDir
+    ? `turnhost-test-${options.slot}-${path.basename(base)}`
+    : `turnhost-test-${options.slot}-${process.pid}`;
 
   const config = defaultConfig({ installed: false, cwd: base });
   config.dataDir = path.join(base, 'data');
@@ -123,7 +125,9 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
       config,
       logger,
       env: {},
-      ...(helper ? { helperProbe: () => runHelperProbe(helper), helperView: (request) => runHelperView(helper, request) } : {}),
+      ...(helper
+        ? { helperProbe: () => runHelperProbe(helper), helperView: (request) => runHelperView(helper, request) }
+        : {}),
     },
     worker: { node: process.execPath, entry: options.workerEntry ?? WORKER_ENTRY },
     env: {},
@@ -151,7 +155,15 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
 /** Runs one turn to its end and collects its output. */
 export async function runTurn(
   harness: TurnHarness,
-  request: { argv: string[]; mode?: 'ordinary' | 'restricted'; tty?: { cols: number; rows: number }; timeoutSeconds?: number; limits?: Record<string, string | number>; env?: Record<string, string>; sessionId?: string },
+  request: {
+    argv: string[];
+    mode?: 'ordinary' | 'restricted';
+    tty?: { cols: number; rows: number };
+    timeoutSeconds?: number;
+    limits?: Record<string, string | number>;
+    env?: Record<string, string>;
+    sessionId?: string;
+  },
 ) {
   const created = await harness.turns.create({
     sessionId: request.sessionId ?? 'session-test',
@@ -169,5 +181,11 @@ export async function runTurn(
     if (event.type === 'output') (event.stream === 'stderr' ? stderr : chunks).push(event.data);
   });
   const result = await harness.turns.wait(id);
-  return { id, result: result!, stdout: Buffer.concat(chunks).toString(), stderr: Buffer.concat(stderr).toString(), record: harness.turns.get(id)! };
+  return {
+    id,
+    result: result!,
+    stdout: Buffer.concat(chunks).toString(),
+    stderr: Buffer.concat(stderr).toString(),
+    record: harness.turns.get(id)!,
+  };
 }

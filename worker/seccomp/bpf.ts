@@ -65,7 +65,9 @@ function isU32(value: number): boolean {
 }
 
 /** Maps each label to the index of the instruction that follows it. */
-function resolveLabels(program: readonly Instruction[]): Result<{ labels: Map<string, number>; count: number }, AssembleFailure> {
+function resolveLabels(
+  program: readonly Instruction[],
+): Result<{ labels: Map<string, number>; count: number }, AssembleFailure> {
   const labels = new Map<string, number>();
   let count = 0;
   for (const insn of program) {
@@ -119,8 +121,16 @@ function encode(
 ): Result<{ filter: SockFilter }, AssembleFailure> {
   switch (insn.op) {
     case 'load':
-      if (!Number.isInteger(insn.offset) || insn.offset < 0 || insn.offset % 4 !== 0 || insn.offset + 4 > SECCOMP_DATA_SIZE) {
-        return fail('bad_load_offset', `instruction ${index}: load offset ${insn.offset} is outside struct seccomp_data`);
+      if (
+        !Number.isInteger(insn.offset) ||
+        insn.offset < 0 ||
+        insn.offset % 4 !== 0 ||
+        insn.offset + 4 > SECCOMP_DATA_SIZE
+      ) {
+        return fail(
+          'bad_load_offset',
+          `instruction ${index}: load offset ${insn.offset} is outside struct seccomp_data`,
+        );
       }
       return ok({ filter: { code: BPF_LD_W_ABS, jt: 0, jf: 0, k: insn.offset } });
     case 'jeq':

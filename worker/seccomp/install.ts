@@ -35,7 +35,9 @@ function bindings(): NonNullable<typeof native> {
   return native;
 }
 
-export function installSeccompFilter(program: Buffer): Result<{ instructionCount: number; tasks: number }, InstallFailure> {
+export function installSeccompFilter(
+  program: Buffer,
+): Result<{ instructionCount: number; tasks: number }, InstallFailure> {
   const count = program.length / SOCK_FILTER_SIZE;
   if (!Number.isInteger(count) || count < 1 || count > 0xffff) {
     return fail('invalid_program', `program of ${program.length} bytes is not 1..65535 sock_filter entries`);
@@ -47,9 +49,12 @@ export function installSeccompFilter(program: Buffer): Result<{ instructionCount
   const result = Number(
     syscall(
       SYS_SECCOMP,
-      'unsigned int', SECCOMP_SET_MODE_FILTER,
-      'unsigned int', SECCOMP_FILTER_FLAG_TSYNC,
-      'turnhost_sock_fprog *', { len: count, filter: program },
+      'unsigned int',
+      SECCOMP_SET_MODE_FILTER,
+      'unsigned int',
+      SECCOMP_FILTER_FLAG_TSYNC,
+      'turnhost_sock_fprog *',
+      { len: count, filter: program },
     ),
   );
   // With TSYNC a positive return is the id of a thread that could not be synchronised.

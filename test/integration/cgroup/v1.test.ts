@@ -72,9 +72,15 @@ t.test('a memory hog is OOM-killed at memory=64M', async (t) => {
   t.same(cgroup.applied, { memory: 64 * 1024 * 1024 });
   const memoryLeaf = cgroup.paths.find((p) => p.includes('/memory/'));
   t.equal(fs.readFileSync(`${memoryLeaf}/memory.limit_in_bytes`, 'utf8').trim(), String(64 * 1024 * 1024));
-  t.equal(fs.readFileSync(`${memoryLeaf}/memory.memsw.limit_in_bytes`, 'utf8').trim(), String(64 * 1024 * 1024), 'no swap');
+  t.equal(
+    fs.readFileSync(`${memoryLeaf}/memory.memsw.limit_in_bytes`, 'utf8').trim(),
+    String(64 * 1024 * 1024),
+    'no swap',
+  );
   const child = spawnInCgroups(cgroup.paths, 'tail /dev/zero');
-  const exit = await new Promise<NodeJS.Signals | null>((resolve) => child.on('exit', (_code, signal) => resolve(signal)));
+  const exit = await new Promise<NodeJS.Signals | null>((resolve) =>
+    child.on('exit', (_code, signal) => resolve(signal)),
+  );
   t.equal(exit, 'SIGKILL', 'the hog died of SIGKILL');
   const stats = cgroup.stats();
   t.ok((stats.oomKills ?? 0) > 0, `oom_kill counter ${stats.oomKills}`);

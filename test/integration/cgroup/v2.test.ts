@@ -69,6 +69,9 @@ t.test('reap empties and removes a populated real leaf', async (t) => {
   spawnInCgroups([leaf], 'exec sleep 1000');
   t.ok(await until(() => /populated 1/.test(events(leaf))));
   const reaped = reapStaleTurnCgroups(subtree);
-  t.same(reaped.map((r) => [r.turnId, r.killedProcesses, r.outcome.ok]), [['left', 1, true]]);
+  t.same(
+    reaped.map((r) => [r.turnId, r.killedProcesses, r.outcome.ok]),
+    [['left', 1, true]],
+  );
   t.notOk(fs.existsSync(leaf));
 });

@@ -8,7 +8,11 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { spawnHelperLaunch, type HelperLaunchDescriptor, type HelperLocation } from '../../../supervisor/identity/helper-client.js';
+import {
+  spawnHelperLaunch,
+  type HelperLaunchDescriptor,
+  type HelperLocation,
+} from '../../../supervisor/identity/helper-client.js';
 import { writeHelperConfig, type HelperConfigSpec } from '../../../supervisor/identity/helper-config.js';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
@@ -73,7 +77,12 @@ export function runWithDescriptor(command: string[], descriptor: Buffer | string
   }
 }
 
-export function runHelperRaw(configPath: string, descriptor: Buffer | string, dir: string, helper = asanHelper): RawRun {
+export function runHelperRaw(
+  configPath: string,
+  descriptor: Buffer | string,
+  dir: string,
+  helper = asanHelper,
+): RawRun {
   return runWithDescriptor([helper, '--config', configPath], descriptor, dir);
 }
 
@@ -86,10 +95,12 @@ export function runHelperLaunch(helper: HelperLocation, descriptor: HelperLaunch
   let stderr = '';
   child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
   child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-  return new Promise((resolve) => child.on('close', (code) => {
-    protocol.destroy();
-    resolve({ code, stdout, stderr });
-  }));
+  return new Promise((resolve) =>
+    child.on('close', (code) => {
+      protocol.destroy();
+      resolve({ code, stdout, stderr });
+    }),
+  );
 }
 
 /** This process's v1 pids cgroup directory (never a sibling owned by other software). */

@@ -89,16 +89,31 @@ t.test('launch runs the worker with exactly the documented confinement', async (
   t.same(report.get('netdev'), ['lo up']);
   t.same(report.get('hostname'), ['turn-it']);
   t.same(report.get('cwd'), ['/']);
-  t.same((report.get('env') ?? []).sort(), Object.entries(env).map(([k, v]) => `${k}=${v}`).sort());
+  t.same(
+    (report.get('env') ?? []).sort(),
+    Object.entries(env)
+      .map(([k, v]) => `${k}=${v}`)
+      .sort(),
+  );
   const pidsLine = (report.get('cgroup') ?? []).find((line) => /^\d+:pids:/.test(line));
   t.equal(pidsLine?.replace(/^\d+:pids:/, '/sys/fs/cgroup/pids'), cgroup.leaf);
-  t.ok((report.get('limit') ?? []).some((line) => /^Max open files\s+256\s+256\s/.test(line)), 'nofile lowered');
+  t.ok(
+    (report.get('limit') ?? []).some((line) => /^Max open files\s+256\s+256\s/.test(line)),
+    'nofile lowered',
+  );
 });
 
 t.test('fd 3 stays the protocol socket: the worker reads what the caller writes after the descriptor', async (t) => {
-  const catConfig = writeConfig(dir, { uidRange, workerExec: '/bin/sh', workerArgs: ['-c', 'exec cat <&3'] }, 'cat.conf');
+  const catConfig = writeConfig(
+    dir,
+    { uidRange, workerExec: '/bin/sh', workerArgs: ['-c', 'exec cat <&3'] },
+    'cat.conf',
+  );
   const uid = uidRange.first + 2;
-  const { child, protocol } = spawnHelperLaunch({ path: asanHelper, configPath: catConfig }, { uid, gid: uid, cwd: '/', ...viewKeys(dir, uid) });
+  const { child, protocol } = spawnHelperLaunch(
+    { path: asanHelper, configPath: catConfig },
+    { uid, gid: uid, cwd: '/', ...viewKeys(dir, uid) },
+  );
   let stdout = '';
   child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
   protocol.end('{"launch":"message"}\n');
@@ -108,7 +123,11 @@ t.test('fd 3 stays the protocol socket: the worker reads what the caller writes 
 });
 
 t.test('a refused launch is reported through parseHelperRefusal', async (t) => {
-  const run = await launchAndCollect({ uid: uidRange.first + uidRange.count, gid: uidRange.first + uidRange.count, cwd: '/' });
+  const run = await launchAndCollect({
+    uid: uidRange.first + uidRange.count,
+    gid: uidRange.first + uidRange.count,
+    cwd: '/',
+  });
   const refusal = parseHelperRefusal(run.code, run.stderr);
   t.equal(refusal?.reason, 'uid_out_of_range');
   t.match(refusal?.detail, /outside the worker range/);
@@ -152,8 +171,12 @@ async function runningAsSleep(pid: number): Promise<void> {
 
 t.test('kill signals every live process of the worker uid and nothing else', async (t) => {
   const uid = uidRange.first + 5;
-  const sleepers = [0, 1].map(() => spawn('setpriv', [`--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', 'sleep', '300'], { stdio: 'ignore' }));
-  const bystander = spawn('setpriv', [`--reuid=${uid + 1}`, `--regid=${uid + 1}`, '--clear-groups', 'sleep', '300'], { stdio: 'ignore' });
+  const sleepers = [0, 1].map(() =>
+    spawn('setpriv', [`--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', 'sleep', '300'], { stdio: 'ignore' }),
+  );
+  const bystander = spawn('setpriv', [`--reuid=${uid + 1}`, `--regid=${uid + 1}`, '--clear-groups', 'sleep', '300'], {
+    stdio: 'ignore',
+  });
   t.teardown(() => bystander.kill('SIGKILL'));
   await Promise.all([...sleepers, bystander].map((child) => runningAsSleep(child.pid ?? 0)));
   const exits = sleepers.map((child) => new Promise((resolve) => child.on('exit', (_code, signal) => resolve(signal))));
@@ -172,7 +195,11 @@ t.test('kill refuses a uid outside the range', async (t) => {
 });
 
 t.test('the helper never reads past the final end line of fd 3', async (t) => {
-  const catConfig = writeConfig(dir, { uidRange, workerExec: '/bin/sh', workerArgs: ['-c', 'exec cat <&3'] }, 'cat-file.conf');
+  const catConfig = writeConfig(
+    dir,
+    { uidRange, workerExec: '/bin/sh', workerArgs: ['-c', 'exec cat <&3'] },
+    'cat-file.conf',
+  );
   const uid = uidRange.first + 2;
   const descriptor = descriptorText([`op launch`, `uid ${uid}`, `gid ${uid}`, 'cwd /', ...viewLines(dir, uid)]);
   const run = runHelperRaw(catConfig, descriptor + 'bytes after end reach the worker\n', dir);
@@ -184,9 +211,19 @@ t.test('uid_range_subuid takes the range from the subuid entry of the named user
   const subuid = path.join(dir, 'subuid');
   fs.writeFileSync(subuid, `someone:100000:65536\nturnhost:${uidRange.first + 10}:5\nturnhost:1:1\n`, { mode: 0o644 });
   const binary = path.join(dir, 'identity-helper-subuid');
-  execFileSync('make', ['-s', '-C', helperDir, 'custom', `CUSTOM_CONFIG_PATH=/nonexistent`, `CUSTOM_OUT=${binary}`, `CUSTOM_SUBUID_PATH=${subuid}`]);
+  execFileSync('make', [
+    '-s',
+    '-C',
+    helperDir,
+    'custom',
+    `CUSTOM_CONFIG_PATH=/nonexistent`,
+    `CUSTOM_OUT=${binary}`,
+    `CUSTOM_SUBUID_PATH=${subuid}`,
+  ]);
   const subuidConfig = path.join(dir, 'subuid.conf');
-  fs.writeFileSync(subuidConfig, `uid_range_subuid turnhost\ncaller_group root\nworker_exec ${reportSelf}\n`, { mode: 0o644 });
+  fs.writeFileSync(subuidConfig, `uid_range_subuid turnhost\ncaller_group root\nworker_exec ${reportSelf}\n`, {
+    mode: 0o644,
+  });
   const probe = await runHelperProbe({ path: binary, configPath: subuidConfig });
   if (!probe.ok) throw new Error(probe.detail);
   t.same(probe.uidRange, { first: uidRange.first + 10, count: 5 }, 'first matching entry');

@@ -7,7 +7,15 @@ import fs from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
 import { runHelperReclaim } from '../../../supervisor/identity/helper-client.js';
-import { asanHelper, buildNative, descriptorText, runHelperRaw, tempDir, uniqueUidRange, writeConfig } from './fixture.js';
+import {
+  asanHelper,
+  buildNative,
+  descriptorText,
+  runHelperRaw,
+  tempDir,
+  uniqueUidRange,
+  writeConfig,
+} from './fixture.js';
 
 buildNative();
 const dir = tempDir('temp-own');
@@ -32,11 +40,24 @@ function workerConfig(outside: string): string {
     `ln -s ${outside} a/link`,
     'chmod 0500 a/b',
   ].join('; ');
-  return writeConfig(dir, { uidRange, workerExec: '/bin/sh', workerArgs: ['-c', script], tempRoots: [tempRoot] }, 'temp-worker.conf');
+  return writeConfig(
+    dir,
+    { uidRange, workerExec: '/bin/sh', workerArgs: ['-c', script], tempRoots: [tempRoot] },
+    'temp-worker.conf',
+  );
 }
 
 function launchLines(uid: number, temp: string): string[] {
-  return ['op launch', `uid ${uid}`, `gid ${uid}`, 'cwd /', `env TURN_TEMP=${temp}`, 'profile governed', `workspace ${workspace}`, `temp ${temp}`];
+  return [
+    'op launch',
+    `uid ${uid}`,
+    `gid ${uid}`,
+    'cwd /',
+    `env TURN_TEMP=${temp}`,
+    'profile governed',
+    `workspace ${workspace}`,
+    `temp ${temp}`,
+  ];
 }
 
 /** A temp as a non-root supervisor creates it: its own, 0700 (here the caller is root). */
@@ -62,7 +83,8 @@ t.test('launch hands the temp to the worker; reclaim hands the tree back', async
   t.equal(run.code, 0, run.stderr);
   t.equal(owner(temp), uid, 'the temp belongs to the worker uid after launch');
   t.equal(fs.statSync(temp).mode & 0o777, 0o700);
-  for (const entry of ['a', 'a/b', 'a/b/c', 'a/b/c/file', 'a/fifo', 'a/link']) t.equal(owner(path.join(temp, entry)), uid, `${entry} made by the worker`);
+  for (const entry of ['a', 'a/b', 'a/b/c', 'a/b/c/file', 'a/fifo', 'a/link'])
+    t.equal(owner(path.join(temp, entry)), uid, `${entry} made by the worker`);
   // A hard link to an outside file the worker owns (the worker's view could not make one: EXDEV).
   fs.linkSync(outside, path.join(temp, 'a/hardlink'));
 
@@ -70,10 +92,15 @@ t.test('launch hands the temp to the worker; reclaim hands the tree back', async
   const reclaimed = await runHelperReclaim({ path: asanHelper, configPath: reclaimConfig }, { uid, temp });
   if (!reclaimed.ok) throw new Error(reclaimed.detail);
   t.match(reclaimed, { workerUid: uid, reclaimed: 7, skipped: 1 }, 'six entries and the temp; the hard link skipped');
-  for (const entry of ['', 'a', 'a/b', 'a/b/c', 'a/b/c/file', 'a/fifo', 'a/link']) t.equal(owner(path.join(temp, entry)), 0, `${entry || 'temp'} reclaimed`);
+  for (const entry of ['', 'a', 'a/b', 'a/b/c', 'a/b/c/file', 'a/fifo', 'a/link'])
+    t.equal(owner(path.join(temp, entry)), 0, `${entry || 'temp'} reclaimed`);
   t.ok(fs.statSync(path.join(temp, 'a/fifo')).isFIFO(), 'the FIFO was not opened or replaced');
   t.equal(owner(outside), uid, 'the symlink target and hard-linked outside file keep their owner');
-  t.equal(fs.statSync(path.join(temp, 'a/b')).mode & 0o700, 0o700, 'a directory the worker closed is usable by its new owner');
+  t.equal(
+    fs.statSync(path.join(temp, 'a/b')).mode & 0o700,
+    0o700,
+    'a directory the worker closed is usable by its new owner',
+  );
 
   const again = await runHelperReclaim({ path: asanHelper, configPath: reclaimConfig }, { uid, temp });
   t.same(again.ok && again.reclaimed, 0, 'reclaim is idempotent');
@@ -97,7 +124,8 @@ t.test('launch and reclaim refuse a temp reached through a symlink', async (t) =
   const uid = uidRange.first + 3;
   const config = writeConfig(dir, { uidRange, workerExec: '/bin/true', tempRoots: [tempRoot] }, 'temp-symlink.conf');
   const real = callerTemp(tempRoot, 'real');
-  const realParent = fs.mkdirSync(path.join(tempRoot, 'real-parent'), { recursive: true }) ?? path.join(tempRoot, 'real-parent');
+  const realParent =
+    fs.mkdirSync(path.join(tempRoot, 'real-parent'), { recursive: true }) ?? path.join(tempRoot, 'real-parent');
   const nested = callerTemp(realParent, 'turn');
   fs.symlinkSync(real, path.join(tempRoot, 'link'));
   fs.symlinkSync(realParent, path.join(tempRoot, 'link-parent'));
@@ -130,5 +158,9 @@ t.test('reclaim needs uid and temp, and a uid in range', async (t) => {
   const temp = callerTemp(tempRoot, 'turn-keys');
   t.equal(runHelperRaw(config, descriptorText(['op reclaim', `temp ${temp}`]), dir).code, 65, 'uid required');
   t.equal(runHelperRaw(config, descriptorText(['op reclaim', `uid ${uidRange.first}`]), dir).code, 65, 'temp required');
-  t.equal(runHelperRaw(config, descriptorText(['op reclaim', 'uid 1', `temp ${temp}`]), dir).code, 68, 'uid out of range');
+  t.equal(
+    runHelperRaw(config, descriptorText(['op reclaim', 'uid 1', `temp ${temp}`]), dir).code,
+    68,
+    'uid out of range',
+  );
 });

@@ -22,7 +22,11 @@ const ASK_PROXY =
 
 for (const mode of ['ordinary', 'restricted'] as const) {
   t.test(`${mode}: a pty turn gets its terminal`, async (t) => {
-    const run = await runTurn(harness, { mode, argv: ['/bin/sh', '-c', 'tty; test -t 0 && echo "stdin is a tty"'], tty: { cols: 80, rows: 24 } });
+    const run = await runTurn(harness, {
+      mode,
+      argv: ['/bin/sh', '-c', 'tty; test -t 0 && echo "stdin is a tty"'],
+      tty: { cols: 80, rows: 24 },
+    });
     t.equal(run.result.status, 'ok', run.result.detail ?? run.stderr);
     t.match(run.stdout, /\/dev\/pts\/\d+/);
     t.match(run.stdout, 'stdin is a tty');
@@ -35,7 +39,10 @@ for (const mode of ['ordinary', 'restricted'] as const) {
   });
 
   t.test(`${mode}: TMPDIR is the writable turn temp`, async (t) => {
-    const run = await runTurn(harness, { mode, argv: ['/bin/sh', '-c', 'echo data > "$TMPDIR/file" && cat "$TMPDIR/file" && echo "$TMPDIR"'] });
+    const run = await runTurn(harness, {
+      mode,
+      argv: ['/bin/sh', '-c', 'echo data > "$TMPDIR/file" && cat "$TMPDIR/file" && echo "$TMPDIR"'],
+    });
     t.equal(run.result.status, 'ok', run.result.detail ?? run.stderr);
     t.match(run.stdout, /^data\n\/.+\n$/);
   });
@@ -55,7 +62,12 @@ t.test('a view the probe cannot verify refuses the turn before any worker starts
     },
   });
   t.teardown(() => broken.close());
-  const created = await broken.turns.create({ sessionId: 's-view', mode: 'ordinary', cwd: broken.workspace, argv: ['/bin/true'] });
+  const created = await broken.turns.create({
+    sessionId: 's-view',
+    mode: 'ordinary',
+    cwd: broken.workspace,
+    argv: ['/bin/true'],
+  });
   t.equal(created.ok, false);
   if (created.ok) return;
   t.equal(created.reason, 'worker_host_unsupported');

@@ -15,7 +15,16 @@ import {
   type HelperProtectRule,
 } from '../../../supervisor/identity/helper-client.js';
 import { probeMaskedView } from '../../../supervisor/probes/view.js';
-import { asanHelper, buildNative, repoRoot, runHelperLaunch, tempDir, uniqueUidRange, writeConfig, type RawRun } from './fixture.js';
+import {
+  asanHelper,
+  buildNative,
+  repoRoot,
+  runHelperLaunch,
+  tempDir,
+  uniqueUidRange,
+  writeConfig,
+  type RawRun,
+} from './fixture.js';
 
 buildNative();
 const dir = tempDir('helper-view');
@@ -23,7 +32,11 @@ const uidRange = uniqueUidRange();
 const uid = uidRange.first + 11;
 const otherUid = uidRange.first + 12;
 const configPath = writeConfig(dir, { uidRange, viewPaths: [repoRoot] });
-const shellConfig = writeConfig(dir, { uidRange, workerExec: '/bin/sh', workerArgs: ['-c', 'eval "$VIEW_SCRIPT"'] }, 'shell.conf');
+const shellConfig = writeConfig(
+  dir,
+  { uidRange, workerExec: '/bin/sh', workerArgs: ['-c', 'eval "$VIEW_SCRIPT"'] },
+  'shell.conf',
+);
 const helper: HelperLocation = { path: asanHelper, configPath };
 const hostTmpSentinel = fs.mkdtempSync('/tmp/turnhost-view-host-tmp-');
 const varTmpProbe = `/var/tmp/turnhost-view-probe-${process.pid}`;
@@ -74,17 +87,36 @@ async function view(profile: HelperProfile, paths: string[], rules = protect) {
 t.test('governed view: workspace writable, protected paths masked or read-only, host read-only', async (t) => {
   const ws = (name: string) => path.join(workspace, name);
   const seen = await view('governed', [
-    workspace, ws('open'), ws('.env'), ws('secretdir'), ws('secretdir/key.pem'), ws('locked.txt'), temp,
-    '/usr', '/etc', '/var/tmp', '/dev/shm', '/tmp', hostTmpSentinel, '/proc/1', '/proc/self/status', '/home',
+    workspace,
+    ws('open'),
+    ws('.env'),
+    ws('secretdir'),
+    ws('secretdir/key.pem'),
+    ws('locked.txt'),
+    temp,
+    '/usr',
+    '/etc',
+    '/var/tmp',
+    '/dev/shm',
+    '/tmp',
+    hostTmpSentinel,
+    '/proc/1',
+    '/proc/self/status',
+    '/home',
   ]);
   t.match(seen.get(workspace), { read: true, write: true });
   t.match(seen.get(ws('open')), { write: true });
   t.match(seen.get(ws('.env')), { exists: true, read: true, write: false, empty: true }, 'masked file reads empty');
   t.match(seen.get(ws('secretdir')), { exists: true, write: false, empty: true }, 'masked directory is empty');
   t.match(seen.get(ws('secretdir/key.pem')), { exists: false }, 'nothing beneath a masked directory');
-  t.match(seen.get(ws('locked.txt')), { read: true, write: false, empty: false }, 'read_only keeps content, refuses writes');
+  t.match(
+    seen.get(ws('locked.txt')),
+    { read: true, write: false, empty: false },
+    'read_only keeps content, refuses writes',
+  );
   t.match(seen.get(temp), { read: true, write: true }, 'turn temp writable');
-  for (const hostPath of ['/usr', '/etc', '/var/tmp', '/dev/shm']) t.match(seen.get(hostPath), { exists: true, write: false }, `${hostPath} read-only`);
+  for (const hostPath of ['/usr', '/etc', '/var/tmp', '/dev/shm'])
+    t.match(seen.get(hostPath), { exists: true, write: false }, `${hostPath} read-only`);
   t.match(seen.get('/tmp'), { write: true }, 'fresh /tmp is writable');
   t.match(seen.get(hostTmpSentinel), { exists: false }, "the host's /tmp is not visible");
   t.match(seen.get('/proc/1'), { exists: false }, "another user's process is invisible in /proc");
@@ -95,8 +127,24 @@ t.test('governed view: workspace writable, protected paths masked or read-only, 
 t.test('strict view: minimal system, no /home or /etc/shadow, workspace read-only, temp writable', async (t) => {
   const ws = (name: string) => path.join(workspace, name);
   const seen = await view('strict', [
-    workspace, ws('open'), ws('.env'), ws('secretdir'), ws('locked.txt'), temp, '/usr/bin/env', '/bin/sh', '/etc/passwd',
-    '/etc/shadow', '/home', '/root', '/var', '/dev/null', '/dev/urandom', '/tmp', path.join(repoRoot, 'dist'), '/proc/1',
+    workspace,
+    ws('open'),
+    ws('.env'),
+    ws('secretdir'),
+    ws('locked.txt'),
+    temp,
+    '/usr/bin/env',
+    '/bin/sh',
+    '/etc/passwd',
+    '/etc/shadow',
+    '/home',
+    '/root',
+    '/var',
+    '/dev/null',
+    '/dev/urandom',
+    '/tmp',
+    path.join(repoRoot, 'dist'),
+    '/proc/1',
   ]);
   t.match(seen.get(workspace), { read: true, write: false }, 'workspace read-only');
   t.match(seen.get(ws('open')), { write: false });
@@ -106,7 +154,8 @@ t.test('strict view: minimal system, no /home or /etc/shadow, workspace read-onl
   t.match(seen.get('/usr/bin/env'), { exists: true, read: true, write: false });
   t.match(seen.get('/bin/sh'), { exists: true }, 'merged-usr symlinks recreated');
   t.match(seen.get('/etc/passwd'), { exists: true, write: false });
-  for (const absent of ['/etc/shadow', '/home', '/root', '/var', '/proc/1']) t.match(seen.get(absent), { exists: false }, `${absent} absent`);
+  for (const absent of ['/etc/shadow', '/home', '/root', '/var', '/proc/1'])
+    t.match(seen.get(absent), { exists: false }, `${absent} absent`);
   t.match(seen.get('/dev/null'), { read: true, write: true });
   t.match(seen.get('/dev/urandom'), { read: true });
   t.match(seen.get('/tmp'), { write: true });
@@ -116,26 +165,49 @@ t.test('strict view: minimal system, no /home or /etc/shadow, workspace read-onl
 t.test('a protected path that is or crosses a symlink refuses the view', async (t) => {
   t.teardown(makeSentinelTree);
   const attacks: Array<[string, () => void, HelperProtectRule]> = [
-    ['mask_file replaced by a link to an outside file', () => {
-      fs.rmSync(path.join(workspace, '.env'));
-      fs.symlinkSync(outsideSecret, path.join(workspace, '.env'));
-    }, { mode: 'mask_file', path: '.env' }],
-    ['read_only replaced by a link to a writable outside file', () => {
-      fs.rmSync(path.join(workspace, 'locked.txt'));
-      fs.symlinkSync(outsideSecret, path.join(workspace, 'locked.txt'));
-    }, { mode: 'read_only', path: 'locked.txt' }],
-    ['mask_directory replaced by a link to /etc', () => {
-      fs.rmSync(path.join(workspace, 'secretdir'), { recursive: true });
-      fs.symlinkSync('/etc', path.join(workspace, 'secretdir'));
-    }, { mode: 'mask_directory', path: 'secretdir' }],
-    ['a parent of the protected path is a link', () => {
-      fs.symlinkSync(path.dirname(outsideSecret), path.join(workspace, 'parent'));
-    }, { mode: 'read_only', path: 'parent/outside-secret.txt' }],
+    [
+      'mask_file replaced by a link to an outside file',
+      () => {
+        fs.rmSync(path.join(workspace, '.env'));
+        fs.symlinkSync(outsideSecret, path.join(workspace, '.env'));
+      },
+      { mode: 'mask_file', path: '.env' },
+    ],
+    [
+      'read_only replaced by a link to a writable outside file',
+      () => {
+        fs.rmSync(path.join(workspace, 'locked.txt'));
+        fs.symlinkSync(outsideSecret, path.join(workspace, 'locked.txt'));
+      },
+      { mode: 'read_only', path: 'locked.txt' },
+    ],
+    [
+      'mask_directory replaced by a link to /etc',
+      () => {
+        fs.rmSync(path.join(workspace, 'secretdir'), { recursive: true });
+        fs.symlinkSync('/etc', path.join(workspace, 'secretdir'));
+      },
+      { mode: 'mask_directory', path: 'secretdir' },
+    ],
+    [
+      'a parent of the protected path is a link',
+      () => {
+        fs.symlinkSync(path.dirname(outsideSecret), path.join(workspace, 'parent'));
+      },
+      { mode: 'read_only', path: 'parent/outside-secret.txt' },
+    ],
   ];
   for (const [name, plant, rule] of attacks) {
     makeSentinelTree();
     plant();
-    const answer = await runHelperView(helper, { uid, profile: 'governed', paths: [workspace], workspace, temp, protect: [rule] });
+    const answer = await runHelperView(helper, {
+      uid,
+      profile: 'governed',
+      paths: [workspace],
+      workspace,
+      temp,
+      protect: [rule],
+    });
     t.equal(answer.ok ? 'ok' : answer.reason, 'view_refused', name);
     if (!answer.ok) t.match(answer.detail, /symbolic link/);
   }
@@ -145,7 +217,14 @@ t.test('a protected path that is or crosses a symlink refuses the view', async (
 t.test('a mask_file with a second hard link is refused', async (t) => {
   t.teardown(makeSentinelTree);
   fs.linkSync(path.join(workspace, '.env'), path.join(workspace, 'open/copy'));
-  const answer = await runHelperView(helper, { uid, profile: 'governed', paths: [workspace], workspace, temp, protect });
+  const answer = await runHelperView(helper, {
+    uid,
+    profile: 'governed',
+    paths: [workspace],
+    workspace,
+    temp,
+    protect,
+  });
   t.equal(answer.ok ? 'ok' : answer.reason, 'view_refused');
   if (!answer.ok) t.match(answer.detail, /hard links/);
 });
@@ -156,11 +235,31 @@ t.test('workspace, temp and view paths are refused when they are links or the wr
   const notOwnedTemp = path.join(dir, 'temp-root-owned');
   fs.mkdirSync(notOwnedTemp, { mode: 0o777 });
   const cases: Array<[string, Parameters<typeof runHelperView>[1], RegExp]> = [
-    ['workspace link', { uid, profile: 'governed', paths: ['/'], workspace: linkedWorkspace }, /workspace .* symbolic link/],
-    ['workspace file', { uid, profile: 'governed', paths: ['/'], workspace: outsideSecret }, /workspace .* is not a directory/],
-    ['temp not owned by the worker', { uid, profile: 'governed', paths: ['/'], workspace, temp: notOwnedTemp }, /must be owned by the worker uid/],
-    ['mask_directory on a file', { uid, profile: 'governed', paths: ['/'], workspace, protect: [{ mode: 'mask_directory', path: '.env' }] }, /not a directory/],
-    ['mask_file on a directory', { uid, profile: 'governed', paths: ['/'], workspace, protect: [{ mode: 'mask_file', path: 'open' }] }, /is a directory/],
+    [
+      'workspace link',
+      { uid, profile: 'governed', paths: ['/'], workspace: linkedWorkspace },
+      /workspace .* symbolic link/,
+    ],
+    [
+      'workspace file',
+      { uid, profile: 'governed', paths: ['/'], workspace: outsideSecret },
+      /workspace .* is not a directory/,
+    ],
+    [
+      'temp not owned by the worker',
+      { uid, profile: 'governed', paths: ['/'], workspace, temp: notOwnedTemp },
+      /must be owned by the worker uid/,
+    ],
+    [
+      'mask_directory on a file',
+      { uid, profile: 'governed', paths: ['/'], workspace, protect: [{ mode: 'mask_directory', path: '.env' }] },
+      /not a directory/,
+    ],
+    [
+      'mask_file on a directory',
+      { uid, profile: 'governed', paths: ['/'], workspace, protect: [{ mode: 'mask_file', path: 'open' }] },
+      /is a directory/,
+    ],
   ];
   for (const [name, request, pattern] of cases) {
     const answer = await runHelperView(helper, request);
@@ -170,7 +269,10 @@ t.test('workspace, temp and view paths are refused when they are links or the wr
   const linkedViewPath = path.join(dir, 'view-path-link');
   fs.symlinkSync(repoRoot, linkedViewPath);
   const linkedConfig = writeConfig(dir, { uidRange, viewPaths: [linkedViewPath] }, 'linked-view.conf');
-  const answer = await runHelperView({ path: asanHelper, configPath: linkedConfig }, { uid, profile: 'strict', paths: ['/'], workspace });
+  const answer = await runHelperView(
+    { path: asanHelper, configPath: linkedConfig },
+    { uid, profile: 'strict', paths: ['/'], workspace },
+  );
   t.equal(answer.ok ? 'ok' : answer.reason, 'view_refused', 'a view_path through a link');
 });
 
@@ -178,51 +280,72 @@ function launchShell(profile: HelperProfile, script: string, rules = protect): P
   return runHelperLaunch(
     { path: asanHelper, configPath: shellConfig },
     {
-      uid, gid: uid, cwd: workspace, profile, workspace, temp, protect: rules,
+      uid,
+      gid: uid,
+      cwd: workspace,
+      profile,
+      workspace,
+      temp,
+      protect: rules,
       env: { PATH: '/usr/bin:/bin', VIEW_SCRIPT: script, WS: workspace, TEMPDIR: temp },
     },
   );
 }
 
-const TRY_WRITE = 'w() { if (echo probe >> "$1") 2>/dev/null; then echo "write $1 yes"; else echo "write $1 no"; fi; }; ';
+const TRY_WRITE =
+  'w() { if (echo probe >> "$1") 2>/dev/null; then echo "write $1 yes"; else echo "write $1 no"; fi; }; ';
 
 t.test('a governed worker: real writes, reads and /proc', async (t) => {
-  const sleeper = spawn('setpriv', [`--reuid=${otherUid}`, `--regid=${otherUid}`, '--clear-groups', 'sleep', '300'], { stdio: 'ignore' });
+  const sleeper = spawn('setpriv', [`--reuid=${otherUid}`, `--regid=${otherUid}`, '--clear-groups', 'sleep', '300'], {
+    stdio: 'ignore',
+  });
   t.teardown(() => sleeper.kill('SIGKILL'));
-  const script = TRY_WRITE + [
-    `w /etc/turnhost-probe; w ${varTmpProbe}; w $WS/open/new; w $WS/new; w $WS/.env; w $WS/locked.txt; w $WS/secretdir/new; w $TEMPDIR/new; w /tmp/new`,
-    'echo "env [$(cat $WS/.env)]"',
-    'echo "secretdir [$(ls -A $WS/secretdir)]"',
-    'echo "locked [$(cat $WS/locked.txt)]"',
-    'if rm -f $WS/locked.txt 2>/dev/null; then echo "remove locked yes"; else echo "remove locked no"; fi',
-    `if [ -e /proc/${sleeper.pid} ]; then echo "sleeper visible"; else echo "sleeper hidden"; fi`,
-    'if [ -e /proc/$$ ]; then echo "self visible"; fi',
-  ].join('; ');
+  const script =
+    TRY_WRITE +
+    [
+      `w /etc/turnhost-probe; w ${varTmpProbe}; w $WS/open/new; w $WS/new; w $WS/.env; w $WS/locked.txt; w $WS/secretdir/new; w $TEMPDIR/new; w /tmp/new`,
+      'echo "env [$(cat $WS/.env)]"',
+      'echo "secretdir [$(ls -A $WS/secretdir)]"',
+      'echo "locked [$(cat $WS/locked.txt)]"',
+      'if rm -f $WS/locked.txt 2>/dev/null; then echo "remove locked yes"; else echo "remove locked no"; fi',
+      `if [ -e /proc/${sleeper.pid} ]; then echo "sleeper visible"; else echo "sleeper hidden"; fi`,
+      'if [ -e /proc/$$ ]; then echo "self visible"; fi',
+    ].join('; ');
   const run = await launchShell('governed', script);
   t.equal(run.code, 0, run.stderr);
   for (const refused of ['/etc/turnhost-probe', varTmpProbe, '$WS/.env', '$WS/locked.txt', '$WS/secretdir/new'])
     t.match(run.stdout, `write ${refused.replace('$WS', workspace)} no`, `${refused} refused`);
   for (const allowed of ['$WS/open/new', '$WS/new', '$TEMPDIR/new', '/tmp/new'])
-    t.match(run.stdout, `write ${allowed.replace('$WS', workspace).replace('$TEMPDIR', temp)} yes`, `${allowed} writable`);
+    t.match(
+      run.stdout,
+      `write ${allowed.replace('$WS', workspace).replace('$TEMPDIR', temp)} yes`,
+      `${allowed} writable`,
+    );
   t.match(run.stdout, 'env []', 'masked file reads empty');
   t.match(run.stdout, 'secretdir []', 'masked directory is empty');
   t.match(run.stdout, 'locked [locked]');
   t.match(run.stdout, 'remove locked no');
   t.match(run.stdout, 'sleeper hidden');
   t.match(run.stdout, 'self visible');
-  t.equal(fs.readFileSync(path.join(workspace, '.env'), 'utf8'), 'API_KEY=sentinel-secret\n', 'the real file is unchanged');
+  t.equal(
+    fs.readFileSync(path.join(workspace, '.env'), 'utf8'),
+    'API_KEY=sentinel-secret\n',
+    'the real file is unchanged',
+  );
   t.equal(fs.readFileSync(path.join(workspace, 'locked.txt'), 'utf8'), 'locked\n');
   t.ok(fs.existsSync(path.join(workspace, 'new')), 'the workspace write landed on the host');
   t.notOk(fs.existsSync(path.join(hostTmpSentinel, '..', 'new')), "the /tmp write stayed in the worker's /tmp");
 });
 
 t.test('a strict worker cannot write its workspace and sees no /home', async (t) => {
-  const script = TRY_WRITE + [
-    'w $WS/new-strict; w $WS/open/new-strict; w $TEMPDIR/strict; w /tmp/strict',
-    'if [ -e /home ]; then echo "home visible"; else echo "home absent"; fi',
-    'if [ -e /etc/shadow ]; then echo "shadow visible"; else echo "shadow absent"; fi',
-    'echo "env [$(cat $WS/.env)]"',
-  ].join('; ');
+  const script =
+    TRY_WRITE +
+    [
+      'w $WS/new-strict; w $WS/open/new-strict; w $TEMPDIR/strict; w /tmp/strict',
+      'if [ -e /home ]; then echo "home visible"; else echo "home absent"; fi',
+      'if [ -e /etc/shadow ]; then echo "shadow visible"; else echo "shadow absent"; fi',
+      'echo "env [$(cat $WS/.env)]"',
+    ].join('; ');
   const run = await launchShell('strict', script);
   t.equal(run.code, 0, run.stderr);
   t.match(run.stdout, `write ${workspace}/new-strict no`);
@@ -247,9 +370,17 @@ t.test('a launch whose protected path was swapped for a symlink runs nothing', a
 
 t.test('the probe verifies both profiles on its own sentinel tree', async (t) => {
   for (const profile of ['governed', 'strict'] as const) {
-    t.equal(await probeMaskedView((request) => runHelperView(helper, request), profile, uid), undefined, `${profile} holds`);
+    t.equal(
+      await probeMaskedView((request) => runHelperView(helper, request), profile, uid),
+      undefined,
+      `${profile} holds`,
+    );
   }
   const broken = writeConfig(dir, { uidRange, viewPaths: ['/nonexistent-turnhost-view-path'] }, 'broken-view.conf');
-  const requirement = await probeMaskedView((request) => runHelperView({ path: asanHelper, configPath: broken }, request), 'governed', uid);
+  const requirement = await probeMaskedView(
+    (request) => runHelperView({ path: asanHelper, configPath: broken }, request),
+    'governed',
+    uid,
+  );
   t.match(requirement, /the governed worker view cannot be built: view: view_path \/nonexistent-turnhost-view-path/);
 });

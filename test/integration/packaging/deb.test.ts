@@ -41,7 +41,15 @@ const NNP_IMPLYING_OPTIONS = [
 /** Options that would break delegation, uid mapping or the helper's namespaces and cgroup join. */
 const HELPER_BREAKING_OPTIONS = ['ProtectControlGroups', 'PrivateUsers', 'PrivateNetwork', 'ProcSubset', 'ProtectProc'];
 /** What the setuid helper needs in the bounding set (docs/packaging.md). */
-const HELPER_CAPABILITIES = ['CAP_SETUID', 'CAP_SETGID', 'CAP_SETPCAP', 'CAP_SYS_ADMIN', 'CAP_NET_ADMIN', 'CAP_DAC_OVERRIDE', 'CAP_KILL'];
+const HELPER_CAPABILITIES = [
+  'CAP_SETUID',
+  'CAP_SETGID',
+  'CAP_SETPCAP',
+  'CAP_SYS_ADMIN',
+  'CAP_NET_ADMIN',
+  'CAP_DAC_OVERRIDE',
+  'CAP_KILL',
+];
 
 function run(command: string, args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string } = {}) {
   const result = spawnSync(command, args, { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024, ...options });
@@ -131,8 +139,15 @@ t.test('files, owners and modes', async (t) => {
   // Group turnhost does not exist at unpack time: the archive carries 0755 root:root and
   // postinst registers root:turnhost 4750 with dpkg-statoverride.
   t.equal(contents.get(HELPER)?.mode, '-rwxr-xr-x', 'helper is 0755 in the archive');
-  t.ok(fs.readFileSync(path.join(tree, HELPER)).includes('/etc/turnhost/identity-helper.conf\0'), 'helper reads the packaged config path');
-  t.equal(contents.get('/usr/bin/turnhost')?.target, '../lib/turnhost/bin/turnhost', '/usr/bin/turnhost is the launcher');
+  t.ok(
+    fs.readFileSync(path.join(tree, HELPER)).includes('/etc/turnhost/identity-helper.conf\0'),
+    'helper reads the packaged config path',
+  );
+  t.equal(
+    contents.get('/usr/bin/turnhost')?.target,
+    '../lib/turnhost/bin/turnhost',
+    '/usr/bin/turnhost is the launcher',
+  );
   t.match(fs.readFileSync(path.join(tree, 'usr/lib/turnhost/bin/turnhost'), 'utf8'), /^#!\/usr\/bin\/node\n/);
   for (const file of [UNIT, ...CONFFILES]) t.equal(contents.get(file)?.mode, '-rw-r--r--', `${file} is 0644`);
 
@@ -141,22 +156,34 @@ t.test('files, owners and modes', async (t) => {
       entry.owner !== 'root/root' ||
       (entry.target === null && /^.{8}w/.test(entry.mode)) ||
       /[sS]/.test(entry.mode) ||
-      /\.(ts|map)$/.test(entry.path) && !entry.path.endsWith('.d.ts') ||
+      (/\.(ts|map)$/.test(entry.path) && !entry.path.endsWith('.d.ts')) ||
       entry.path.startsWith('/usr/lib/turnhost/dist/bench') ||
       /\/node_modules\/(typescript|tap|tsx|@types)\//.test(entry.path + '/'),
   );
-  t.same(strays.map((entry) => `${entry.mode} ${entry.owner} ${entry.path}`), [], 'no foreign owners, world-writable, setid, TypeScript, bench or dev modules');
+  t.same(
+    strays.map((entry) => `${entry.mode} ${entry.owner} ${entry.path}`),
+    [],
+    'no foreign owners, world-writable, setid, TypeScript, bench or dev modules',
+  );
 });
 
 t.test('conffiles and maintainer scripts', async (t) => {
   t.same(fs.readFileSync(path.join(control, 'conffiles'), 'utf8').trim().split('\n'), CONFFILES);
   const postinst = fs.readFileSync(path.join(control, 'postinst'), 'utf8');
-  t.match(postinst, /dpkg-statoverride --update --add root "\$USER_NAME" 4750 "\$HELPER"/, 'helper root:turnhost 4750 via statoverride');
+  t.match(
+    postinst,
+    /dpkg-statoverride --update --add root "\$USER_NAME" 4750 "\$HELPER"/,
+    'helper root:turnhost 4750 via statoverride',
+  );
   t.match(postinst, /usermod --add-subuids/, 'reserves a worker uid range in /etc/subuid');
   t.match(postinst, /-m 0750 "\$STATE_DIR"/, 'state directory 0750');
   t.match(postinst, /umask 077/, 'token created private');
   const postrm = fs.readFileSync(path.join(control, 'postrm'), 'utf8');
-  t.match(postrm, /purge\)[\s\S]*dpkg-statoverride --remove[\s\S]*rm -rf \/var\/lib\/turnhost[\s\S]*deluser/, 'purge removes override, data and user');
+  t.match(
+    postrm,
+    /purge\)[\s\S]*dpkg-statoverride --remove[\s\S]*rm -rf \/var\/lib\/turnhost[\s\S]*deluser/,
+    'purge removes override, data and user',
+  );
   for (const script of ['postinst', 'prerm', 'postrm']) {
     t.equal(run('sh', ['-n', path.join(control, script)]).code, 0, `${script} parses`);
     t.equal(fs.statSync(path.join(control, script)).mode & 0o777, 0o755, `${script} is 0755`);
@@ -180,7 +207,13 @@ t.test('the shipped supervisor configuration loads and points at the shipped hel
 t.test('the launcher runs from the unpacked tree', async (t) => {
   // env -i: the test runner instruments child processes (NODE_OPTIONS loaders) that would
   // load this extensionless ES module as CommonJS.
-  const help = run('env', ['-i', 'PATH=/usr/bin:/bin', process.execPath, path.join(tree, 'usr/lib/turnhost/bin/turnhost'), '--help']);
+  const help = run('env', [
+    '-i',
+    'PATH=/usr/bin:/bin',
+    process.execPath,
+    path.join(tree, 'usr/lib/turnhost/bin/turnhost'),
+    '--help',
+  ]);
   t.equal(help.code, 0, help.stderr);
   t.match(help.stdout, /usage: turnhost <command>/);
 });
@@ -200,7 +233,10 @@ t.test('systemd-analyze verify accepts the unit', async (t) => {
   fs.mkdirSync(unitDir);
   const unit = fs.readFileSync(path.join(tree, UNIT), 'utf8');
   const launcher = path.join(tree, 'usr/lib/turnhost/bin/turnhost');
-  fs.writeFileSync(path.join(unitDir, 'turnhost.service'), unit.replace(/^ExecStart=\/usr\/bin\/turnhost /m, `ExecStart=${launcher} `));
+  fs.writeFileSync(
+    path.join(unitDir, 'turnhost.service'),
+    unit.replace(/^ExecStart=\/usr\/bin\/turnhost /m, `ExecStart=${launcher} `),
+  );
   const verify = run('systemd-analyze', ['verify', path.join(unitDir, 'turnhost.service')], {
     env: { ...process.env, MANPATH: path.join(tree, 'usr/share/man') },
   });
@@ -235,10 +271,18 @@ t.test('the unit is hardened without disabling the setuid helper', async (t) => 
     const harmless = key === 'NoNewPrivileges' && values.every((value) => value === 'no');
     t.ok(values.length === 0 || harmless, `${key} is not set (it implies no_new_privs)`);
   }
-  for (const key of HELPER_BREAKING_OPTIONS) t.notOk(unit.has(key), `${key} is not set (it breaks the helper or delegation)`);
+  for (const key of HELPER_BREAKING_OPTIONS)
+    t.notOk(unit.has(key), `${key} is not set (it breaks the helper or delegation)`);
   const bounding = (unit.get('CapabilityBoundingSet') ?? []).join(' ').split(/\s+/);
   for (const cap of HELPER_CAPABILITIES) t.ok(bounding.includes(cap), `bounding set keeps ${cap} for the helper`);
-  for (const cap of ['CAP_SYS_PTRACE', 'CAP_SYS_MODULE', 'CAP_SYS_RAWIO', 'CAP_NET_RAW', 'CAP_SYS_RESOURCE', 'CAP_MKNOD'])
+  for (const cap of [
+    'CAP_SYS_PTRACE',
+    'CAP_SYS_MODULE',
+    'CAP_SYS_RAWIO',
+    'CAP_NET_RAW',
+    'CAP_SYS_RESOURCE',
+    'CAP_MKNOD',
+  ])
     t.notOk(bounding.includes(cap), `bounding set drops ${cap}`);
   t.same(unit.get('ProtectHome'), ['read-only'], 'homes stay reachable read-only for workspaces');
 });

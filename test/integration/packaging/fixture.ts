@@ -10,11 +10,25 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
-const SOURCES = ['packaging', 'core', 'supervisor', 'worker', 'cgroup', 'proxy', 'identity-helper/src', 'bin', 'docs/operator.md', 'package.json', 'package-lock.json', 'tsconfig.json'];
+const SOURCES = [
+  'packaging',
+  'core',
+  'supervisor',
+  'worker',
+  'cgroup',
+  'proxy',
+  'identity-helper/src',
+  'bin',
+  'docs/operator.md',
+  'package.json',
+  'package-lock.json',
+  'tsconfig.json',
+];
 const BUILD_LOCK = path.join(os.tmpdir(), 'turnhost-deb-build.lock');
 
 export function expectedDebPath(): string {
-  const version = (JSON.parse(fs.readFileSync(path.join(repoRoot, 'package.json'), 'utf8')) as { version: string }).version;
+  const version = (JSON.parse(fs.readFileSync(path.join(repoRoot, 'package.json'), 'utf8')) as { version: string })
+    .version;
   const arch = execFileSync('dpkg', ['--print-architecture'], { encoding: 'utf8' }).trim();
   return path.join(repoRoot, 'dist', `turnhost_${version}-1_${arch}.deb`);
 }
@@ -29,7 +43,9 @@ export function packageUnderTest(): string {
   const buildUnlessFresh = `deb=$1; shift
     if [ -f "$deb" ] && [ -z "$(find "$@" -newer "$deb" -print -quit 2>/dev/null)" ]; then exit 0; fi
     exec bash "${path.join(repoRoot, 'packaging/build-deb.sh')}"`;
-  execFileSync('flock', [BUILD_LOCK, 'sh', '-c', buildUnlessFresh, 'sh', deb, ...sources], { stdio: ['ignore', 'inherit', 'inherit'] });
+  execFileSync('flock', [BUILD_LOCK, 'sh', '-c', buildUnlessFresh, 'sh', deb, ...sources], {
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
   if (!fs.existsSync(deb)) throw new Error(`${deb} was not built`);
   return deb;
 }

@@ -87,7 +87,12 @@ function throwawayRoot(t: { teardown(fn: () => void): void }): Root {
       echo "enabled=$(q readlink /etc/systemd/system/multi-user.target.wants/turnhost.service)"
     `);
     if (out.code !== 0) throw new Error(`reading state failed: ${out.stderr}`);
-    return Object.fromEntries(out.stdout.trim().split('\n').map((line) => [line.slice(0, line.indexOf('=')), line.slice(line.indexOf('=') + 1)]));
+    return Object.fromEntries(
+      out.stdout
+        .trim()
+        .split('\n')
+        .map((line) => [line.slice(0, line.indexOf('=')), line.slice(line.indexOf('=') + 1)]),
+    );
   };
   return { run, state };
 }
@@ -132,7 +137,17 @@ t.test('install, upgrade, remove and purge', async (t) => {
   const purge = root.run('dpkg -P turnhost');
   t.equal(purge.code, 0, 'dpkg -P succeeds', { stderr: purge.stderr });
   const purged = root.state();
-  for (const key of ['user', 'group', 'subuid', 'subgid', 'override', 'stateDir', 'token', 'config', 'enabled'] as const)
+  for (const key of [
+    'user',
+    'group',
+    'subuid',
+    'subgid',
+    'override',
+    'stateDir',
+    'token',
+    'config',
+    'enabled',
+  ] as const)
     t.equal(purged[key], '', `purge removes ${key}`);
 });
 
@@ -192,10 +207,20 @@ t.test('the installed supervisor runs as turnhost from the packaged layout and q
     echo "serve-exit=$?" >&2
     cat /tmp/serve.log >&2
     cat /tmp/check.json`);
-  t.match(served.stderr, /check-exit=[04]\n/, 'turnhost check answers (0 available, 4 unavailable)', { stderr: served.stderr });
+  t.match(served.stderr, /check-exit=[04]\n/, 'turnhost check answers (0 available, 4 unavailable)', {
+    stderr: served.stderr,
+  });
   t.match(served.stderr, /serve-exit=0\n/, 'serve stops cleanly on SIGTERM');
-  t.match(served.stderr, /"msg":"configuration loaded".*"file":"\/etc\/turnhost\/turnhost\.json".*"dataDir":"\/var\/lib\/turnhost"/, 'installed layout: packaged config and state directory');
-  let status: { identity?: string; workerUid?: number; boundary?: Record<string, { available?: boolean; qualified?: boolean; path?: string }> } = {};
+  t.match(
+    served.stderr,
+    /"msg":"configuration loaded".*"file":"\/etc\/turnhost\/turnhost\.json".*"dataDir":"\/var\/lib\/turnhost"/,
+    'installed layout: packaged config and state directory',
+  );
+  let status: {
+    identity?: string;
+    workerUid?: number;
+    boundary?: Record<string, { available?: boolean; qualified?: boolean; path?: string }>;
+  } = {};
   try {
     status = JSON.parse(served.stdout) as typeof status;
   } catch {
@@ -204,7 +229,11 @@ t.test('the installed supervisor runs as turnhost from the packaged layout and q
   }
   t.equal(status.identity, 'separate_uid', 'a configured helper: separate_uid');
   t.equal(status.boundary?.['identityHelper']?.path, '/usr/lib/turnhost/identity-helper');
-  t.equal(status.boundary?.['identityHelper']?.qualified, true, 'the installed helper passes the ownership and mode checks');
+  t.equal(
+    status.boundary?.['identityHelper']?.qualified,
+    true,
+    'the installed helper passes the ownership and mode checks',
+  );
   t.equal(status.boundary?.['seccomp']?.available, true, 'seccomp available');
   t.equal(status.boundary?.['networkNamespaces']?.available, true, 'network namespaces available to the turnhost user');
   t.equal(status.workerUid, range.first, 'the helper probe verified the first uid of the reserved range');

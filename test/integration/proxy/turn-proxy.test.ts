@@ -32,10 +32,22 @@ t.test('HTTP forward reaches the origin and records egress_connection without th
   const authority = `${ORIGIN_NAME}:${origin.port}`;
   const response = await exchange({ path: h.socketPath }, forwardRequest(authority, '/some/path?q=1'));
   t.equal(response.status, 200);
-  t.equal(response.body, `origin:GET /some/path?q=1 host=${authority} body=0`, 'origin-form path, query and Host reach the origin');
+  t.equal(
+    response.body,
+    `origin:GET /some/path?q=1 host=${authority} body=0`,
+    'origin-form path, query and Host reach the origin',
+  );
   const [event] = await h.events('egress_connection');
   t.ok(event);
-  t.match(event!.payload, { host: ORIGIN_NAME, port: origin.port, method: 'GET', path: '/some/path', outcome: 'ok', scope: 'tool', inference: false });
+  t.match(event!.payload, {
+    host: ORIGIN_NAME,
+    port: origin.port,
+    method: 'GET',
+    path: '/some/path',
+    outcome: 'ok',
+    scope: 'tool',
+    inference: false,
+  });
   t.ok((event!.payload.bytesUp as number) > 0 && (event!.payload.bytesDown as number) > 0, 'bytes both ways');
   t.equal(event!.actor, 'server');
   t.equal(event!.sessionId, 'session-proxy');
@@ -68,7 +80,14 @@ for (const relay of RELAY_MODES) {
       socket.destroy();
       t.equal(h.proxy.stats().splicedTunnels, relay === 'kernel' ? 1 : 0, 'the tunnel took the path under test');
       const [event] = await h.eventsOnceStored('egress_connection');
-      t.match(event?.payload, { host: ORIGIN_NAME, port: origin.port, method: null, path: null, outcome: 'ok', scope: 'tool' });
+      t.match(event?.payload, {
+        host: ORIGIN_NAME,
+        port: origin.port,
+        method: null,
+        path: null,
+        outcome: 'ok',
+        scope: 'tool',
+      });
       t.equal(event?.payload.bytesUp, request.length, 'bytesUp: what reached the origin');
       t.equal(event?.payload.bytesDown, answer.length, 'bytesDown: what came back through the tunnel');
     });
@@ -100,11 +119,19 @@ for (const relay of RELAY_MODES) {
       socket.destroy();
       const denied = await exchange({ port: listener.port }, forwardRequest('elsewhere.example.test:80'));
       t.equal(denied.status, 403, 'the proxy still decides');
-      if (kernel) t.equal(kernel.report().adopted - adoptedBefore, 1, 'the proxy spliced the tunnel; forward requests stay in Node');
+      if (kernel)
+        t.equal(
+          kernel.report().adopted - adoptedBefore,
+          1,
+          'the proxy spliced the tunnel; forward requests stay in Node',
+        );
       await h.close();
       closed = true;
       const after = await new Promise<string>((resolve) => {
-        net.connect(listener.port, '127.0.0.1').on('connect', () => resolve('connected')).on('error', (e: NodeJS.ErrnoException) => resolve(e.code ?? 'error'));
+        net
+          .connect(listener.port, '127.0.0.1')
+          .on('connect', () => resolve('connected'))
+          .on('error', (e: NodeJS.ErrnoException) => resolve(e.code ?? 'error'));
       });
       t.equal(after, 'ECONNREFUSED', 'the proxy closed the listener with the turn');
     });
@@ -151,37 +178,49 @@ for (const relay of RELAY_MODES) {
       t.equal((await h.eventsOnceStored('egress_connection'))[0]?.payload.outcome, 'idle_timeout');
     });
 
-    t.test('close() cuts a tunnel in use (turn_ended), leaves ok one whose client had finished, removes the socket', async (t) => {
-      const { origin, authority, h } = await originBehindProxy(t, startSilentOrigin, { relay });
-      const inUse = await openTunnel({ path: h.socketPath }, authority);
-      const finished = await openTunnel({ path: h.socketPath }, authority);
-      const idleClient = net.connect({ path: h.socketPath });
-      await new Promise((r) => idleClient.once('connect', r));
-      // Both send a request the origin never answers; only one client also sends its EOF.
-      const request = 'GET /held HTTP/1.1\r\nHost: x\r\n\r\n';
-      inUse.socket.write(request);
-      finished.socket.end(request);
-      const receivedBytes = (): number => origin.received.reduce((sum, chunk) => sum + chunk.length, 0);
-      t.ok(await until(() => receivedBytes() === 2 * request.length), 'both requests reached the origin');
-      const closed = Promise.all([inUse.socket, finished.socket, idleClient].map((s) => new Promise((r) => {
-        s.on('error', () => {});
-        s.resume();
-        s.once('end', r);
-      })));
-      await h.proxy.close();
-      const stored = h.store.query({ turn: 'turn-proxy', kind: 'egress_connection' });
-      const outcomes = stored.ok ? stored.events.map((e) => e.payload.outcome).sort() : [];
-      t.same(outcomes, ['ok', 'turn_ended'], 'in the store when close() resolves');
-      await closed;
-      t.notOk(fs.existsSync(h.socketPath));
-    });
+    t.test(
+      'close() cuts a tunnel in use (turn_ended), leaves ok one whose client had finished, removes the socket',
+      async (t) => {
+        const { origin, authority, h } = await originBehindProxy(t, startSilentOrigin, { relay });
+        const inUse = await openTunnel({ path: h.socketPath }, authority);
+        const finished = await openTunnel({ path: h.socketPath }, authority);
+        const idleClient = net.connect({ path: h.socketPath });
+        await new Promise((r) => idleClient.once('connect', r));
+        // Both send a request the origin never answers; only one client also sends its EOF.
+        const request = 'GET /held HTTP/1.1\r\nHost: x\r\n\r\n';
+        inUse.socket.write(request);
+        finished.socket.end(request);
+        const receivedBytes = (): number => origin.received.reduce((sum, chunk) => sum + chunk.length, 0);
+        t.ok(await until(() => receivedBytes() === 2 * request.length), 'both requests reached the origin');
+        const closed = Promise.all(
+          [inUse.socket, finished.socket, idleClient].map(
+            (s) =>
+              new Promise((r) => {
+                s.on('error', () => {});
+                s.resume();
+                s.once('end', r);
+              }),
+          ),
+        );
+        await h.proxy.close();
+        const stored = h.store.query({ turn: 'turn-proxy', kind: 'egress_connection' });
+        const outcomes = stored.ok ? stored.events.map((e) => e.payload.outcome).sort() : [];
+        t.same(outcomes, ['ok', 'turn_ended'], 'in the store when close() resolves');
+        await closed;
+        t.notOk(fs.existsSync(h.socketPath));
+      },
+    );
   });
 }
 
 t.test('a denied host gets 403, a reason header and an egress_denial event; the origin sees nothing', async (t) => {
   const origin = await startHttpOrigin();
   const h = await startHarness({
-    egress: { ...LOOPBACK, allowlist: [`${ORIGIN_NAME}:${origin.port}`], denylist: [`blocked.example.test:${origin.port}`] },
+    egress: {
+      ...LOOPBACK,
+      allowlist: [`${ORIGIN_NAME}:${origin.port}`],
+      denylist: [`blocked.example.test:${origin.port}`],
+    },
   });
   t.teardown(async () => {
     await h.close();
@@ -236,7 +275,9 @@ t.test('restricted mode reaches only the inference hosts', async (t) => {
 
 t.test('200 concurrent connections complete', async (t) => {
   const origin = await startHttpOrigin();
-  const h = await startHarness({ egress: { ...LOOPBACK, allowlist: [`${ORIGIN_NAME}:${origin.port}`], maxConnections: 256 } });
+  const h = await startHarness({
+    egress: { ...LOOPBACK, allowlist: [`${ORIGIN_NAME}:${origin.port}`], maxConnections: 256 },
+  });
   t.teardown(async () => {
     await h.close();
     await origin.close();
@@ -246,7 +287,10 @@ t.test('200 concurrent connections complete', async (t) => {
     Array.from({ length: 200 }, (_, i) => exchange({ path: h.socketPath }, forwardRequest(authority, `/n/${i}`))),
   );
   t.equal(responses.filter((r) => r.status === 200).length, 200);
-  t.ok(responses.every((r, i) => r.body.includes(`/n/${i} `)), 'each answer belongs to its request');
+  t.ok(
+    responses.every((r, i) => r.body.includes(`/n/${i} `)),
+    'each answer belongs to its request',
+  );
   t.equal((await h.events('egress_connection')).length, 200);
 });
 
@@ -268,7 +312,6 @@ t.test('caps: concurrent connections', async (t) => {
     first.socket.destroy();
     second.socket.destroy();
   });
-
 });
 
 t.test('refusals of unsupported forms', async (t) => {
@@ -279,9 +322,15 @@ t.test('refusals of unsupported forms', async (t) => {
     await h.close();
     await origin.close();
   });
-  const https = await exchange({ path: h.socketPath }, `GET https://${authority}/ HTTP/1.1\r\nHost: ${authority}\r\nConnection: close\r\n\r\n`);
+  const https = await exchange(
+    { path: h.socketPath },
+    `GET https://${authority}/ HTTP/1.1\r\nHost: ${authority}\r\nConnection: close\r\n\r\n`,
+  );
   t.equal(https.headers['x-turnhost-denial'], 'unsupported_scheme');
-  const originForm = await exchange({ path: h.socketPath }, `GET / HTTP/1.1\r\nHost: ${authority}\r\nConnection: close\r\n\r\n`);
+  const originForm = await exchange(
+    { path: h.socketPath },
+    `GET / HTTP/1.1\r\nHost: ${authority}\r\nConnection: close\r\n\r\n`,
+  );
   t.equal(originForm.headers['x-turnhost-denial'], 'invalid_request');
   const upgrade = await exchange(
     { path: h.socketPath },
@@ -293,20 +342,26 @@ t.test('refusals of unsupported forms', async (t) => {
   t.equal(origin.connections, 0);
 });
 
-t.test('an unresolvable name answers 403 resolve_failed; a refused dial answers 502 and records connect_failed', async (t) => {
-  const closed = net.createServer();
-  await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
-  const deadPort = (closed.address() as net.AddressInfo).port;
-  await new Promise((r) => closed.close(r));
-  const h = await startHarness({ egress: { ...LOOPBACK, allowlist: [`*.example.test:${deadPort}`] } });
-  t.teardown(() => h.close());
-  const unresolvable = await exchange({ path: h.socketPath }, forwardRequest(`missing.example.test:${deadPort}`));
-  t.equal(unresolvable.status, 403);
-  t.equal(unresolvable.headers['x-turnhost-denial'], 'resolve_failed');
-  const refused = await exchange({ path: h.socketPath }, forwardRequest(`${ORIGIN_NAME}:${deadPort}`));
-  t.equal(refused.status, 502);
-  const tunnel = await openTunnel({ path: h.socketPath }, `${ORIGIN_NAME}:${deadPort}`);
-  t.equal(tunnel.response.status, 502);
-  t.same((await h.events('egress_connection')).map((e) => e.payload.outcome), ['connect_failed', 'connect_failed']);
-  t.match((await h.events('egress_denial'))[0]?.payload, { host: 'missing.example.test', reason: 'resolve_failed' });
-});
+t.test(
+  'an unresolvable name answers 403 resolve_failed; a refused dial answers 502 and records connect_failed',
+  async (t) => {
+    const closed = net.createServer();
+    await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
+    const deadPort = (closed.address() as net.AddressInfo).port;
+    await new Promise((r) => closed.close(r));
+    const h = await startHarness({ egress: { ...LOOPBACK, allowlist: [`*.example.test:${deadPort}`] } });
+    t.teardown(() => h.close());
+    const unresolvable = await exchange({ path: h.socketPath }, forwardRequest(`missing.example.test:${deadPort}`));
+    t.equal(unresolvable.status, 403);
+    t.equal(unresolvable.headers['x-turnhost-denial'], 'resolve_failed');
+    const refused = await exchange({ path: h.socketPath }, forwardRequest(`${ORIGIN_NAME}:${deadPort}`));
+    t.equal(refused.status, 502);
+    const tunnel = await openTunnel({ path: h.socketPath }, `${ORIGIN_NAME}:${deadPort}`);
+    t.equal(tunnel.response.status, 502);
+    t.same(
+      (await h.events('egress_connection')).map((e) => e.payload.outcome),
+      ['connect_failed', 'connect_failed'],
+    );
+    t.match((await h.events('egress_denial'))[0]?.payload, { host: 'missing.example.test', reason: 'resolve_failed' });
+  },
+);

@@ -25,7 +25,10 @@ const OTHER_NAME = 'other.example.test';
 
 async function harnessFor(t: Test, origin: Origin, options: HarnessOptions = {}) {
   const authority = `${ORIGIN_NAME}:${origin.port}`;
-  const h = await startHarness({ ...options, egress: { ...LOOPBACK, allowlist: [authority, `${OTHER_NAME}:${origin.port}`], ...options.egress } });
+  const h = await startHarness({
+    ...options,
+    egress: { ...LOOPBACK, allowlist: [authority, `${OTHER_NAME}:${origin.port}`], ...options.egress },
+  });
   t.teardown(async () => {
     await h.close();
     await origin.close();
@@ -65,22 +68,31 @@ async function startOneShotOrigin(drop: 'close' | 'reset' = 'close'): Promise<Or
   return Object.assign(origin, { open: () => open });
 }
 
-t.test('forward requests to one authority share one upstream connection; each keeps its own event and counts', async (t) => {
-  const origin = await startHttpOrigin();
-  const { h, authority } = await harnessFor(t, origin);
-  const first = await exchange({ path: h.socketPath }, forwardRequest(authority, '/one'));
-  const second = await exchange({ path: h.socketPath }, forwardRequest(authority, '/two'));
-  t.equal(first.status, 200);
-  t.equal(second.status, 200);
-  t.match(second.body, /origin:GET \/two/);
-  t.equal(origin.connections, 1, 'one upstream connection served both');
-  t.equal(h.proxy.stats().pooledConnections, 1, 'and waits in the pool');
-  const events = await h.eventsOnceStored('egress_connection', 2);
-  t.same(events.map((e) => [e.payload.path, e.payload.outcome]), [['/one', 'ok'], ['/two', 'ok']]);
-  const [one, two] = events.map((e) => e.payload as { bytesUp: number; bytesDown: number });
-  t.ok(one!.bytesDown > 0 && two!.bytesDown > 0, 'each request counts its own answer');
-  t.equal(one!.bytesDown, two!.bytesDown, 'the same answer size: the second does not include the first');
-});
+t.test(
+  'forward requests to one authority share one upstream connection; each keeps its own event and counts',
+  async (t) => {
+    const origin = await startHttpOrigin();
+    const { h, authority } = await harnessFor(t, origin);
+    const first = await exchange({ path: h.socketPath }, forwardRequest(authority, '/one'));
+    const second = await exchange({ path: h.socketPath }, forwardRequest(authority, '/two'));
+    t.equal(first.status, 200);
+    t.equal(second.status, 200);
+    t.match(second.body, /origin:GET \/two/);
+    t.equal(origin.connections, 1, 'one upstream connection served both');
+    t.equal(h.proxy.stats().pooledConnections, 1, 'and waits in the pool');
+    const events = await h.eventsOnceStored('egress_connection', 2);
+    t.same(
+      events.map((e) => [e.payload.path, e.payload.outcome]),
+      [
+        ['/one', 'ok'],
+        ['/two', 'ok'],
+      ],
+    );
+    const [one, two] = events.map((e) => e.payload as { bytesUp: number; bytesDown: number });
+    t.ok(one!.bytesDown > 0 && two!.bytesDown > 0, 'each request counts its own answer');
+    t.equal(one!.bytesDown, two!.bytesDown, 'the same answer size: the second does not include the first');
+  },
+);
 
 t.test('a request with a body, or a method that cannot be sent twice, gets a fresh connection', async (t) => {
   const origin = await startHttpOrigin();
@@ -91,7 +103,10 @@ t.test('a request with a body, or a method that cannot be sent twice, gets a fre
   const posted = await exchange({ path: h.socketPath }, post);
   t.match(posted.body, /origin:POST \/submit host=\S+ body=4/);
   t.equal(origin.connections, 2, 'the POST did not take the pooled connection');
-  const deleted = await exchange({ path: h.socketPath }, `DELETE http://${authority}/x HTTP/1.1\r\nHost: ${authority}\r\nConnection: close\r\n\r\n`);
+  const deleted = await exchange(
+    { path: h.socketPath },
+    `DELETE http://${authority}/x HTTP/1.1\r\nHost: ${authority}\r\nConnection: close\r\n\r\n`,
+  );
   t.equal(deleted.status, 200);
   t.equal(origin.connections, 3, 'nor did the DELETE');
 });
@@ -107,20 +122,29 @@ t.test('different authorities never share a connection, even at one address and 
 });
 
 for (const drop of ['close', 'reset'] as const) {
-  t.test(`a reused connection the server dropped (${drop}): the request goes again on a fresh one, with one event`, async (t) => {
-    const origin = await startOneShotOrigin(drop);
-    const { h, authority } = await harnessFor(t, origin);
-    t.equal((await exchange({ path: h.socketPath }, forwardRequest(authority, '/first'))).status, 200);
-    const second = await exchange({ path: h.socketPath }, forwardRequest(authority, '/second'));
-    t.equal(second.status, 200, 'the client never saw the dropped connection');
-    t.equal(second.body, 'ok');
-    t.equal(origin.connections, 2);
-    const events = await h.eventsOnceStored('egress_connection', 2);
-    t.same(events.map((e) => [e.payload.path, e.payload.outcome]), [['/first', 'ok'], ['/second', 'ok']]);
-    t.equal(events.length, 2, 'the dropped attempt is no event of its own');
-    const [first, retried] = events.map((e) => e.payload.bytesDown);
-    t.equal(retried, first, 'the retried request counts the answer of its fresh connection');
-  });
+  t.test(
+    `a reused connection the server dropped (${drop}): the request goes again on a fresh one, with one event`,
+    async (t) => {
+      const origin = await startOneShotOrigin(drop);
+      const { h, authority } = await harnessFor(t, origin);
+      t.equal((await exchange({ path: h.socketPath }, forwardRequest(authority, '/first'))).status, 200);
+      const second = await exchange({ path: h.socketPath }, forwardRequest(authority, '/second'));
+      t.equal(second.status, 200, 'the client never saw the dropped connection');
+      t.equal(second.body, 'ok');
+      t.equal(origin.connections, 2);
+      const events = await h.eventsOnceStored('egress_connection', 2);
+      t.same(
+        events.map((e) => [e.payload.path, e.payload.outcome]),
+        [
+          ['/first', 'ok'],
+          ['/second', 'ok'],
+        ],
+      );
+      t.equal(events.length, 2, 'the dropped attempt is no event of its own');
+      const [first, retried] = events.map((e) => e.payload.bytesDown);
+      t.equal(retried, first, 'the retried request counts the answer of its fresh connection');
+    },
+  );
 }
 
 t.test('a pooled connection closes after the idle time, and with the turn', async (t) => {
@@ -159,7 +183,7 @@ t.test('an idle pooled connection gives its slot of the cap to a new connection'
   t.ok(await until(() => pooled.open() === 0), 'the pooled connection was closed for it');
 });
 
-t.test('the pool is the turn\'s own: another proxy to the same origin dials its own connection', async (t) => {
+t.test("the pool is the turn's own: another proxy to the same origin dials its own connection", async (t) => {
   const origin = await startHttpOrigin();
   const first = await harnessFor(t, origin);
   const second = await startHarness({ egress: { ...LOOPBACK, allowlist: [first.authority] } });

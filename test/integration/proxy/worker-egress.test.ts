@@ -39,7 +39,13 @@ t.test('HTTP forward and CONNECT from the command reach the origin through the p
   t.equal(origin.connections - before, 2);
   const page = harness.events.query({ turn: run.id, kind: 'egress_connection' });
   if (!page.ok) throw new Error(page.detail);
-  t.same(page.events.map((e) => [e.payload.method, e.payload.path, e.payload.outcome]), [['GET', '/forward', 'ok'], [null, null, 'ok']]);
+  t.same(
+    page.events.map((e) => [e.payload.method, e.payload.path, e.payload.outcome]),
+    [
+      ['GET', '/forward', 'ok'],
+      [null, null, 'ok'],
+    ],
+  );
   t.notMatch(JSON.stringify(page.events), /SECRET-MARKER/);
 });
 
@@ -66,14 +72,25 @@ t.test('a 64 MiB upload from the command through CONNECT arrives byte-exact', as
 t.test('several URLs of one host in one curl share one upstream connection; each request has its event', async (t) => {
   const before = origin.connections;
   const run = await runTurn(harness, {
-    argv: ['/bin/sh', '-c', `${VIA_PROXY} curl -sS -m 10 "http://${target}/a" "http://${target}/b" "http://${target}/c"; echo`],
+    argv: [
+      '/bin/sh',
+      '-c',
+      `${VIA_PROXY} curl -sS -m 10 "http://${target}/a" "http://${target}/b" "http://${target}/c"; echo`,
+    ],
   });
   t.equal(run.result.status, 'ok', run.result.detail ?? run.stderr);
   t.match(run.stdout, /origin:GET \/a .*origin:GET \/b .*origin:GET \/c /s);
   t.equal(origin.connections - before, 1, 'the proxy reused its upstream connection');
   const page = harness.events.query({ turn: run.id, kind: 'egress_connection' });
   if (!page.ok) throw new Error(page.detail);
-  t.same(page.events.map((e) => [e.payload.path, e.payload.outcome]), [['/a', 'ok'], ['/b', 'ok'], ['/c', 'ok']]);
+  t.same(
+    page.events.map((e) => [e.payload.path, e.payload.outcome]),
+    [
+      ['/a', 'ok'],
+      ['/b', 'ok'],
+      ['/c', 'ok'],
+    ],
+  );
 });
 
 t.test('a denied host gets 403 with the reason and an egress_denial event', async (t) => {

@@ -74,16 +74,19 @@ function startWorker(launch: object | null, extraStdio: (number | 'pipe')[] = []
       const check = (): void => {
         const found = messages.find((m) => m.type === type);
         if (found) return resolve(found);
-        if (child.exitCode !== null && control.readableEnded) return reject(new Error(`worker exited without ${type}: ${JSON.stringify(messages)} ${out}`));
+        if (child.exitCode !== null && control.readableEnded)
+          return reject(new Error(`worker exited without ${type}: ${JSON.stringify(messages)} ${out}`));
         waiters.push(check);
       };
       check();
     });
-  const done = new Promise<number | null>((resolve) => child.on('close', (code) => {
-    for (const wake of waiters.splice(0)) wake();
-    closeChannelEnd(channel.supervisorFd);
-    resolve(code);
-  }));
+  const done = new Promise<number | null>((resolve) =>
+    child.on('close', (code) => {
+      for (const wake of waiters.splice(0)) wake();
+      closeChannelEnd(channel.supervisorFd);
+      resolve(code);
+    }),
+  );
   return { child, channel: channel.supervisorFd, messages, stdout: () => out, next, send, done };
 }
 
@@ -116,7 +119,7 @@ t.test('pipes mode: output, exit code, rusage, exact env, only fds 0-2, seccomp'
   if (exit.type !== 'exit') throw new Error('no exit');
   t.equal(exit.exitCode, 3);
   t.equal(exit.signal, null);
-  t.ok(exit.rusage.maxRssKiB > 0, 'rusage reports the child\'s max RSS');
+  t.ok(exit.rusage.maxRssKiB > 0, "rusage reports the child's max RSS");
   const lines = w.stdout().split('\n');
   // sh adds PWD itself; nothing else may appear besides what the launch carried.
   t.same(lines.filter((l) => /^[A-Za-z_][A-Za-z0-9_]*=/.test(l)).sort(), ['PATH=' + PATH_ENV, 'PWD=/', 'TURN_VAR=v1']);
@@ -147,7 +150,9 @@ t.test('pty mode: output, resize, and the size given at launch', async (t) => {
 });
 
 t.test('pty mode: input from the worker stdin reaches the command', async (t) => {
-  const w = startWorker(launchOf(['/bin/sh', '-c', 'read line; echo "got:$line"; ls -m /proc/$$/fd'], { tty: { cols: 80, rows: 24 } }));
+  const w = startWorker(
+    launchOf(['/bin/sh', '-c', 'read line; echo "got:$line"; ls -m /proc/$$/fd'], { tty: { cols: 80, rows: 24 } }),
+  );
   await w.next('started');
   w.child.stdin?.write('typed\n');
   const exit = await w.next('exit');
@@ -294,21 +299,24 @@ t.test('egress: the worker hands over its listener before ready; the proxy varia
   t.match(w.stdout(), /^proxy saw hello$/m);
 });
 
-t.test('egress: without egress the worker closes its listener before the command starts, and sets no proxy variables', async (t) => {
-  const w = startWorker(null);
-  const listener = await readyListener(w);
-  // Nobody serves it: the supervisor's copy is dropped, as for a turn without egress.
-  fs.closeSync(listener.fd);
-  const client = [
-    'console.log("proxy variable", process.env.HTTP_PROXY ?? "none");',
-    `require("net").connect(${listener.port}, "127.0.0.1").on("connect", () => console.log("connected")).on("error", (e) => console.log(e.code));`,
-  ].join('');
-  w.send(launchOf([process.execPath, '-e', client]));
-  await w.next('exit');
-  await w.done;
-  t.match(w.stdout(), /^proxy variable none$/m);
-  t.match(w.stdout(), /^ECONNREFUSED$/m, 'nothing listens on the port any more');
-});
+t.test(
+  'egress: without egress the worker closes its listener before the command starts, and sets no proxy variables',
+  async (t) => {
+    const w = startWorker(null);
+    const listener = await readyListener(w);
+    // Nobody serves it: the supervisor's copy is dropped, as for a turn without egress.
+    fs.closeSync(listener.fd);
+    const client = [
+      'console.log("proxy variable", process.env.HTTP_PROXY ?? "none");',
+      `require("net").connect(${listener.port}, "127.0.0.1").on("connect", () => console.log("connected")).on("error", (e) => console.log(e.code));`,
+    ].join('');
+    w.send(launchOf([process.execPath, '-e', client]));
+    await w.next('exit');
+    await w.done;
+    t.match(w.stdout(), /^proxy variable none$/m);
+    t.match(w.stdout(), /^ECONNREFUSED$/m, 'nothing listens on the port any more');
+  },
+);
 
 t.test('a malformed control message is refused with a notice; the command keeps running', async (t) => {
   const w = startWorker(launchOf(['/bin/sleep', '1000']));
@@ -317,7 +325,10 @@ t.test('a malformed control message is refused with a notice; the command keeps 
   const notice = await w.next('error');
   t.equal(notice.type === 'error' && notice.code, 'protocol_invalid');
   t.match(notice.type === 'error' && notice.detail, /signal\.signal/);
-  t.notOk(w.messages.some((m) => m.type === 'exit'), 'still running');
+  t.notOk(
+    w.messages.some((m) => m.type === 'exit'),
+    'still running',
+  );
   w.send({ type: 'signal', signal: 'SIGKILL' });
   const exit = await w.next('exit');
   await w.done;

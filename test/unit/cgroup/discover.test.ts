@@ -25,24 +25,31 @@ t.test('v2 delegated subtree with nsdelegate: every controller goes to cgroup v2
   t.same(layout.v1, []);
 });
 
-t.test('started in <unit>/supervisor (DelegateSubgroup=supervisor): the unit cgroup is the delegated root', async (t) => {
-  const tree = buildProbeTree({
-    cgroup: ['0::/system.slice/turnhost.service/supervisor'],
-    mountinfo: [mountLine(30, '/', '/sys/fs/cgroup', 'cgroup2', 'rw,nsdelegate')],
-  });
-  t.teardown(() => tree.cleanup());
-  const unitDir = tree.cgroupDir('system.slice/turnhost.service', {
-    'cgroup.controllers': 'cpu memory pids\n',
-    'cgroup.procs': '',
-    'cgroup.subtree_control': '',
-  });
-  tree.cgroupDir('system.slice/turnhost.service/supervisor', { 'cgroup.controllers': '', 'cgroup.procs': '1234\n', 'cgroup.subtree_control': '' });
-  const layout = discoverCgroupLayout(tree);
-  t.equal(layout.v2?.ownCgroup, '/system.slice/turnhost.service');
-  t.equal(layout.v2?.ownDir, unitDir);
-  t.same(layout.v2?.controllers, ['cpu', 'memory', 'pids'], "the unit's controllers, not the empty leaf's");
-  t.same(layout.backendFor, { memory: 'cgroup_v2', pids: 'cgroup_v2', cpu: 'cgroup_v2' });
-});
+t.test(
+  'started in <unit>/supervisor (DelegateSubgroup=supervisor): the unit cgroup is the delegated root',
+  async (t) => {
+    const tree = buildProbeTree({
+      cgroup: ['0::/system.slice/turnhost.service/supervisor'],
+      mountinfo: [mountLine(30, '/', '/sys/fs/cgroup', 'cgroup2', 'rw,nsdelegate')],
+    });
+    t.teardown(() => tree.cleanup());
+    const unitDir = tree.cgroupDir('system.slice/turnhost.service', {
+      'cgroup.controllers': 'cpu memory pids\n',
+      'cgroup.procs': '',
+      'cgroup.subtree_control': '',
+    });
+    tree.cgroupDir('system.slice/turnhost.service/supervisor', {
+      'cgroup.controllers': '',
+      'cgroup.procs': '1234\n',
+      'cgroup.subtree_control': '',
+    });
+    const layout = discoverCgroupLayout(tree);
+    t.equal(layout.v2?.ownCgroup, '/system.slice/turnhost.service');
+    t.equal(layout.v2?.ownDir, unitDir);
+    t.same(layout.v2?.controllers, ['cpu', 'memory', 'pids'], "the unit's controllers, not the empty leaf's");
+    t.same(layout.backendFor, { memory: 'cgroup_v2', pids: 'cgroup_v2', cpu: 'cgroup_v2' });
+  },
+);
 
 t.test('v2 subtree not delegated: checked for real by a child running as nobody', async (t) => {
   // Root passes every W_OK check (CAP_DAC_OVERRIDE), so the undelegated case runs the real
@@ -95,7 +102,10 @@ t.test('hybrid layout like the build machine: v1 backends, cgroup2 with only hug
   t.equal(memory?.memsw, true);
   t.equal(layout.v1.find((h) => h.controller === 'cpu')?.ownDir, path.join(tree.sysFsCgroup, 'cpu,cpuacct'));
   t.equal(layout.v1.find((h) => h.controller === 'pids')?.ownCgroup, '/');
-  t.same(layout.v1Aux?.map((h) => [h.controller, h.ownDir, h.writable]), [['cpuacct', path.join(tree.sysFsCgroup, 'cpu,cpuacct'), true]]);
+  t.same(
+    layout.v1Aux?.map((h) => [h.controller, h.ownDir, h.writable]),
+    [['cpuacct', path.join(tree.sysFsCgroup, 'cpu,cpuacct'), true]],
+  );
 });
 
 t.test('hybrid without memsw reports memsw false', async (t) => {
@@ -113,7 +123,10 @@ t.test('a controller in neither hierarchy is named with the file that lacks it',
   tree.cgroupDir('svc', { 'cgroup.controllers': 'cpu pids\n', 'cgroup.procs': '', 'cgroup.subtree_control': '' });
   const layout = discoverCgroupLayout(tree);
   t.same(layout.backendFor, { pids: 'cgroup_v2', cpu: 'cgroup_v2' });
-  t.match(layout.unavailable.memory, `controller memory unavailable: not in ${path.join(tree.sysFsCgroup, 'svc/cgroup.controllers')}`);
+  t.match(
+    layout.unavailable.memory,
+    `controller memory unavailable: not in ${path.join(tree.sysFsCgroup, 'svc/cgroup.controllers')}`,
+  );
 });
 
 t.test('no cgroup filesystem at all', async (t) => {
@@ -131,7 +144,11 @@ t.test('a mount of a subtree (container cgroup namespace) maps the own cgroup be
     mountinfo: [mountLine(30, '/docker/abc', '/sys/fs/cgroup', 'cgroup2', 'rw,nsdelegate')],
   });
   t.teardown(() => tree.cleanup());
-  tree.cgroupDir('inner', { 'cgroup.controllers': 'memory pids cpu\n', 'cgroup.procs': '', 'cgroup.subtree_control': '' });
+  tree.cgroupDir('inner', {
+    'cgroup.controllers': 'memory pids cpu\n',
+    'cgroup.procs': '',
+    'cgroup.subtree_control': '',
+  });
   const layout = discoverCgroupLayout(tree);
   t.equal(layout.v2?.ownDir, path.join(tree.sysFsCgroup, 'inner'));
   t.equal(layout.backendFor.memory, 'cgroup_v2');
@@ -144,9 +161,12 @@ t.test('parsers', async (t) => {
     { hierarchyId: 0, controllers: [], path: '/b' },
   ]);
   const mounts = parseCgroupMounts(
-    '25 1 0:22 / /proc rw - proc proc rw\n' + mountLine(30, '/', '/sys/fs/cgroup/with\\040space', 'cgroup2', 'rw,nsdelegate'),
+    '25 1 0:22 / /proc rw - proc proc rw\n' +
+      mountLine(30, '/', '/sys/fs/cgroup/with\\040space', 'cgroup2', 'rw,nsdelegate'),
   );
-  t.same(mounts, [{ root: '/', mountPoint: '/sys/fs/cgroup/with space', fsType: 'cgroup2', superOptions: ['rw', 'nsdelegate'] }]);
+  t.same(mounts, [
+    { root: '/', mountPoint: '/sys/fs/cgroup/with space', fsType: 'cgroup2', superOptions: ['rw', 'nsdelegate'] },
+  ]);
   t.equal(mapMountPoint('/sys/fs/cgroup/memory', '/sys/fs/cgroup'), '/sys/fs/cgroup/memory');
   t.equal(mapMountPoint('/sys/fs/cgroup/memory', '/tmp/t/cgroup'), '/tmp/t/cgroup/memory');
   t.equal(mapMountPoint('/sys/fs/cgroup', '/tmp/t/cgroup'), '/tmp/t/cgroup');

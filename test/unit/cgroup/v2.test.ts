@@ -56,10 +56,7 @@ function fakeKernel(root: string): { cgfs: CgroupFs; writes: Array<[string, stri
   return { cgfs, writes };
 }
 
-function setup(
-  t: Test,
-  options: { controllers?: CgroupController[]; ownCgroup?: string; writable?: boolean } = {},
-) {
+function setup(t: Test, options: { controllers?: CgroupController[]; ownCgroup?: string; writable?: boolean } = {}) {
   const root = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'cg2-unit-')));
   t.teardown(() => fs.rmSync(root, { recursive: true, force: true }));
   const ownDir = path.join(root, 'turnhost.service');
@@ -203,20 +200,40 @@ t.test('stats come from cpu.stat, memory.peak, memory.events, pids.peak, pids.ev
   const created = createTurnCgroup(subtree, 's', {});
   if (!created.ok) throw new Error(created.detail);
   const leaf = created.cgroup.paths[0]!;
-  t.same(created.cgroup.stats(), {
-    cpuUsec: null, nrThrottled: null, throttledUsec: null, memoryPeakBytes: null, oomKills: null,
-    pidsPeak: null, pidsCurrent: null, pidsMaxEvents: null, limitHits: [],
-  }, 'missing files read as null (memory.peak before 5.19)');
-  fs.writeFileSync(path.join(leaf, 'cpu.stat'),
-    'usage_usec 123456\nuser_usec 100000\nsystem_usec 23456\nnr_periods 40\nnr_throttled 7\nthrottled_usec 90000\nnr_bursts 0\nburst_usec 0\n');
+  t.same(
+    created.cgroup.stats(),
+    {
+      cpuUsec: null,
+      nrThrottled: null,
+      throttledUsec: null,
+      memoryPeakBytes: null,
+      oomKills: null,
+      pidsPeak: null,
+      pidsCurrent: null,
+      pidsMaxEvents: null,
+      limitHits: [],
+    },
+    'missing files read as null (memory.peak before 5.19)',
+  );
+  fs.writeFileSync(
+    path.join(leaf, 'cpu.stat'),
+    'usage_usec 123456\nuser_usec 100000\nsystem_usec 23456\nnr_periods 40\nnr_throttled 7\nthrottled_usec 90000\nnr_bursts 0\nburst_usec 0\n',
+  );
   fs.writeFileSync(path.join(leaf, 'memory.events'), 'low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\noom_group_kill 1\n');
   fs.writeFileSync(path.join(leaf, 'memory.peak'), '67108864\n');
   fs.writeFileSync(path.join(leaf, 'pids.peak'), '32\n');
   fs.writeFileSync(path.join(leaf, 'pids.current'), '3\n');
   fs.writeFileSync(path.join(leaf, 'pids.events'), 'max 250\n');
   t.same(created.cgroup.stats(), {
-    cpuUsec: 123456, nrThrottled: 7, throttledUsec: 90000, memoryPeakBytes: 67108864, oomKills: 2,
-    pidsPeak: 32, pidsCurrent: 3, pidsMaxEvents: 250, limitHits: ['memory_oom', 'pids_max', 'cpu_throttled'],
+    cpuUsec: 123456,
+    nrThrottled: 7,
+    throttledUsec: 90000,
+    memoryPeakBytes: 67108864,
+    oomKills: 2,
+    pidsPeak: 32,
+    pidsCurrent: 3,
+    pidsMaxEvents: 250,
+    limitHits: ['memory_oom', 'pids_max', 'cpu_throttled'],
   });
   fs.writeFileSync(path.join(leaf, 'cpu.stat'), 'usage_usec 5\nnr_throttled 0\nthrottled_usec 0\n');
   fs.writeFileSync(path.join(leaf, 'memory.events'), 'oom 0\noom_kill 0\n');
@@ -269,10 +286,16 @@ t.test('reap kills, measures and removes every turn leaf and ignores other names
   }
   fs.mkdirSync(path.join(env.ownDir, 'turns', 'not.a.turn'));
   const reaped = reapStaleTurnCgroups(subtree);
-  t.same(reaped.map((r) => [r.turnId, r.killedProcesses, r.outcome.ok, r.stats.pidsPeak]), [
-    ['a', 1, true, 4],
-    ['b', 1, true, 4],
-  ]);
+  t.same(
+    reaped.map((r) => [r.turnId, r.killedProcesses, r.outcome.ok, r.stats.pidsPeak]),
+    [
+      ['a', 1, true, 4],
+      ['b', 1, true, 4],
+    ],
+  );
   const left = fs.readdirSync(path.join(env.ownDir, 'turns'), { withFileTypes: true }).filter((e) => e.isDirectory());
-  t.same(left.map((e) => e.name), ['not.a.turn']);
+  t.same(
+    left.map((e) => e.name),
+    ['not.a.turn'],
+  );
 });

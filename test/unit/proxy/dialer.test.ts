@@ -13,14 +13,31 @@ const cidr = (text: string): Cidr => {
   if (!r.ok) throw new Error(r.detail);
   return r.cidr;
 };
-const fixed = (answers: Record<string, string[]>): Resolver => async (name) => {
-  const found = answers[name];
-  if (!found) throw Object.assign(new Error('not found'), { code: 'ENOTFOUND' });
-  return found;
-};
+const fixed =
+  (answers: Record<string, string[]>): Resolver =>
+  async (name) => {
+    const found = answers[name];
+    if (!found) throw Object.assign(new Error('not found'), { code: 'ENOTFOUND' });
+    return found;
+  };
 
 t.test('every refused class is refused, and an operator range lifts exactly that range', async (t) => {
-  for (const address of ['127.0.0.1', '::1', '10.0.0.1', '169.254.169.254', '100.64.0.1', 'fd00::1', 'fd00:ec2::254', '100.100.100.200', '64:ff9b::a00:1', '::ffff:127.0.0.1', '0.0.0.0', '224.0.0.1', 'fe80::1%eth0', 'not-an-ip']) {
+  for (const address of [
+    '127.0.0.1',
+    '::1',
+    '10.0.0.1',
+    '169.254.169.254',
+    '100.64.0.1',
+    'fd00::1',
+    'fd00:ec2::254',
+    '100.100.100.200',
+    '64:ff9b::a00:1',
+    '::ffff:127.0.0.1',
+    '0.0.0.0',
+    '224.0.0.1',
+    'fe80::1%eth0',
+    'not-an-ip',
+  ]) {
     const r = checkAddress(address, []);
     t.equal(r.ok, false, address);
     if (!r.ok) t.equal(r.reason, 'denied_address_class');
@@ -32,7 +49,10 @@ t.test('every refused class is refused, and an operator range lifts exactly that
 });
 
 t.test('a name is refused when any of its addresses is refused', async (t) => {
-  const resolver = fixed({ 'mixed.test': ['93.184.216.34', '10.0.0.1'], 'public.test': ['93.184.216.34', '2606:4700::1111'] });
+  const resolver = fixed({
+    'mixed.test': ['93.184.216.34', '10.0.0.1'],
+    'public.test': ['93.184.216.34', '2606:4700::1111'],
+  });
   const mixed = await resolveAndCheck(host('mixed.test'), [], resolver);
   t.equal(mixed.ok, false);
   const fine = await resolveAndCheck(host('public.test'), [], resolver);

@@ -3,13 +3,21 @@ import { EventQueue, FLUSH_AFTER_MS, type EgressEventSink } from '../../../proxy
 import type { AppendResult, EventInput } from '../../../core/events.js';
 
 const event = (host: string): EventInput => ({
-  sessionId: 's', turnId: 't', kind: 'egress_denial', actor: 'server', model: null, profile: 'governed',
+  sessionId: 's',
+  turnId: 't',
+  kind: 'egress_denial',
+  actor: 'server',
+  model: null,
+  profile: 'governed',
   payload: { host, port: 80, reason: 'not_allowlisted' },
 });
 
 const stored: AppendResult = { ok: true, stored: 'database', ids: [] };
 
-function recordingSink(batchResult: (batch: EventInput[]) => AppendResult = () => stored): { sink: EgressEventSink; calls: string[][] } {
+function recordingSink(batchResult: (batch: EventInput[]) => AppendResult = () => stored): {
+  sink: EgressEventSink;
+  calls: string[][];
+} {
   const calls: string[][] = [];
   const hosts = (events: EventInput[]): string[] => events.map((e) => e.payload.host as string);
   return {
@@ -55,12 +63,17 @@ t.test('close() commits the queue; later events are appended as they come', asyn
   queue.close();
   t.same(calls, [['batch', 'a', 'b']]);
   queue.push(event('late'));
-  t.same(calls, [['batch', 'a', 'b'], ['append', 'late']]);
+  t.same(calls, [
+    ['batch', 'a', 'b'],
+    ['append', 'late'],
+  ]);
 });
 
 t.test('a batch refused for one invalid event is retried one by one, so only that one is refused', async (t) => {
   const { sink, calls } = recordingSink((batch) =>
-    batch.some((e) => e.payload.host === 'bad') ? { ok: false, reason: 'invalid_event', detail: 'event 1: bad' } : stored,
+    batch.some((e) => e.payload.host === 'bad')
+      ? { ok: false, reason: 'invalid_event', detail: 'event 1: bad' }
+      : stored,
   );
   const refused: string[] = [];
   const queue = new EventQueue(sink, (e) => refused.push(e.payload.host as string));
@@ -68,7 +81,12 @@ t.test('a batch refused for one invalid event is retried one by one, so only tha
   queue.push(event('bad'));
   queue.push(event('c'));
   queue.close();
-  t.same(calls, [['batch', 'a', 'bad', 'c'], ['append', 'a'], ['append', 'bad'], ['append', 'c']]);
+  t.same(calls, [
+    ['batch', 'a', 'bad', 'c'],
+    ['append', 'a'],
+    ['append', 'bad'],
+    ['append', 'c'],
+  ]);
   t.same(refused, ['bad']);
 });
 

@@ -16,12 +16,31 @@ t.test('paths lose query and fragment; refused authorities lose path, query and 
 
 t.test('payloads satisfy the registered kinds', async (t) => {
   const connection = connectionEvent(turn, {
-    host: 'api.anthropic.com', port: 443, method: null, path: null, bytesUp: 1, bytesDown: 2, durationMs: 3, outcome: 'ok', scope: 'inference',
+    host: 'api.anthropic.com',
+    port: 443,
+    method: null,
+    path: null,
+    bytesUp: 1,
+    bytesDown: 2,
+    durationMs: 3,
+    outcome: 'ok',
+    scope: 'inference',
   });
   t.equal(connection.actor, 'server');
   t.equal(connection.payload.inference, true);
   t.ok(EVENT_KINDS.get('egress_connection')!.validate(connection.payload).ok);
   const denial = denialEvent(turn, { host: '', port: null, reason: 'peer_refused' });
   t.ok(EVENT_KINDS.get('egress_denial')!.validate(denial.payload).ok);
-  t.same(Object.keys(connection.payload).sort(), ['bytesDown', 'bytesUp', 'durationMs', 'host', 'inference', 'method', 'outcome', 'path', 'port', 'scope']);
+  t.same(Object.keys(connection.payload).sort(), [
+    'bytesDown',
+    'bytesUp',
+    'durationMs',
+    'host',
+    'inference',
+    'method',
+    'outcome',
+    'path',
+    'port',
+    'scope',
+  ]);
 });

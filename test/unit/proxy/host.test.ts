@@ -8,7 +8,19 @@ const canonical = (raw: string): string => {
 };
 
 t.test('every numeric IPv4 spelling of loopback canonicalises to 127.0.0.1', async (t) => {
-  for (const spelling of ['127.0.0.1', '127.1', '127.0.1', '0x7f.1', '0x7F.0.0.1', '0177.0.0.1', '0177.1', '2130706433', '0x7f000001', '0x7f.0x0.0x0.0x1', '127.0.0.1.']) {
+  for (const spelling of [
+    '127.0.0.1',
+    '127.1',
+    '127.0.1',
+    '0x7f.1',
+    '0x7F.0.0.1',
+    '0177.0.0.1',
+    '0177.1',
+    '2130706433',
+    '0x7f000001',
+    '0x7f.0x0.0x0.0x1',
+    '127.0.0.1.',
+  ]) {
     t.equal(canonical(spelling), '127.0.0.1', spelling);
     t.equal((canonicalHost(spelling) as { kind: string }).kind, 'ipv4', spelling);
   }

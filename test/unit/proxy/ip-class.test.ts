@@ -52,7 +52,19 @@ t.test('address classes', async (t) => {
 });
 
 t.test('strict parsing and RFC 5952 formatting', async (t) => {
-  for (const bad of ['127.1', '0177.0.0.1', '01.2.3.4', '1.2.3.4.', 'fe80::1%eth0', '1::2::3', '1:2:3:4:5:6:7:8:9', ':::', '[::1]', '', 'localhost']) {
+  for (const bad of [
+    '127.1',
+    '0177.0.0.1',
+    '01.2.3.4',
+    '1.2.3.4.',
+    'fe80::1%eth0',
+    '1::2::3',
+    '1:2:3:4:5:6:7:8:9',
+    ':::',
+    '[::1]',
+    '',
+    'localhost',
+  ]) {
     t.equal(parseAddress(bad), null, JSON.stringify(bad));
   }
   const format = (text: string) => formatAddress(parseAddress(text)!);

@@ -1,6 +1,13 @@
 import t from 'tap';
 import type { TurnhostConfig } from '../../../supervisor/config/types.js';
-import { buildTurnPolicy, decide, DEFAULT_INFERENCE_HOSTS, parsePattern, patternMatches, type EgressPolicy } from '../../../proxy/policy.js';
+import {
+  buildTurnPolicy,
+  decide,
+  DEFAULT_INFERENCE_HOSTS,
+  parsePattern,
+  patternMatches,
+  type EgressPolicy,
+} from '../../../proxy/policy.js';
 
 type Egress = TurnhostConfig['egress'];
 
@@ -16,7 +23,11 @@ const egress = (over: Partial<Egress> = {}): Egress => ({
   ...over,
 });
 
-const policyOf = (over: Partial<Egress>, mode: 'ordinary' | 'restricted' = 'ordinary', additions?: string[]): EgressPolicy => {
+const policyOf = (
+  over: Partial<Egress>,
+  mode: 'ordinary' | 'restricted' = 'ordinary',
+  additions?: string[],
+): EgressPolicy => {
   const built = buildTurnPolicy(egress(over), { mode, additions });
   if (!built.ok) throw new Error(built.detail);
   return built.policy;
@@ -51,7 +62,18 @@ t.test('ports: no port means 80 and 443 only; an explicit port is that port only
 });
 
 t.test('pattern entries are validated', async (t) => {
-  for (const bad of ['', '*.', '*', 'a.*.test', '*.127.0.0.1', 'example.test:0', 'example.test:x', 'ex ample.test', 'evil\0.test', '::1']) {
+  for (const bad of [
+    '',
+    '*.',
+    '*',
+    'a.*.test',
+    '*.127.0.0.1',
+    'example.test:0',
+    'example.test:x',
+    'ex ample.test',
+    'evil\0.test',
+    '::1',
+  ]) {
     const r = parsePattern(bad);
     t.equal(r.ok, false, JSON.stringify(bad));
   }
@@ -67,7 +89,11 @@ t.test('deny wins over allow', async (t) => {
 
 t.test('an empty allowlist allows nothing', async (t) => {
   const policy = policyOf({ allowlist: [], inferenceHosts: [] });
-  for (const [host, port] of [['example.test', 443], ['api.anthropic.com', 443], ['127.0.0.1', 80]] as const) {
+  for (const [host, port] of [
+    ['example.test', 443],
+    ['api.anthropic.com', 443],
+    ['127.0.0.1', 80],
+  ] as const) {
     const r = decide(policy, host, port);
     t.equal(r.ok, false);
     if (!r.ok) t.equal(r.reason, 'not_allowlisted');
@@ -101,7 +127,10 @@ t.test('restricted: inference hosts only, additions refused', async (t) => {
   const policy = policyOf({ allowlist: ['example.test'], inferenceHosts: ['api.anthropic.com'] }, 'restricted');
   t.same(decide(policy, 'api.anthropic.com', 443), { ok: true, scope: 'inference' });
   t.equal(decide(policy, 'example.test', 443).ok, false, 'the ordinary allowlist does not apply');
-  const r = buildTurnPolicy(egress({ turnAdditionsAllowed: ['*.test'] }), { mode: 'restricted', additions: ['x.test'] });
+  const r = buildTurnPolicy(egress({ turnAdditionsAllowed: ['*.test'] }), {
+    mode: 'restricted',
+    additions: ['x.test'],
+  });
   t.equal(r.ok, false);
   const denied = policyOf({ inferenceHosts: ['api.anthropic.com'], denylist: ['api.anthropic.com'] }, 'restricted');
   t.equal(decide(denied, 'api.anthropic.com', 443).ok, false, 'deny still wins');

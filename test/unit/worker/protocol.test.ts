@@ -8,14 +8,16 @@ import {
 } from '../../../worker/protocol.js';
 
 const launch = { type: 'launch', v: 1, argv: ['/bin/true'], cwd: '/', env: { PATH: '/bin' }, tty: null, egress: false };
-const reason = (r: { ok: boolean; reason?: string; detail?: string }): string => (r.ok ? 'ok' : `${r.reason}: ${r.detail}`);
+const reason = (r: { ok: boolean; reason?: string; detail?: string }): string =>
+  r.ok ? 'ok' : `${r.reason}: ${r.detail}`;
 
 t.test('launch round-trips and is validated strictly', async (t) => {
   const encoded = encodeMessage(launch as never);
   if (!encoded.ok) throw new Error(encoded.detail);
   const parsed = parseSupervisorMessage(encoded.line.trimEnd());
   t.same(parsed.ok && parsed.message, launch);
-  const refused = (patch: Record<string, unknown>): string => reason(parseSupervisorMessage(JSON.stringify({ ...launch, ...patch })));
+  const refused = (patch: Record<string, unknown>): string =>
+    reason(parseSupervisorMessage(JSON.stringify({ ...launch, ...patch })));
   t.match(refused({ v: 2 }), /launch\.v/);
   t.match(refused({ extra: 1 }), /launch\.extra: unknown field/);
   t.match(refused({ argv: [] }), /launch\.argv/);
@@ -35,7 +37,11 @@ t.test('control messages and unknown types', async (t) => {
   t.match(reason(parseSupervisorMessage('{"type":"resize","cols":80,"rows":24,"z":1}')), /resize\.z/);
   t.equal(reason(parseSupervisorMessage('{"type":"signal","signal":"SIGTERM"}')), 'ok');
   t.match(reason(parseSupervisorMessage('{"type":"signal","signal":"SIGSYS"}')), /signal\.signal/);
-  t.match(reason(parseSupervisorMessage('{"type":"started","pid":1}')), /^unknown_type/, 'worker messages are not supervisor messages');
+  t.match(
+    reason(parseSupervisorMessage('{"type":"started","pid":1}')),
+    /^unknown_type/,
+    'worker messages are not supervisor messages',
+  );
   t.match(reason(parseSupervisorMessage('{"type":"__proto__"}')), /^unknown_type/);
   t.match(reason(parseSupervisorMessage('[]')), /^invalid_message/);
   t.match(reason(parseSupervisorMessage('{')), /^invalid_json/);
@@ -43,12 +49,17 @@ t.test('control messages and unknown types', async (t) => {
 
 t.test('worker messages', async (t) => {
   const rusage = { userCpuUsec: 1, systemCpuUsec: 2, maxRssKiB: 3 };
-  const exitOf = (fields: Record<string, unknown>) => reason(parseWorkerMessage(JSON.stringify({ type: 'exit', rusage, ...fields })));
+  const exitOf = (fields: Record<string, unknown>) =>
+    reason(parseWorkerMessage(JSON.stringify({ type: 'exit', rusage, ...fields })));
   t.equal(exitOf({ exitCode: 3, signal: null }), 'ok');
   t.equal(exitOf({ exitCode: null, signal: 'SIGKILL' }), 'ok');
   t.match(exitOf({ exitCode: 1, signal: 'SIGKILL' }), /exactly one/);
   t.match(exitOf({ exitCode: 1, signal: null, rusage: { ...rusage, x: 1 } }), /exit\.rusage\.x/);
-  t.match(exitOf({ exitCode: 0, signal: null, bridgeRelay: null }), /exit\.bridgeRelay: unknown field/, 'the worker has no relay to report since the bridge is gone');
+  t.match(
+    exitOf({ exitCode: 0, signal: null, bridgeRelay: null }),
+    /exit\.bridgeRelay: unknown field/,
+    'the worker has no relay to report since the bridge is gone',
+  );
   t.equal(reason(parseWorkerMessage('{"type":"error","code":"unexpected_fds","detail":"x"}')), 'ok');
   t.match(reason(parseWorkerMessage('{"type":"error","code":"made_up","detail":"x"}')), /error\.code/);
   t.equal(reason(parseWorkerMessage('{"type":"started","pid":42}')), 'ok');

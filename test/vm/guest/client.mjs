@@ -31,7 +31,8 @@ export async function waitFor(what, seconds, probe, intervalMs = 500) {
       if (error instanceof WaitAborted) throw error;
       lastError = error;
     }
-    if (Date.now() > deadline) throw new Error(`gave up after ${seconds}s waiting for ${what}${lastError ? `: ${lastError.message}` : ''}`);
+    if (Date.now() > deadline)
+      throw new Error(`gave up after ${seconds}s waiting for ${what}${lastError ? `: ${lastError.message}` : ''}`);
     await sleep(intervalMs);
   }
 }
@@ -55,7 +56,9 @@ export function api(method, path, body) {
         agent: false,
         headers: {
           authorization: `Bearer ${token()}`,
-          ...(payload === undefined ? {} : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) }),
+          ...(payload === undefined
+            ? {}
+            : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) }),
         },
       },
       (response) => {
@@ -93,14 +96,21 @@ export function serviceMainPid() {
 }
 
 export async function createTurn(request) {
-  const created = await api('POST', '/api/turns', { sessionId: 'vm-tier', mode: 'ordinary', cwd: WORKSPACE, ...request });
-  if (created.status !== 201) throw new Error(`POST /api/turns answered ${created.status}: ${JSON.stringify(created.body)}`);
+  const created = await api('POST', '/api/turns', {
+    sessionId: 'vm-tier',
+    mode: 'ordinary',
+    cwd: WORKSPACE,
+    ...request,
+  });
+  if (created.status !== 201)
+    throw new Error(`POST /api/turns answered ${created.status}: ${JSON.stringify(created.body)}`);
   return created.body.turn;
 }
 
 export async function getTurn(id) {
   const answer = await api('GET', `/api/turns/${id}`);
-  if (answer.status !== 200) throw new Error(`GET /api/turns/${id} answered ${answer.status}: ${JSON.stringify(answer.body)}`);
+  if (answer.status !== 200)
+    throw new Error(`GET /api/turns/${id} answered ${answer.status}: ${JSON.stringify(answer.body)}`);
   return answer.body.turn;
 }
 
@@ -127,7 +137,10 @@ export function processesOfUid(uid) {
 
 export function cgroupProcs(dir) {
   try {
-    return fs.readFileSync(`${dir}/cgroup.procs`, 'utf8').split('\n').filter((line) => line !== '');
+    return fs
+      .readFileSync(`${dir}/cgroup.procs`, 'utf8')
+      .split('\n')
+      .filter((line) => line !== '');
   } catch {
     return null;
   }

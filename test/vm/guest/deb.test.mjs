@@ -16,18 +16,29 @@ const WORKSPACE = '/srv/turnhost/ws';
 /** Runs a command without a shell; answers its exit code and output (never throws). */
 function run(argv) {
   const result = spawnSync(argv[0], argv.slice(1), { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
-  return { code: result.status, signal: result.signal, stdout: result.stdout ?? '', stderr: result.stderr ?? String(result.error ?? '') };
+  return {
+    code: result.status,
+    signal: result.signal,
+    stdout: result.stdout ?? '',
+    stderr: result.stderr ?? String(result.error ?? ''),
+  };
 }
 
 function expectSuccess(argv) {
   const result = run(argv);
-  expect(result.code === 0, `${argv.join(' ')} exited ${result.code ?? result.signal}`, { stdout: result.stdout.slice(-3000), stderr: result.stderr.slice(-3000) });
+  expect(result.code === 0, `${argv.join(' ')} exited ${result.code ?? result.signal}`, {
+    stdout: result.stdout.slice(-3000),
+    stderr: result.stderr.slice(-3000),
+  });
   return result;
 }
 
 /** The `turnhost` entry of a subordinate-id file as { first, count }, or null. */
 function subidEntry(file) {
-  const line = fs.readFileSync(file, 'utf8').split('\n').find((entry) => entry.startsWith('turnhost:'));
+  const line = fs
+    .readFileSync(file, 'utf8')
+    .split('\n')
+    .find((entry) => entry.startsWith('turnhost:'));
   if (line === undefined) return null;
   const [, first, count] = line.split(':');
   return { first: Number(first), count: Number(count) };
@@ -57,7 +68,9 @@ await check('dpkg -i turnhost installs and configures the package', () => {
 
 await check('systemctl is-active turnhost: active, and the supervisor answers /api/health', async () => {
   const state = run(['systemctl', 'is-active', UNIT]).stdout.trim();
-  expect(state === 'active', `${UNIT} is ${state}`, { status: run(['systemctl', 'status', UNIT, '--no-pager']).stdout });
+  expect(state === 'active', `${UNIT} is ${state}`, {
+    status: run(['systemctl', 'status', UNIT, '--no-pager']).stdout,
+  });
   await waitFor('the supervisor to answer /api/health', 180, async () => {
     const response = await fetch('http://127.0.0.1:7707/api/health');
     return response.ok ? true : undefined;
@@ -72,13 +85,20 @@ await check('the helper is root:turnhost 4750 through dpkg-statoverride', () => 
     gid: stat.gid,
     mode: (stat.mode & 0o7777).toString(8),
   });
-  expect(expectSuccess(['dpkg-statoverride', '--list', HELPER]).stdout.trim() === `root turnhost 4750 ${HELPER}`, 'no statoverride');
+  expect(
+    expectSuccess(['dpkg-statoverride', '--list', HELPER]).stdout.trim() === `root turnhost 4750 ${HELPER}`,
+    'no statoverride',
+  );
 });
 
 await check('/etc/subuid and /etc/subgid reserve a range for turnhost', () => {
   range = subidEntry('/etc/subuid');
-  expect(range !== null && range.first > 0 && range.count > 0, 'no turnhost entry in /etc/subuid', { subuid: fs.readFileSync('/etc/subuid', 'utf8') });
-  expect(JSON.stringify(subidEntry('/etc/subgid')) === JSON.stringify(range), '/etc/subgid differs', { subgid: fs.readFileSync('/etc/subgid', 'utf8') });
+  expect(range !== null && range.first > 0 && range.count > 0, 'no turnhost entry in /etc/subuid', {
+    subuid: fs.readFileSync('/etc/subuid', 'utf8'),
+  });
+  expect(JSON.stringify(subidEntry('/etc/subgid')) === JSON.stringify(range), '/etc/subgid differs', {
+    subgid: fs.readFileSync('/etc/subgid', 'utf8'),
+  });
   comment(`worker range ${range.first} + ${range.count}`);
 });
 
@@ -95,14 +115,23 @@ await check('the unit main process: user turnhost, NoNewPrivs 0, Debian nodejs',
 
 await check('turnhost check --json: ordinary, separate_uid in the range, memory/pids/cpu by cgroup v2', () => {
   const result = run(['turnhost', 'check', '--json']);
-  expect(result.code === 0, `turnhost check exited ${result.code}`, { stdout: result.stdout.slice(-3000), stderr: result.stderr });
+  expect(result.code === 0, `turnhost check exited ${result.code}`, {
+    stdout: result.stdout.slice(-3000),
+    stderr: result.stderr,
+  });
   const body = JSON.parse(result.stdout);
   expect(body.ordinary?.available === true, 'ordinary is unavailable', { ordinary: body.ordinary });
   expect(body.identity === 'separate_uid', `identity ${body.identity}`);
-  expect(range !== null && body.workerUid >= range.first && body.workerUid < range.first + range.count, `workerUid ${body.workerUid} outside the range`, { range });
+  expect(
+    range !== null && body.workerUid >= range.first && body.workerUid < range.first + range.count,
+    `workerUid ${body.workerUid} outside the range`,
+    { range },
+  );
   for (const limit of ['memory', 'pids', 'cpu']) {
     const enforced = body.limits.enforced.find((entry) => entry.limit === limit);
-    expect(enforced?.source === 'cgroup' && enforced.backend === 'cgroup_v2', `${limit} is not enforced by cgroup v2`, { limits: body.limits });
+    expect(enforced?.source === 'cgroup' && enforced.backend === 'cgroup_v2', `${limit} is not enforced by cgroup v2`, {
+      limits: body.limits,
+    });
   }
 });
 
@@ -112,9 +141,16 @@ await check(`turnhost run --cwd ${WORKSPACE} -- id -u prints a uid of the range`
   const hint = /fchown failed: EPERM|chown/i.test(result.stdout + result.stderr)
     ? 'the turn temp or proxy socket chown by a non-root supervisor is refused (the helper-side chown fix is not in this deb)'
     : undefined;
-  expect(result.code === 0, `turnhost run exited ${result.code}${hint ? `: ${hint}` : ''}`, { stdout: result.stdout.slice(-3000), stderr: result.stderr.slice(-3000) });
+  expect(result.code === 0, `turnhost run exited ${result.code}${hint ? `: ${hint}` : ''}`, {
+    stdout: result.stdout.slice(-3000),
+    stderr: result.stderr.slice(-3000),
+  });
   const uid = Number(result.stdout.trim());
-  expect(range !== null && uid >= range.first && uid < range.first + range.count, `the turn ran as uid ${result.stdout.trim()}`, { range });
+  expect(
+    range !== null && uid >= range.first && uid < range.first + range.count,
+    `the turn ran as uid ${result.stdout.trim()}`,
+    { range },
+  );
 });
 
 await check('turnhost events --json has worker_launch and worker_exit', () => {
@@ -135,13 +171,20 @@ await check('dpkg -r turnhost stops the unit and keeps data, user and range', ()
 await check('dpkg -P turnhost removes data, user, group, ranges and the statoverride', () => {
   // The data dir is a tmpfs mount point (run-deb.sh); purge must meet a plain directory, as on
   // a real disk, so its content moves onto the root file system first.
-  expectSuccess(['sh', '-c', `cp -a ${DATA_DIR} /root/turnhost-data && umount ${DATA_DIR} && rmdir ${DATA_DIR} && mv /root/turnhost-data ${DATA_DIR}`]);
+  expectSuccess([
+    'sh',
+    '-c',
+    `cp -a ${DATA_DIR} /root/turnhost-data && umount ${DATA_DIR} && rmdir ${DATA_DIR} && mv /root/turnhost-data ${DATA_DIR}`,
+  ]);
   expectSuccess(['dpkg', '-P', 'turnhost']);
   expect(!fs.existsSync(DATA_DIR), `${DATA_DIR} still exists`);
   expect(!fs.existsSync('/etc/turnhost'), '/etc/turnhost still exists');
   expect(!userExists(), 'user turnhost still exists');
   expect(run(['getent', 'group', 'turnhost']).code !== 0, 'group turnhost still exists');
-  expect(subidEntry('/etc/subuid') === null && subidEntry('/etc/subgid') === null, 'a turnhost subordinate range remains');
+  expect(
+    subidEntry('/etc/subuid') === null && subidEntry('/etc/subgid') === null,
+    'a turnhost subordinate range remains',
+  );
   expect(run(['dpkg-statoverride', '--list', HELPER]).code !== 0, 'the statoverride remains');
 });
 

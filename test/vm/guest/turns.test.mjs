@@ -44,7 +44,11 @@ function summary(turn) {
 /** A refused or failed launch proves nothing about limits: it fails the check with its detail. */
 function expectLaunched(turn) {
   const status = turn.result?.status;
-  expect(status !== 'launch_refused' && status !== 'internal_error', `the turn did not run: ${status}: ${turn.result?.detail}`, summary(turn));
+  expect(
+    status !== 'launch_refused' && status !== 'internal_error',
+    `the turn did not run: ${status}: ${turn.result?.detail}`,
+    summary(turn),
+  );
 }
 
 async function runToEnd(request) {
@@ -67,33 +71,43 @@ async function waitForWorkerProcesses(turnId, pattern, count) {
 }
 
 async function expectNoProcessesLeft(uid, what) {
-  const left = await waitFor(`no process of uid ${uid} (${what})`, 15, () => (processesOfUid(uid).length === 0 ? true : undefined)).catch(
-    () => processesOfUid(uid),
-  );
+  const left = await waitFor(`no process of uid ${uid} (${what})`, 15, () =>
+    processesOfUid(uid).length === 0 ? true : undefined,
+  ).catch(() => processesOfUid(uid));
   expect(left === true, `processes of worker uid ${uid} survived ${what}`, { processes: left });
 }
 
 await waitForSupervisor();
 
-await check('a memory hog under memory=64M is OOM-killed: status oom_killed, memory_oom, worker_exit event', async () => {
-  const turn = await runToEnd({
-    name: 'memory',
-    turn: { argv: ['/bin/dd', 'if=/dev/zero', 'of=/dev/null', 'bs=512M', 'count=1'], limits: { memory: '64M' } },
-  });
-  expect(turn.identity === 'separate_uid', `identity ${turn.identity}`, summary(turn));
-  expect(turn.result.status === 'oom_killed', `status ${turn.result.status}`, summary(turn));
-  expect(turn.result.limitHits.includes('memory_oom'), 'limitHits lacks memory_oom', summary(turn));
-  const events = await turnEvents(turn.id);
-  const exit = events.find((event) => event.kind === 'worker_exit');
-  expect(exit?.payload?.status === 'oom_killed', 'no worker_exit event saying oom_killed', { kinds: events.map((e) => e.kind), exit });
-  const leaf = await turnLeaf(turn.id);
-  expect(leafGone(leaf), 'the turn leaf was not removed', { leaf });
-});
+await check(
+  'a memory hog under memory=64M is OOM-killed: status oom_killed, memory_oom, worker_exit event',
+  async () => {
+    const turn = await runToEnd({
+      name: 'memory',
+      turn: { argv: ['/bin/dd', 'if=/dev/zero', 'of=/dev/null', 'bs=512M', 'count=1'], limits: { memory: '64M' } },
+    });
+    expect(turn.identity === 'separate_uid', `identity ${turn.identity}`, summary(turn));
+    expect(turn.result.status === 'oom_killed', `status ${turn.result.status}`, summary(turn));
+    expect(turn.result.limitHits.includes('memory_oom'), 'limitHits lacks memory_oom', summary(turn));
+    const events = await turnEvents(turn.id);
+    const exit = events.find((event) => event.kind === 'worker_exit');
+    expect(exit?.payload?.status === 'oom_killed', 'no worker_exit event saying oom_killed', {
+      kinds: events.map((e) => e.kind),
+      exit,
+    });
+    const leaf = await turnLeaf(turn.id);
+    expect(leafGone(leaf), 'the turn leaf was not removed', { leaf });
+  },
+);
 
 await check('a fork bomb under pids=64 is held at pids.max (pids_max) and dies with its turn', async () => {
   const turn = await runToEnd({
     name: 'pids',
-    turn: { argv: ['/bin/sh', '-c', 'bomb() { bomb | bomb & }; bomb; sleep 20'], limits: { pids: 64 }, timeoutSeconds: 120 },
+    turn: {
+      argv: ['/bin/sh', '-c', 'bomb() { bomb | bomb & }; bomb; sleep 20'],
+      limits: { pids: 64 },
+      timeoutSeconds: 120,
+    },
   });
   expect(turn.result.limitHits.includes('pids_max'), 'limitHits lacks pids_max', summary(turn));
   expect(turn.result.usage.pidsPeak === null || turn.result.usage.pidsPeak <= 64, 'pids.peak above 64', summary(turn));
@@ -110,7 +124,11 @@ await check('a CPU spinner under cpu=0.2 is throttled (cpu_throttled)', async ()
 });
 
 await check('cancel kills a detached background process (setsid) with the turn', async () => {
-  const created = await createTurn({ turnId: uniqueId('cancel'), argv: ['/bin/sh', '-c', 'setsid sleep 1000 & sleep 1001'], timeoutSeconds: 600 });
+  const created = await createTurn({
+    turnId: uniqueId('cancel'),
+    argv: ['/bin/sh', '-c', 'setsid sleep 1000 & sleep 1001'],
+    timeoutSeconds: 600,
+  });
   const running = await waitForWorkerProcesses(created.id, 'sleep 100', 2);
   const leaf = await turnLeaf(created.id);
   comment(`cancel turn leaf: ${leaf} procs ${JSON.stringify(cgroupProcs(leaf))}`);
@@ -123,43 +141,66 @@ await check('cancel kills a detached background process (setsid) with the turn',
   expect(leafGone(leaf), 'the turn leaf was not removed', { leaf });
 });
 
-await check('the next turn like the last one claims its prepared worker, attested by the non-root supervisor under cgroup v2', async () => {
-  const first = await runToEnd({ name: 'warm-first', turn: { argv: ['/bin/true'] } });
-  // The pool prepares the next worker once a turn has ended; a turn that comes while it is
-  // still starting waits for it.
-  const second = await runToEnd({ name: 'warm-second', turn: { argv: ['/bin/true'] } });
-  expect(second.result.status === 'ok', `status ${second.result.status}`, summary(second));
-  const leaf = await turnLeaf(second.id);
-  expect(/\/prepared_[A-Za-z0-9_-]+$/.test(leaf), 'the second turn did not run in a prepared worker', { leaf, journal: journalTail() });
-  expect(second.workerUid !== first.workerUid, 'the prepared worker has a uid of its own', { first: first.workerUid, second: second.workerUid });
-  await expectNoProcessesLeft(second.workerUid, 'the claiming turn');
-  expect(leafGone(leaf), 'the prepared leaf was not removed with its turn', { leaf });
-});
+await check(
+  'the next turn like the last one claims its prepared worker, attested by the non-root supervisor under cgroup v2',
+  async () => {
+    const first = await runToEnd({ name: 'warm-first', turn: { argv: ['/bin/true'] } });
+    // The pool prepares the next worker once a turn has ended; a turn that comes while it is
+    // still starting waits for it.
+    const second = await runToEnd({ name: 'warm-second', turn: { argv: ['/bin/true'] } });
+    expect(second.result.status === 'ok', `status ${second.result.status}`, summary(second));
+    const leaf = await turnLeaf(second.id);
+    expect(/\/prepared_[A-Za-z0-9_-]+$/.test(leaf), 'the second turn did not run in a prepared worker', {
+      leaf,
+      journal: journalTail(),
+    });
+    expect(second.workerUid !== first.workerUid, 'the prepared worker has a uid of its own', {
+      first: first.workerUid,
+      second: second.workerUid,
+    });
+    await expectNoProcessesLeft(second.workerUid, 'the claiming turn');
+    expect(leafGone(leaf), 'the prepared leaf was not removed with its turn', { leaf });
+  },
+);
 
-await check('kill -9 of the supervisor mid-turn, then restart: the stale leaf is reaped, worker_recovered recorded', async () => {
-  const created = await createTurn({ turnId: uniqueId('crash'), argv: ['/bin/sh', '-c', 'setsid sleep 1000 & sleep 1001'], timeoutSeconds: 600 });
-  const running = await waitForWorkerProcesses(created.id, 'sleep 100', 2);
-  const leaf = await turnLeaf(created.id);
-  expect(leaf !== '' && fs.existsSync(leaf), 'no leaf cgroup for the running turn', { leaf, tree: sh(`find ${SERVICE_CGROUP} -type d`) });
-  const pid = serviceMainPid();
-  sh(`kill -9 ${pid}`);
-  await waitFor(`${SERVICE} to notice its main process died`, 60, () => (serviceMainPid() !== pid ? true : undefined));
-  comment(`after kill -9: leaf ${leaf} procs ${JSON.stringify(cgroupProcs(leaf))}; worker processes ${JSON.stringify(processesOfUid(running.workerUid))}`);
-  const restarted = sh(`systemctl restart ${SERVICE} 2>&1; echo "exit $?"`);
-  expect(restarted.trim().endsWith('exit 0'), 'systemctl restart failed', { restarted, journal: journalTail() });
-  await waitForSupervisor(240).catch((error) => expect(false, error.message, { journal: journalTail() }));
-  const turn = await waitFor(`turn ${created.id} to be marked finished after the restart`, 60, async () => {
-    const current = await getTurn(created.id);
-    return current.state === 'finished' ? current : undefined;
-  });
-  comment(`crashed turn: ${JSON.stringify(summary(turn))}`);
-  expect(turn.result?.status === 'interrupted', `status ${turn.result?.status}`, summary(turn));
-  const events = await turnEvents(created.id);
-  const recovered = events.find((event) => event.kind === 'worker_recovered');
-  expect(recovered !== undefined, 'no worker_recovered event', { kinds: events.map((e) => e.kind) });
-  comment(`worker_recovered: ${JSON.stringify(recovered.payload)}`);
-  expect(leafGone(leaf), 'the stale leaf is still there', { leaf, procs: cgroupProcs(leaf) });
-  await expectNoProcessesLeft(running.workerUid, 'the supervisor crash and restart');
-});
+await check(
+  'kill -9 of the supervisor mid-turn, then restart: the stale leaf is reaped, worker_recovered recorded',
+  async () => {
+    const created = await createTurn({
+      turnId: uniqueId('crash'),
+      argv: ['/bin/sh', '-c', 'setsid sleep 1000 & sleep 1001'],
+      timeoutSeconds: 600,
+    });
+    const running = await waitForWorkerProcesses(created.id, 'sleep 100', 2);
+    const leaf = await turnLeaf(created.id);
+    expect(leaf !== '' && fs.existsSync(leaf), 'no leaf cgroup for the running turn', {
+      leaf,
+      tree: sh(`find ${SERVICE_CGROUP} -type d`),
+    });
+    const pid = serviceMainPid();
+    sh(`kill -9 ${pid}`);
+    await waitFor(`${SERVICE} to notice its main process died`, 60, () =>
+      serviceMainPid() !== pid ? true : undefined,
+    );
+    comment(
+      `after kill -9: leaf ${leaf} procs ${JSON.stringify(cgroupProcs(leaf))}; worker processes ${JSON.stringify(processesOfUid(running.workerUid))}`,
+    );
+    const restarted = sh(`systemctl restart ${SERVICE} 2>&1; echo "exit $?"`);
+    expect(restarted.trim().endsWith('exit 0'), 'systemctl restart failed', { restarted, journal: journalTail() });
+    await waitForSupervisor(240).catch((error) => expect(false, error.message, { journal: journalTail() }));
+    const turn = await waitFor(`turn ${created.id} to be marked finished after the restart`, 60, async () => {
+      const current = await getTurn(created.id);
+      return current.state === 'finished' ? current : undefined;
+    });
+    comment(`crashed turn: ${JSON.stringify(summary(turn))}`);
+    expect(turn.result?.status === 'interrupted', `status ${turn.result?.status}`, summary(turn));
+    const events = await turnEvents(created.id);
+    const recovered = events.find((event) => event.kind === 'worker_recovered');
+    expect(recovered !== undefined, 'no worker_recovered event', { kinds: events.map((e) => e.kind) });
+    comment(`worker_recovered: ${JSON.stringify(recovered.payload)}`);
+    expect(leafGone(leaf), 'the stale leaf is still there', { leaf, procs: cgroupProcs(leaf) });
+    await expectNoProcessesLeft(running.workerUid, 'the supervisor crash and restart');
+  },
+);
 
 finish();

@@ -75,7 +75,7 @@ t.test('an idle tunnel ends idle_timeout; an aborted one ends aborted; both peer
   await Promise.all(closedPeers);
 });
 
-t.test('a socket with bytes buffered in Node is not adoptable, and both sockets stay Node\'s', async (t) => {
+t.test("a socket with bytes buffered in Node is not adoptable, and both sockets stay Node's", async (t) => {
   const relay = await readyRelay();
   const a = await connection();
   const b = await connection();
@@ -122,7 +122,11 @@ t.test('stop() ends open tunnels aborted; the next kernelRelay() is a new thread
 t.test('process.exit() with tunnels open does not wait on the relay thread', async (t) => {
   const script = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures', 'exit-with-tunnel.ts');
   // A hang is this test's failure: the bound kills the child, which then exits by SIGKILL.
-  const child = spawn(process.execPath, ['--import', 'tsx', script], { stdio: ['ignore', 'pipe', 'inherit'], timeout: 20_000, killSignal: 'SIGKILL' });
+  const child = spawn(process.execPath, ['--import', 'tsx', script], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+    timeout: 20_000,
+    killSignal: 'SIGKILL',
+  });
   let output = '';
   child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
   const code = await new Promise((resolve) => child.once('exit', resolve));

@@ -31,11 +31,22 @@ const socket = path.join(tmp, 'api.sock');
 const server = `unix:${socket}`;
 // The CLI runs as operators run it: without tap's loader options (NODE_OPTIONS) or TURNHOST_* settings.
 const cleanEnv = Object.fromEntries(
-  Object.entries(process.env).filter(([name]) => !name.startsWith('TURNHOST_') && !/^(NODE_OPTIONS|TAP|_TAPJS)/.test(name)),
+  Object.entries(process.env).filter(
+    ([name]) => !name.startsWith('TURNHOST_') && !/^(NODE_OPTIONS|TAP|_TAPJS)/.test(name),
+  ),
 );
 
-function turnhost(args: string[], options: { input?: string } = {}): { code: number | null; stdout: string; stderr: string } {
-  const result = spawnSync(process.execPath, [cli, ...args], { cwd: tmp, env: cleanEnv, encoding: 'utf8', input: options.input ?? '', timeout: 60_000 });
+function turnhost(
+  args: string[],
+  options: { input?: string } = {},
+): { code: number | null; stdout: string; stderr: string } {
+  const result = spawnSync(process.execPath, [cli, ...args], {
+    cwd: tmp,
+    env: cleanEnv,
+    encoding: 'utf8',
+    input: options.input ?? '',
+    timeout: 60_000,
+  });
   return { code: result.status, stdout: result.stdout, stderr: result.stderr };
 }
 
@@ -50,13 +61,19 @@ interface Served {
 async function serve(args: string[]): Promise<Served> {
   const logFile = path.join(tmp, `serve-${Date.now()}.log`);
   const log = fs.openSync(logFile, 'w');
-  const child = spawn(process.execPath, [cli, 'serve', ...args], { cwd: tmp, env: cleanEnv, stdio: ['ignore', 'ignore', log] });
+  const child = spawn(process.execPath, [cli, 'serve', ...args], {
+    cwd: tmp,
+    env: cleanEnv,
+    stdio: ['ignore', 'ignore', log],
+  });
   fs.closeSync(log);
   let exitCode: number | null | undefined;
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve((exitCode = code))));
   const stderr = (): string => fs.readFileSync(logFile, 'utf8');
   for (;;) {
-    const line = stderr().split('\n').find((l) => l.includes('"msg":"listening"'));
+    const line = stderr()
+      .split('\n')
+      .find((l) => l.includes('"msg":"listening"'));
     if (line) return { child, port: JSON.parse(line).tcp?.port ?? 0, stderr, exited };
     if (exitCode !== undefined) throw new Error(`serve exited ${exitCode}: ${stderr()}`);
     await new Promise((r) => setTimeout(r, 50));
@@ -84,11 +101,16 @@ t.test('status --json shows a workerHost for this machine', async (t) => {
   const status = JSON.parse(result.stdout);
   t.match(status.software, { release: String, sourceCommit: String });
   t.match(status.host, { kernel: String, distro: String, cpus: Number, memoryBytes: Number });
-  t.match(status.runtime.workerHost, { ordinary: { available: Boolean, trigger: 'boot' }, identity: String, limits: { enforced: Array, absent: Array } });
+  t.match(status.runtime.workerHost, {
+    ordinary: { available: Boolean, trigger: 'boot' },
+    identity: String,
+    limits: { enforced: Array, absent: Array },
+  });
   t.match(status.runtime.workerHost.boundary.cgroup.layout, /^(v2|hybrid|v1|none)$/);
   t.same(status.runtime.preparedWorkers, { ready: 0, starting: 0 }, 'no worker is prepared before a turn ran');
   t.equal(status.runtime.egressRelay, null, 'no turn proxy has started the kernel relay');
-  if (process.getuid?.() === 0) t.match(status.runtime.workerHost.rootServer, { warning: String }, 'root server warning while running as root');
+  if (process.getuid?.() === 0)
+    t.match(status.runtime.workerHost.rootServer, { warning: String }, 'root server warning while running as root');
   t.match(served.stderr(), /"level":"warn".*runs as root/, 'one WARN line at boot');
 });
 
@@ -112,11 +134,26 @@ t.test('check re-runs the probes; exit code follows ordinary', async (t) => {
 
 t.test('events --json, filters, paging, errors', async (t) => {
   const { logger } = createMemoryLogger();
-  const store = openEventStore({ databasePath: path.join(dataDir, 'turnhost.db'), fallbackLogPath: path.join(tmp, 'fallback.log'), unboundRetentionDays: 30, logger });
+  const store = openEventStore({
+    databasePath: path.join(dataDir, 'turnhost.db'),
+    fallbackLogPath: path.join(tmp, 'fallback.log'),
+    unboundRetentionDays: 30,
+    logger,
+  });
   const base = { turnId: null, actor: 'server' as const, model: null, profile: null };
   store.appendBatch([
-    { ...base, sessionId: 'cli-s1', kind: 'egress_denial', payload: { host: 'a.example', port: 443, reason: 'not allowed' } },
-    { ...base, sessionId: 'cli-s2', kind: 'egress_denial', payload: { host: 'b.example', port: 443, reason: 'not allowed' } },
+    {
+      ...base,
+      sessionId: 'cli-s1',
+      kind: 'egress_denial',
+      payload: { host: 'a.example', port: 443, reason: 'not allowed' },
+    },
+    {
+      ...base,
+      sessionId: 'cli-s2',
+      kind: 'egress_denial',
+      payload: { host: 'b.example', port: 443, reason: 'not allowed' },
+    },
     { ...base, sessionId: 'cli-s1', kind: 'host_write_refused', payload: { path: 'x', reason: 'alias_denied' } },
   ]);
   store.close();
@@ -124,10 +161,15 @@ t.test('events --json, filters, paging, errors', async (t) => {
   const all = turnhost(['events', '--json', '--server', server, '--data-dir', dataDir, '--session', 'cli-s1']);
   t.equal(all.code, 0, all.stderr);
   const page = JSON.parse(all.stdout);
-  t.same(page.events.map((e: { kind: string }) => e.kind), ['egress_denial', 'host_write_refused']);
+  t.same(
+    page.events.map((e: { kind: string }) => e.kind),
+    ['egress_denial', 'host_write_refused'],
+  );
   t.equal(page.nextAfter, null);
 
-  const first = JSON.parse(turnhost(['events', '--json', '--server', server, '--data-dir', dataDir, '--limit', '1']).stdout);
+  const first = JSON.parse(
+    turnhost(['events', '--json', '--server', server, '--data-dir', dataDir, '--limit', '1']).stdout,
+  );
   t.equal(first.events.length, 1);
   t.equal(first.nextAfter, first.events[0].id);
 
@@ -142,7 +184,24 @@ t.test('events --json, filters, paging, errors', async (t) => {
 });
 
 t.test('events --follow replays after --after, then ends cleanly on SIGINT', async (t) => {
-  const child = spawn(process.execPath, [cli, 'events', '--follow', '--json', '--after', '0', '--session', 'cli-s1', '--server', server, '--data-dir', dataDir], { cwd: tmp, env: cleanEnv });
+  const child = spawn(
+    process.execPath,
+    [
+      cli,
+      'events',
+      '--follow',
+      '--json',
+      '--after',
+      '0',
+      '--session',
+      'cli-s1',
+      '--server',
+      server,
+      '--data-dir',
+      dataDir,
+    ],
+    { cwd: tmp, env: cleanEnv },
+  );
   t.teardown(() => {
     if (child.exitCode === null) child.kill('SIGKILL');
   });
@@ -156,8 +215,14 @@ t.test('events --follow replays after --after, then ends cleanly on SIGINT', asy
     });
     child.once('exit', (code) => reject(new Error(`events --follow exited ${code}: ${err}`)));
   });
-  const lines = out.trim().split('\n').map((l) => JSON.parse(l));
-  t.same(lines.map((e) => e.sessionId), ['cli-s1', 'cli-s1']);
+  const lines = out
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l));
+  t.same(
+    lines.map((e) => e.sessionId),
+    ['cli-s1', 'cli-s1'],
+  );
   const code = new Promise<number | null>((resolve) => child.once('exit', resolve));
   child.kill('SIGINT');
   t.equal(await code, 0);
@@ -218,20 +283,37 @@ t.test('serve refuses an invalid configuration naming the key: exit 2', async (t
 });
 
 t.test('a second serve is refused: same data dir, or same socket', async (t) => {
-  const sameDir = turnhost(['serve', '--data-dir', dataDir, '--listen', 'none', '--socket', path.join(tmp, 'other.sock')]);
+  const sameDir = turnhost([
+    'serve',
+    '--data-dir',
+    dataDir,
+    '--listen',
+    'none',
+    '--socket',
+    path.join(tmp, 'other.sock'),
+  ]);
   t.equal(sameDir.code, 1);
   t.match(sameDir.stderr, /data_dir_in_use: .* another turnhost supervisor uses this data directory/);
   const local = turnhost(['run', '--local', '--data-dir', dataDir, '--cwd', tmp, '--', '/bin/true']);
   t.equal(local.code, 1, 'run --local refuses a data dir a server holds');
   t.match(local.stderr, /another turnhost supervisor/);
-  const sameSocket = turnhost(['serve', '--data-dir', path.join(tmp, 'second-data'), '--listen', 'none', '--socket', socket]);
+  const sameSocket = turnhost([
+    'serve',
+    '--data-dir',
+    path.join(tmp, 'second-data'),
+    '--listen',
+    'none',
+    '--socket',
+    socket,
+  ]);
   t.equal(sameSocket.code, 1);
   t.match(sameSocket.stderr, /socket_in_use/);
   t.ok(fs.statSync(socket).isSocket(), 'the live socket is left alone');
 });
 
 t.test('run through the server and --local', async (t) => {
-  const run = (args: string[], input?: string) => turnhost(['run', '--server', server, '--data-dir', dataDir, '--cwd', tmp, ...args], { input });
+  const run = (args: string[], input?: string) =>
+    turnhost(['run', '--server', server, '--data-dir', dataDir, '--cwd', tmp, ...args], { input });
 
   // The command waits a little so the attach stream is up before it prints.
   const echo = run(['--', '/bin/sh', '-c', 'sleep 1; echo hello from a turn']);
@@ -250,27 +332,64 @@ t.test('run through the server and --local', async (t) => {
   const refused = turnhost(['run', '--server', server, '--data-dir', dataDir, '--cwd', '/etc', '--', '/bin/true']);
   t.equal(refused.code, 2, 'a cwd outside the workspace roots is a usage error');
   t.match(refused.stderr, /cwd: must lie beneath/);
-  const missing = turnhost(['run', '--server', server, '--data-dir', dataDir, '--cwd', tmp, '--turn-id', 'bad id!', '--', '/bin/true']);
+  const missing = turnhost([
+    'run',
+    '--server',
+    server,
+    '--data-dir',
+    dataDir,
+    '--cwd',
+    tmp,
+    '--turn-id',
+    'bad id!',
+    '--',
+    '/bin/true',
+  ]);
   t.equal(missing.code, 2);
   t.match(missing.stderr, /turnId: /);
 
-  const local = turnhost(['run', '--local', '--data-dir', path.join(tmp, 'local-data'), '--cwd', tmp, '--', '/bin/sh', '-c', 'echo local; exit 7']);
+  const local = turnhost([
+    'run',
+    '--local',
+    '--data-dir',
+    path.join(tmp, 'local-data'),
+    '--cwd',
+    tmp,
+    '--',
+    '/bin/sh',
+    '-c',
+    'echo local; exit 7',
+  ]);
   t.equal(local.code, 7, local.stderr);
   t.equal(local.stdout, 'local\n');
 
   // After those turns the server holds one worker prepared for the next turn like them.
   let prepared: unknown;
   for (let attempt = 0; attempt < 150; attempt++) {
-    prepared = JSON.parse(turnhost(['status', '--json', '--server', server, '--data-dir', dataDir]).stdout).runtime.preparedWorkers;
+    prepared = JSON.parse(turnhost(['status', '--json', '--server', server, '--data-dir', dataDir]).stdout).runtime
+      .preparedWorkers;
     if ((prepared as { ready: number }).ready === 1) break;
     await new Promise((resolve) => setTimeout(resolve, 200));
   }
   t.same(prepared, { ready: 1, starting: 0 }, 'status shows the prepared worker');
-  t.match(turnhost(['status', '--server', server, '--data-dir', dataDir]).stdout, /prepared workers\s+1 ready, 0 starting/);
+  t.match(
+    turnhost(['status', '--server', server, '--data-dir', dataDir]).stdout,
+    /prepared workers\s+1 ready, 0 starting/,
+  );
   // The turns' proxies started the kernel relay; none of those commands opened a tunnel.
-  const relay = JSON.parse(turnhost(['status', '--json', '--server', server, '--data-dir', dataDir]).stdout).runtime.egressRelay;
-  t.same(relay, { state: 'ready', failure: null, adopted: 0, open: 0, refused: { relay_not_ready: 0, not_adoptable: 0 } });
-  t.match(turnhost(['status', '--server', server, '--data-dir', dataDir]).stdout, /^egress relay\s+ready, 0 tunnels spliced, 0 open$/m);
+  const relay = JSON.parse(turnhost(['status', '--json', '--server', server, '--data-dir', dataDir]).stdout).runtime
+    .egressRelay;
+  t.same(relay, {
+    state: 'ready',
+    failure: null,
+    adopted: 0,
+    open: 0,
+    refused: { relay_not_ready: 0, not_adoptable: 0 },
+  });
+  t.match(
+    turnhost(['status', '--server', server, '--data-dir', dataDir]).stdout,
+    /^egress relay\s+ready, 0 tunnels spliced, 0 open$/m,
+  );
 });
 
 t.test('SIGTERM stops serve cleanly and removes its socket', async (t) => {

@@ -6,7 +6,12 @@ import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import {
-  closeRoot, openRoot, readFile, validateRelativePath, writeFile, type RootHandle,
+  closeRoot,
+  openRoot,
+  readFile,
+  validateRelativePath,
+  writeFile,
+  type RootHandle,
 } from '../../../../supervisor/fs/guard.js';
 
 const sha = (data: string | Buffer): string => createHash('sha256').update(data).digest('hex');
@@ -34,7 +39,9 @@ function fixture(t: Test): Fixture {
 }
 
 function tempLeftovers(dir: string): string[] {
-  return (fs.readdirSync(dir, { recursive: true }) as string[]).filter((p) => path.basename(p).startsWith('.turnhost-tmp-'));
+  return (fs.readdirSync(dir, { recursive: true }) as string[]).filter((p) =>
+    path.basename(p).startsWith('.turnhost-tmp-'),
+  );
 }
 
 const create = { mode: 'create' as const, maxBytes: 1024 };
@@ -63,10 +70,18 @@ t.test('replace checks the expected content hash', async (t) => {
   const f = fixture(t);
   const file = path.join(f.root, 'doc.txt');
   fs.writeFileSync(file, 'v1');
-  const stale = writeFile(f.handle, 'doc.txt', Buffer.from('v2'), { mode: 'replace', maxBytes: 64, expectedSha256: sha('v0') });
+  const stale = writeFile(f.handle, 'doc.txt', Buffer.from('v2'), {
+    mode: 'replace',
+    maxBytes: 64,
+    expectedSha256: sha('v0'),
+  });
   t.match(stale, { ok: false, reason: 'stale_base' });
   t.equal(fs.readFileSync(file, 'utf8'), 'v1');
-  const fresh = writeFile(f.handle, 'doc.txt', Buffer.from('v2'), { mode: 'replace', maxBytes: 64, expectedSha256: sha('v1') });
+  const fresh = writeFile(f.handle, 'doc.txt', Buffer.from('v2'), {
+    mode: 'replace',
+    maxBytes: 64,
+    expectedSha256: sha('v1'),
+  });
   t.match(fresh, { ok: true, bytes: 2, replaced: true });
   t.equal(fs.readFileSync(file, 'utf8'), 'v2');
   const anyBase = writeFile(f.handle, 'doc.txt', Buffer.from('v3'), { mode: 'replace', maxBytes: 64 });
@@ -76,10 +91,17 @@ t.test('replace checks the expected content hash', async (t) => {
 
 t.test('replace of an absent file: stale with an expected hash, created without one', async (t) => {
   const f = fixture(t);
-  const withHash = writeFile(f.handle, 'new.txt', Buffer.from('x'), { mode: 'replace', maxBytes: 64, expectedSha256: sha('x') });
+  const withHash = writeFile(f.handle, 'new.txt', Buffer.from('x'), {
+    mode: 'replace',
+    maxBytes: 64,
+    expectedSha256: sha('x'),
+  });
   t.match(withHash, { ok: false, reason: 'stale_base' });
   t.notOk(fs.existsSync(path.join(f.root, 'new.txt')));
-  t.match(writeFile(f.handle, 'new.txt', Buffer.from('x'), { mode: 'replace', maxBytes: 64 }), { ok: true, replaced: false });
+  t.match(writeFile(f.handle, 'new.txt', Buffer.from('x'), { mode: 'replace', maxBytes: 64 }), {
+    ok: true,
+    replaced: false,
+  });
 });
 
 t.test('too_large: writes above the cap and reads of larger files', async (t) => {
@@ -93,10 +115,24 @@ t.test('too_large: writes above the cap and reads of larger files', async (t) =>
 
 t.test('invalid_path names the rule', async (t) => {
   const bad = [
-    '', '/etc/passwd', 'a/../b', '..', './a', 'a/.', 'a//b', 'a/', 'a\0b', 'a\nb', 'a\u007fb',
-    'x'.repeat(256), Array(65).fill('d').join('/'), Array(20).fill('y'.repeat(250)).join('/'), 'bad\ud800',
+    '',
+    '/etc/passwd',
+    'a/../b',
+    '..',
+    './a',
+    'a/.',
+    'a//b',
+    'a/',
+    'a\0b',
+    'a\nb',
+    'a\u007fb',
+    'x'.repeat(256),
+    Array(65).fill('d').join('/'),
+    Array(20).fill('y'.repeat(250)).join('/'),
+    'bad\ud800',
   ];
-  for (const p of bad) t.match(validateRelativePath(p), { ok: false, reason: 'invalid_path' }, JSON.stringify(p).slice(0, 40));
+  for (const p of bad)
+    t.match(validateRelativePath(p), { ok: false, reason: 'invalid_path' }, JSON.stringify(p).slice(0, 40));
   t.match(validateRelativePath('a/b c/ü.png'), { ok: true, components: ['a', 'b c', 'ü.png'] });
   t.match(validateRelativePath('x'.repeat(255)), { ok: true });
   const f = fixture(t);
@@ -111,10 +147,17 @@ t.test('hard link to a file outside the root is alias_denied and the outside fil
   fs.writeFileSync(secret, 'host secret');
   fs.linkSync(secret, path.join(f.root, 'linked'));
   const base = sha('host secret');
-  t.match(writeFile(f.handle, 'linked', Buffer.from('pwned'), { mode: 'replace', maxBytes: 64, expectedSha256: base }), {
-    ok: false, reason: 'alias_denied',
+  t.match(
+    writeFile(f.handle, 'linked', Buffer.from('pwned'), { mode: 'replace', maxBytes: 64, expectedSha256: base }),
+    {
+      ok: false,
+      reason: 'alias_denied',
+    },
+  );
+  t.match(writeFile(f.handle, 'linked', Buffer.from('pwned'), { mode: 'replace', maxBytes: 64 }), {
+    ok: false,
+    reason: 'alias_denied',
   });
-  t.match(writeFile(f.handle, 'linked', Buffer.from('pwned'), { mode: 'replace', maxBytes: 64 }), { ok: false, reason: 'alias_denied' });
   t.match(writeFile(f.handle, 'linked', Buffer.from('pwned'), create), { ok: false, reason: 'alias_denied' });
   t.match(readFile(f.handle, 'linked', 64), { ok: false, reason: 'alias_denied' });
   t.equal(fs.readFileSync(secret, 'utf8'), 'host secret');
@@ -125,9 +168,13 @@ t.test('hard link to a file outside the root is alias_denied and the outside fil
 t.test('a FIFO at the leaf is refused without hanging', async (t) => {
   const f = fixture(t);
   execFileSync('mkfifo', [path.join(f.root, 'pipe')]);
-  t.match(writeFile(f.handle, 'pipe', Buffer.from('x'), { mode: 'replace', maxBytes: 64 }), { ok: false, reason: 'alias_denied' });
+  t.match(writeFile(f.handle, 'pipe', Buffer.from('x'), { mode: 'replace', maxBytes: 64 }), {
+    ok: false,
+    reason: 'alias_denied',
+  });
   t.match(writeFile(f.handle, 'pipe', Buffer.from('x'), { mode: 'replace', maxBytes: 64, expectedSha256: sha('') }), {
-    ok: false, reason: 'alias_denied',
+    ok: false,
+    reason: 'alias_denied',
   });
   t.match(writeFile(f.handle, 'pipe', Buffer.from('x'), create), { ok: false, reason: 'alias_denied' });
   t.match(readFile(f.handle, 'pipe', 64), { ok: false, reason: 'alias_denied' });
@@ -141,7 +188,11 @@ t.test('sockets and devices at the leaf are alias_denied', async (t) => {
   t.teardown(() => server.close());
   execFileSync('mknod', [path.join(f.root, 'null'), 'c', '1', '3']);
   for (const leaf of ['sock', 'null']) {
-    t.match(writeFile(f.handle, leaf, Buffer.from('x'), { mode: 'replace', maxBytes: 64 }), { ok: false, reason: 'alias_denied' }, leaf);
+    t.match(
+      writeFile(f.handle, leaf, Buffer.from('x'), { mode: 'replace', maxBytes: 64 }),
+      { ok: false, reason: 'alias_denied' },
+      leaf,
+    );
     t.match(readFile(f.handle, leaf, 64), { ok: false, reason: 'alias_denied' }, leaf);
   }
 });
@@ -165,7 +216,10 @@ t.test('a symlink at the leaf is never followed', async (t) => {
   fs.symlinkSync(target, path.join(f.root, 'leaf'));
   fs.symlinkSync(path.join(f.outside, 'absent'), path.join(f.root, 'dangling'));
   t.match(writeFile(f.handle, 'leaf', Buffer.from('x'), create), { ok: false, reason: 'alias_denied' });
-  t.match(writeFile(f.handle, 'leaf', Buffer.from('x'), { mode: 'replace', maxBytes: 64 }), { ok: false, reason: 'alias_denied' });
+  t.match(writeFile(f.handle, 'leaf', Buffer.from('x'), { mode: 'replace', maxBytes: 64 }), {
+    ok: false,
+    reason: 'alias_denied',
+  });
   t.match(writeFile(f.handle, 'dangling', Buffer.from('x'), create), { ok: false, reason: 'alias_denied' });
   t.match(readFile(f.handle, 'leaf', 64), { ok: false, reason: 'alias_denied' });
   t.equal(fs.readFileSync(target, 'utf8'), 'outside');
@@ -193,12 +247,20 @@ t.test('readFile returns content and hash of a regular file', async (t) => {
 
 t.test('bad options name the field', async (t) => {
   const f = fixture(t);
-  t.match(writeFile(f.handle, 'x', Buffer.from('x'), { mode: 'create', maxBytes: -1 }), { ok: false, reason: 'invalid_option', detail: /maxBytes/ });
+  t.match(writeFile(f.handle, 'x', Buffer.from('x'), { mode: 'create', maxBytes: -1 }), {
+    ok: false,
+    reason: 'invalid_option',
+    detail: /maxBytes/,
+  });
   t.match(writeFile(f.handle, 'x', Buffer.from('x'), { mode: 'replace', maxBytes: 9, expectedSha256: 'abc' }), {
-    ok: false, reason: 'invalid_option', detail: /expectedSha256/,
+    ok: false,
+    reason: 'invalid_option',
+    detail: /expectedSha256/,
   });
   t.match(writeFile(f.handle, 'x', Buffer.from('x'), { mode: 'create', maxBytes: 9, fileMode: 0o4755 }), {
-    ok: false, reason: 'invalid_option', detail: /fileMode/,
+    ok: false,
+    reason: 'invalid_option',
+    detail: /fileMode/,
   });
 });
 
@@ -219,20 +281,23 @@ t.test('a held directory moved away before publication is topology_changed, noth
   const sys = await import('../../../../supervisor/fs/sys.js');
   let moved = false;
   // The worker's move lands exactly between the temp file's fsync and the publication.
-  const guard = await t.mockImport<typeof import('../../../../supervisor/fs/guard.js')>('../../../../supervisor/fs/guard.js', {
-    '../../../../supervisor/fs/sys.ts': {
-      ...sys,
-      fsync: (fd: number) => {
-        const synced = sys.fsync(fd);
-        if (!moved) {
-          moved = true;
-          fs.renameSync(path.join(f.root, 'a', 'b'), path.join(workerHome, 'b'));
-          fs.symlinkSync(f.outside, path.join(f.root, 'a', 'b'));
-        }
-        return synced;
+  const guard = await t.mockImport<typeof import('../../../../supervisor/fs/guard.js')>(
+    '../../../../supervisor/fs/guard.js',
+    {
+      '../../../../supervisor/fs/sys.ts': {
+        ...sys,
+        fsync: (fd: number) => {
+          const synced = sys.fsync(fd);
+          if (!moved) {
+            moved = true;
+            fs.renameSync(path.join(f.root, 'a', 'b'), path.join(workerHome, 'b'));
+            fs.symlinkSync(f.outside, path.join(f.root, 'a', 'b'));
+          }
+          return synced;
+        },
       },
     },
-  });
+  );
   const handle = guard.openRoot(f.root);
   if (!handle.ok) throw new Error(handle.detail);
   t.teardown(() => guard.closeRoot(handle));

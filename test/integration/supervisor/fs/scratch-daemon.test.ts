@@ -26,13 +26,20 @@ t.test('the daemon prunes the scratch area and keeps pinned files', async (t) =>
   const scratch = path.join(base, 'scratch');
   fs.mkdirSync(scratch);
   const old = new Date(Date.now() - 3600_000);
-  for (const [name, bytes] of [['old-a.bin', 60], ['old-b.pin', 60], ['new-c.bin', 30]] as const) {
+  for (const [name, bytes] of [
+    ['old-a.bin', 60],
+    ['old-b.pin', 60],
+    ['new-c.bin', 30],
+  ] as const) {
     const file = path.join(scratch, name);
     fs.writeFileSync(file, Buffer.alloc(bytes));
     if (name.startsWith('old')) fs.utimesSync(file, old, old);
   }
   const configPath = path.join(base, 'turnhost.json');
-  fs.writeFileSync(configPath, JSON.stringify({ fs: { scratch: { dir: scratch, capBytes: 100, pruneIntervalSeconds: 3600 } } }));
+  fs.writeFileSync(
+    configPath,
+    JSON.stringify({ fs: { scratch: { dir: scratch, capBytes: 100, pruneIntervalSeconds: 3600 } } }),
+  );
   const { logger } = createMemoryLogger('debug');
   const started = await startDaemon({
     configPath,
@@ -48,7 +55,11 @@ t.test('the daemon prunes the scratch area and keeps pinned files', async (t) =>
 
   // The first prune runs right after start; wait for its effect (bounded, not timed).
   for (let i = 0; i < 200 && fs.existsSync(path.join(scratch, 'old-a.bin')); i++) await sleep(25);
-  t.same(fs.readdirSync(scratch).sort(), ['new-c.bin', 'old-b.pin'], 'the oldest unpinned file went, the pinned one stayed');
+  t.same(
+    fs.readdirSync(scratch).sort(),
+    ['new-c.bin', 'old-b.pin'],
+    'the oldest unpinned file went, the pinned one stayed',
+  );
 
   const token = fs.readFileSync(path.join(base, 'data', 'api-token'), 'utf8').trim();
   const res = await fetch(`http://127.0.0.1:${daemon.http.tcp!.port}/api/governance/events?kind=scratch_overage`, {

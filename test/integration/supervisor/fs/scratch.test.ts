@@ -39,7 +39,9 @@ function put(dir: string, rel: string, kib: number, age: number): void {
 }
 
 function remaining(dir: string): string[] {
-  return (fs.readdirSync(dir, { recursive: true }) as string[]).filter((p) => fs.lstatSync(path.join(dir, p)).isFile()).sort();
+  return (fs.readdirSync(dir, { recursive: true }) as string[])
+    .filter((p) => fs.lstatSync(path.join(dir, p)).isFile())
+    .sort();
 }
 
 t.test('above the cap: oldest unpinned files go, pinned survive, one scratch_overage event', async (t) => {
@@ -51,11 +53,25 @@ t.test('above the cap: oldest unpinned files go, pinned survive, one scratch_ove
   put(scratch, 'newest.png', 4, 200);
   const { logger } = createMemoryLogger();
   const result = pruneScratch({
-    dir: scratch, capBytes: 10 * KIB, isPinned: (rel) => rel.startsWith('pinned/'), sink: store, logger,
+    dir: scratch,
+    capBytes: 10 * KIB,
+    isPinned: (rel) => rel.startsWith('pinned/'),
+    sink: store,
+    logger,
   });
   t.match(result, {
-    ok: true, bytes: 20 * KIB, files: 5, pinnedFiles: 1, pinnedBytes: 4 * KIB, overageBytes: 10 * KIB,
-    removedFiles: 3, removedBytes: 12 * KIB, remainingBytes: 8 * KIB, underCap: true, event: 'database', errorCount: 0,
+    ok: true,
+    bytes: 20 * KIB,
+    files: 5,
+    pinnedFiles: 1,
+    pinnedBytes: 4 * KIB,
+    overageBytes: 10 * KIB,
+    removedFiles: 3,
+    removedBytes: 12 * KIB,
+    remainingBytes: 8 * KIB,
+    underCap: true,
+    event: 'database',
+    errorCount: 0,
   });
   t.same(remaining(scratch), ['newest.png', 'pinned/oldest.png']);
   const page = store.query({ kind: 'scratch_overage' });
@@ -63,7 +79,12 @@ t.test('above the cap: oldest unpinned files go, pinned survive, one scratch_ove
   if (!page.ok) return;
   t.equal(page.events.length, 1);
   t.match(page.events[0], {
-    kind: 'scratch_overage', actor: 'server', sessionId: null, turnId: null, model: null, profile: null,
+    kind: 'scratch_overage',
+    actor: 'server',
+    sessionId: null,
+    turnId: null,
+    model: null,
+    profile: null,
     payload: { bytes: 20 * KIB, pinnedFiles: 1, pinnedBytes: 4 * KIB, overageBytes: 10 * KIB },
   });
 });
@@ -72,7 +93,13 @@ t.test('within the cap nothing is removed and no event is recorded', async (t) =
   const { scratch, store } = setup(t);
   put(scratch, 'a', 4, 100);
   put(scratch, 'b', 4, 50);
-  const result = pruneScratch({ dir: scratch, capBytes: 8 * KIB, isPinned: () => false, sink: store, logger: createMemoryLogger().logger });
+  const result = pruneScratch({
+    dir: scratch,
+    capBytes: 8 * KIB,
+    isPinned: () => false,
+    sink: store,
+    logger: createMemoryLogger().logger,
+  });
   t.match(result, { ok: true, bytes: 8 * KIB, overageBytes: 0, removedFiles: 0, event: 'not_needed', underCap: true });
   t.same(remaining(scratch), ['a', 'b']);
   const page = store.query({ kind: 'scratch_overage' });
@@ -85,7 +112,13 @@ t.test('pinned files alone above the cap: all survive, the area says it stays ov
   put(scratch, 'p2', 4, 50);
   put(scratch, 'u', 1, 500);
   const { logger, lines } = createMemoryLogger();
-  const result = pruneScratch({ dir: scratch, capBytes: 4 * KIB, isPinned: (rel) => rel.startsWith('p'), sink: store, logger });
+  const result = pruneScratch({
+    dir: scratch,
+    capBytes: 4 * KIB,
+    isPinned: (rel) => rel.startsWith('p'),
+    sink: store,
+    logger,
+  });
   t.match(result, { ok: true, removedFiles: 1, remainingBytes: 8 * KIB, underCap: false, event: 'database' });
   t.same(remaining(scratch), ['p1', 'p2']);
   t.ok(lines.some((l) => l.includes('stays above its cap')));
@@ -95,7 +128,13 @@ t.test('a throwing isPinned keeps the file', async (t) => {
   const { scratch, store } = setup(t);
   put(scratch, 'a', 4, 100);
   const result = pruneScratch({
-    dir: scratch, capBytes: 0, isPinned: () => { throw new Error('policy unavailable'); }, sink: store, logger: createMemoryLogger().logger,
+    dir: scratch,
+    capBytes: 0,
+    isPinned: () => {
+      throw new Error('policy unavailable');
+    },
+    sink: store,
+    logger: createMemoryLogger().logger,
   });
   t.match(result, { ok: true, removedFiles: 0, pinnedFiles: 1 });
   t.same(remaining(scratch), ['a']);
@@ -110,7 +149,13 @@ t.test('links in scratch are never followed: outside files untouched, not counte
   fs.symlinkSync(path.join(outside, 'big'), path.join(scratch, 'big-link'));
   fs.symlinkSync(path.join(outside, 'dir'), path.join(scratch, 'dir-link'));
   put(scratch, 'own', 2, 10);
-  const result = pruneScratch({ dir: scratch, capBytes: 0, isPinned: () => false, sink: store, logger: createMemoryLogger().logger });
+  const result = pruneScratch({
+    dir: scratch,
+    capBytes: 0,
+    isPinned: () => false,
+    sink: store,
+    logger: createMemoryLogger().logger,
+  });
   t.match(result, { ok: true, bytes: 2 * KIB, files: 1, removedFiles: 1 });
   t.equal(fs.statSync(path.join(outside, 'big')).size, 64 * KIB);
   t.equal(fs.statSync(path.join(outside, 'dir', 'old')).size, 8 * KIB);
@@ -120,31 +165,59 @@ t.test('links in scratch are never followed: outside files untouched, not counte
 t.test('a failed event append is reported, the prune still happens', async (t) => {
   const { scratch } = setup(t);
   put(scratch, 'a', 4, 100);
-  const refusing: EventSink = { append: (): AppendResult => ({ ok: false, reason: 'invalid_event', detail: 'simulated' }) };
+  const refusing: EventSink = {
+    append: (): AppendResult => ({ ok: false, reason: 'invalid_event', detail: 'simulated' }),
+  };
   const { logger, lines } = createMemoryLogger();
   const result = pruneScratch({ dir: scratch, capBytes: 0, isPinned: () => false, sink: refusing, logger });
   t.match(result, { ok: true, removedFiles: 1, event: 'failed' });
   t.ok(lines.some((l) => l.includes('scratch_overage event refused')));
-  const fallback: EventSink = { append: (): AppendResult => ({ ok: true, stored: 'fallback', detail: 'database busy' }) };
+  const fallback: EventSink = {
+    append: (): AppendResult => ({ ok: true, stored: 'fallback', detail: 'database busy' }),
+  };
   put(scratch, 'b', 4, 100);
-  t.match(pruneScratch({ dir: scratch, capBytes: 0, isPinned: () => false, sink: fallback, logger }), { ok: true, event: 'fallback' });
+  t.match(pruneScratch({ dir: scratch, capBytes: 0, isPinned: () => false, sink: fallback, logger }), {
+    ok: true,
+    event: 'fallback',
+  });
 });
 
 t.test('a missing or symlinked scratch dir is refused', async (t) => {
   const { scratch, outside, store } = setup(t);
   const logger = createMemoryLogger().logger;
-  t.match(pruneScratch({ dir: path.join(scratch, 'nope'), capBytes: 1, isPinned: () => false, sink: store, logger }), { ok: false, reason: 'not_found' });
+  t.match(pruneScratch({ dir: path.join(scratch, 'nope'), capBytes: 1, isPinned: () => false, sink: store, logger }), {
+    ok: false,
+    reason: 'not_found',
+  });
   fs.symlinkSync(outside, path.join(scratch, 'link'));
-  t.match(pruneScratch({ dir: path.join(scratch, 'link'), capBytes: 1, isPinned: () => false, sink: store, logger }), { ok: false, reason: 'alias_denied' });
-  t.match(pruneScratch({ dir: scratch, capBytes: -1, isPinned: () => false, sink: store, logger }), { ok: false, reason: 'invalid_option' });
+  t.match(pruneScratch({ dir: path.join(scratch, 'link'), capBytes: 1, isPinned: () => false, sink: store, logger }), {
+    ok: false,
+    reason: 'alias_denied',
+  });
+  t.match(pruneScratch({ dir: scratch, capBytes: -1, isPinned: () => false, sink: store, logger }), {
+    ok: false,
+    reason: 'invalid_option',
+  });
 });
 
 t.test('startScratchPruner prunes periodically until stopped', async (t) => {
   const { scratch } = setup(t);
   put(scratch, 'a', 4, 100);
   const events: EventInput[] = [];
-  const sink: EventSink = { append: (input) => { events.push(input); return { ok: true, stored: 'database', ids: [events.length] }; } };
-  const stop = startScratchPruner({ dir: scratch, capBytes: 0, isPinned: () => false, sink, logger: createMemoryLogger().logger, intervalSeconds: 0.01 });
+  const sink: EventSink = {
+    append: (input) => {
+      events.push(input);
+      return { ok: true, stored: 'database', ids: [events.length] };
+    },
+  };
+  const stop = startScratchPruner({
+    dir: scratch,
+    capBytes: 0,
+    isPinned: () => false,
+    sink,
+    logger: createMemoryLogger().logger,
+    intervalSeconds: 0.01,
+  });
   for (let i = 0; i < 1000 && (events.length < 2 || remaining(scratch).length > 0); i++) {
     if (events.length === 1 && !fs.existsSync(path.join(scratch, 'b'))) put(scratch, 'b', 4, 100);
     await new Promise((resolve) => setTimeout(resolve, 5));
@@ -152,5 +225,14 @@ t.test('startScratchPruner prunes periodically until stopped', async (t) => {
   stop();
   t.equal(events.length, 2, 'one event per over-cap prune');
   t.same(remaining(scratch), []);
-  t.throws(() => startScratchPruner({ dir: scratch, capBytes: 0, isPinned: () => false, sink, logger: createMemoryLogger().logger, intervalSeconds: 0 }));
+  t.throws(() =>
+    startScratchPruner({
+      dir: scratch,
+      capBytes: 0,
+      isPinned: () => false,
+      sink,
+      logger: createMemoryLogger().logger,
+      intervalSeconds: 0,
+    }),
+  );
 });

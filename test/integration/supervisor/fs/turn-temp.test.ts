@@ -6,7 +6,10 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { closeRoot, readFile } from '../../../../supervisor/fs/guard.js';
 import {
-  createTurnTemp, measureTurnTemp, purgeTurnTemp, turnTempPurgePayload,
+  createTurnTemp,
+  measureTurnTemp,
+  purgeTurnTemp,
+  turnTempPurgePayload,
 } from '../../../../supervisor/fs/turn-temp.js';
 
 const WORKER_UID = 65011;
@@ -21,7 +24,10 @@ function snapshot(dir: string): Snapshot {
   for (const rel of fs.readdirSync(dir, { recursive: true }) as string[]) {
     const st = fs.lstatSync(path.join(dir, rel));
     out[rel] = {
-      mode: st.mode, size: st.size, nlink: st.nlink, mtimeMs: st.mtimeMs,
+      mode: st.mode,
+      size: st.size,
+      nlink: st.nlink,
+      mtimeMs: st.mtimeMs,
       ...(st.isFile() ? { content: fs.readFileSync(path.join(dir, rel), 'utf8') } : {}),
     };
   }
@@ -34,7 +40,11 @@ function etcFacts(): Record<string, { mtimeMs: number; size: number; ino: number
     const st = fs.lstatSync(path.join('/etc', name));
     facts[name] = { mtimeMs: st.mtimeMs, size: st.size, ino: st.ino };
   }
-  facts['.'] = { mtimeMs: fs.statSync('/etc').mtimeMs, size: fs.readdirSync('/etc').length, ino: fs.statSync('/etc').ino };
+  facts['.'] = {
+    mtimeMs: fs.statSync('/etc').mtimeMs,
+    size: fs.readdirSync('/etc').length,
+    ino: fs.statSync('/etc').ino,
+  };
   return facts;
 }
 
@@ -59,8 +69,14 @@ t.test('createTurnTemp: 0700, owned by the worker uid, held', async (t) => {
   t.equal(st.uid, WORKER_UID);
   t.equal(st.gid, WORKER_UID);
   t.equal(st.mode & 0o777, 0o700);
-  t.match(createTurnTemp({ parentDir: parent, name: 'turn-1', uid: WORKER_UID, gid: WORKER_UID }), { ok: false, reason: 'exists' });
-  t.match(createTurnTemp({ parentDir: parent, name: '../x', uid: WORKER_UID, gid: WORKER_UID }), { ok: false, reason: 'invalid_path' });
+  t.match(createTurnTemp({ parentDir: parent, name: 'turn-1', uid: WORKER_UID, gid: WORKER_UID }), {
+    ok: false,
+    reason: 'exists',
+  });
+  t.match(createTurnTemp({ parentDir: parent, name: '../x', uid: WORKER_UID, gid: WORKER_UID }), {
+    ok: false,
+    reason: 'invalid_path',
+  });
 });
 
 t.test('createTurnTemp refuses a parent a worker could write', async (t) => {
@@ -68,13 +84,22 @@ t.test('createTurnTemp refuses a parent a worker could write', async (t) => {
   const open = path.join(dir, 'open');
   fs.mkdirSync(open);
   fs.chmodSync(open, 0o1777);
-  t.match(createTurnTemp({ parentDir: open, name: 'turn', uid: WORKER_UID, gid: WORKER_UID }), { ok: false, reason: 'alias_denied' });
+  t.match(createTurnTemp({ parentDir: open, name: 'turn', uid: WORKER_UID, gid: WORKER_UID }), {
+    ok: false,
+    reason: 'alias_denied',
+  });
   const foreign = path.join(dir, 'foreign');
   fs.mkdirSync(foreign, { mode: 0o755 });
   fs.chownSync(foreign, WORKER_UID, WORKER_UID);
-  t.match(createTurnTemp({ parentDir: foreign, name: 'turn', uid: WORKER_UID, gid: WORKER_UID }), { ok: false, reason: 'alias_denied' });
+  t.match(createTurnTemp({ parentDir: foreign, name: 'turn', uid: WORKER_UID, gid: WORKER_UID }), {
+    ok: false,
+    reason: 'alias_denied',
+  });
   fs.symlinkSync(open, path.join(dir, 'link'));
-  t.match(createTurnTemp({ parentDir: path.join(dir, 'link'), name: 'turn', uid: WORKER_UID, gid: WORKER_UID }), { ok: false, reason: 'alias_denied' });
+  t.match(createTurnTemp({ parentDir: path.join(dir, 'link'), name: 'turn', uid: WORKER_UID, gid: WORKER_UID }), {
+    ok: false,
+    reason: 'alias_denied',
+  });
 });
 
 t.test('purge: symlinks to /etc and outside, a hard link, a fifo, a socket, nested dirs', async (t) => {
@@ -101,21 +126,37 @@ t.test('purge: symlinks to /etc and outside, a hard link, a fifo, a socket, nest
   const outsideBefore = snapshot(outside);
   const etcBefore = etcFacts();
 
-  t.match(readFile(temp, 'a/one', 64), { ok: true }, 'the supervisor reads what the worker produced through the held fd');
+  t.match(
+    readFile(temp, 'a/one', 64),
+    { ok: true },
+    'the supervisor reads what the worker produced through the held fd',
+  );
   t.match(readFile(temp, 'a/b/hardlink', 64), { ok: false, reason: 'alias_denied' });
 
   const measured = measureTurnTemp(temp);
   t.match(measured, { files: 3, bytes: 8, linkedFiles: 1, specialFiles: 6, directories: 3, errorCount: 0 });
 
   const purge = purgeTurnTemp(temp);
-  t.match(purge, { files: 3, bytes: 8, linkedFiles: 1, specialFiles: 6, directories: 3, outcome: 'purged', errorCount: 0 });
+  t.match(purge, {
+    files: 3,
+    bytes: 8,
+    linkedFiles: 1,
+    specialFiles: 6,
+    directories: 3,
+    outcome: 'purged',
+    errorCount: 0,
+  });
   t.same(turnTempPurgePayload(purge), { files: 3, bytes: 8, linkedFiles: 1, specialFiles: 6, outcome: 'purged' });
   t.same(fs.readdirSync(tree), [], 'everything beneath the root is gone');
   t.ok(fs.statSync(tree).isDirectory(), 'the root stays without removeRoot');
 
   const outsideAfter = snapshot(outside);
   t.equal(outsideAfter['secret']?.nlink, 1, 'the hard link name was unlinked');
-  t.same({ ...outsideAfter, secret: { ...outsideAfter['secret'], nlink: 2 } }, outsideBefore, 'outside unchanged apart from the link count');
+  t.same(
+    { ...outsideAfter, secret: { ...outsideAfter['secret'], nlink: 2 } },
+    outsideBefore,
+    'outside unchanged apart from the link count',
+  );
   t.equal(fs.readFileSync(path.join(outside, 'secret'), 'utf8'), 'host secret');
   t.same(etcFacts(), etcBefore, 'nothing under /etc was touched');
 

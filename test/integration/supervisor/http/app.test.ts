@@ -27,7 +27,11 @@ t.test('auth: health is public; everything else needs the right bearer token', a
   const lower = await s.request('GET', '/api/status', { token: null, headers: { authorization: `Bearer  ${TOKEN}` } });
   t.equal(lower.status, 401, 'malformed header is refused');
   t.equal((await s.request('GET', '/api/status')).status, 200);
-  t.equal((await s.request('GET', '/api/nothing', { token: null })).status, 401, 'unknown routes do not answer before auth');
+  t.equal(
+    (await s.request('GET', '/api/nothing', { token: null })).status,
+    401,
+    'unknown routes do not answer before auth',
+  );
 });
 
 t.test('status, worker-host check and their shapes', async (t) => {
@@ -49,10 +53,16 @@ t.test('status, worker-host check and their shapes', async (t) => {
   const after = await s.request('GET', '/api/status');
   t.equal(after.json.runtime.workerHost.ordinary.trigger, 'check', 'status shows the latest probe');
 
-  const withBody = await s.request('POST', '/api/status/worker-host', { body: '{}', headers: { 'content-type': 'application/json' } });
+  const withBody = await s.request('POST', '/api/status/worker-host', {
+    body: '{}',
+    headers: { 'content-type': 'application/json' },
+  });
   t.equal(withBody.status, 400);
   t.same(withBody.json, { error: 'body: this request takes no body', code: 'invalid_request' });
-  const chunked = await s.request('POST', '/api/status/worker-host', { body: 'x', headers: { 'transfer-encoding': 'chunked' } });
+  const chunked = await s.request('POST', '/api/status/worker-host', {
+    body: 'x',
+    headers: { 'transfer-encoding': 'chunked' },
+  });
   t.equal(chunked.status, 400, 'a chunked body counts as a body');
   t.equal(s.probeCalls(), 1, 'refused checks run no probe');
 });
@@ -76,7 +86,10 @@ t.test('404, 405, 413', async (t) => {
   t.equal(postHealth.status, 405);
 
   const big = Buffer.alloc(1024 * 1024 + 1, 'a');
-  const tooLarge = await s.request('POST', '/api/status/worker-host', { body: big, headers: { 'content-type': 'application/json' } });
+  const tooLarge = await s.request('POST', '/api/status/worker-host', {
+    body: big,
+    headers: { 'content-type': 'application/json' },
+  });
   t.equal(tooLarge.status, 413);
   t.same(tooLarge.json, { error: 'body: larger than 1048576 bytes', code: 'body_too_large' });
   t.equal(s.probeCalls(), 0);
@@ -99,7 +112,8 @@ t.test('500 hides internals and logs the stack; logs never carry tokens, queries
   await s.request('GET', '/api/governance/events?session=QUERYSECRET', { headers: { 'x-custom': 'HEADERSECRET' } });
   await s.request('POST', '/api/status/worker-host', { body: 'BODYSECRET' });
   const all = s.lines.join('\n');
-  for (const secret of [TOKEN, 'QUERYSECRET', 'HEADERSECRET', 'BODYSECRET']) t.notOk(all.includes(secret), `log does not contain ${secret}`);
+  for (const secret of [TOKEN, 'QUERYSECRET', 'HEADERSECRET', 'BODYSECRET'])
+    t.notOk(all.includes(secret), `log does not contain ${secret}`);
   t.ok(all.includes('/api/governance/events'), 'the path is logged');
 });
 
@@ -118,8 +132,23 @@ t.test('governance events: filters, paging, parameter errors', async (t) => {
   t.equal(all.json.events.length, 5);
   t.equal(all.json.nextAfter, null);
   const ids = all.json.events.map((e: { id: number }) => e.id);
-  t.same(ids, [...ids].sort((a: number, b: number) => a - b), 'id order');
-  t.match(all.json.events[0], { id: Number, sessionId: 's1', turnId: 't1', at: String, kind: 'egress_denial', schemaVersion: 1, actor: 'server', model: null, profile: null, payload: { host: 'blocked.example' } });
+  t.same(
+    ids,
+    [...ids].sort((a: number, b: number) => a - b),
+    'id order',
+  );
+  t.match(all.json.events[0], {
+    id: Number,
+    sessionId: 's1',
+    turnId: 't1',
+    at: String,
+    kind: 'egress_denial',
+    schemaVersion: 1,
+    actor: 'server',
+    model: null,
+    profile: null,
+    payload: { host: 'blocked.example' },
+  });
 
   const s1 = await s.request('GET', '/api/governance/events?session=s1');
   t.equal(s1.json.events.length, 3);
@@ -130,9 +159,15 @@ t.test('governance events: filters, paging, parameter errors', async (t) => {
   t.equal(first.json.events.length, 2);
   t.equal(first.json.nextAfter, ids[1]);
   const second = await s.request('GET', `/api/governance/events?limit=2&after=${first.json.nextAfter}`);
-  t.same(second.json.events.map((e: { id: number }) => e.id), ids.slice(2, 4));
+  t.same(
+    second.json.events.map((e: { id: number }) => e.id),
+    ids.slice(2, 4),
+  );
   const last = await s.request('GET', `/api/governance/events?limit=2&after=${second.json.nextAfter}`);
-  t.same(last.json.events.map((e: { id: number }) => e.id), ids.slice(4));
+  t.same(
+    last.json.events.map((e: { id: number }) => e.id),
+    ids.slice(4),
+  );
   t.equal(last.json.nextAfter, null);
 
   const bad: Array<[string, string]> = [
@@ -165,7 +200,11 @@ t.test('event stream: live events after connecting, filtered', async (t) => {
   s.store.append(event('egress_denial', 's1', 'a'));
   s.store.appendBatch([event('host_write_refused', 's1', 'b'), event('egress_denial', 'other')]);
   const got = await messages;
-  t.same(got.map((m) => m.event.turnId), ['a', 'b'], 'only matching events appended after connecting');
+  t.same(
+    got.map((m) => m.event.turnId),
+    ['a', 'b'],
+    'only matching events appended after connecting',
+  );
   ws.close();
 });
 
@@ -184,8 +223,14 @@ t.test('event stream: replay after `after`, then live, no gaps and no duplicates
   const ids = got.map((m) => m.event.id as number);
   t.equal(new Set(ids).size, ids.length, 'no duplicates');
   t.equal(ids[0], from + 1, 'starts right after `after`');
-  t.ok(ids.every((id, i) => i === 0 || id === ids[i - 1]! + 1), 'no gaps');
-  t.same(got.slice(-3).map((m) => m.event.turnId), ['live1', 'live2', 'live3']);
+  t.ok(
+    ids.every((id, i) => i === 0 || id === ids[i - 1]! + 1),
+    'no gaps',
+  );
+  t.same(
+    got.slice(-3).map((m) => m.event.turnId),
+    ['live1', 'live2', 'live3'],
+  );
   ws.close();
 });
 

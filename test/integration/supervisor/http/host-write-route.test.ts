@@ -50,7 +50,12 @@ t.teardown(async () => {
   fs.rmSync(outside, { recursive: true, force: true });
 });
 
-function put(id: string, query: string, body: Buffer | string, options: { chunked?: boolean } = {}): Promise<{ status: number; json: any }> {
+function put(
+  id: string,
+  query: string,
+  body: Buffer | string,
+  options: { chunked?: boolean } = {},
+): Promise<{ status: number; json: any }> {
   const data = Buffer.from(body);
   const length = options.chunked ? { 'transfer-encoding': 'chunked' } : { 'content-length': data.length };
   return new Promise((resolve, reject) => {
@@ -65,7 +70,9 @@ function put(id: string, query: string, body: Buffer | string, options: { chunke
       (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, json: JSON.parse(Buffer.concat(chunks).toString() || 'null') }));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, json: JSON.parse(Buffer.concat(chunks).toString() || 'null') }),
+        );
       },
     );
     // A refused upload may be cut off mid-body (EPIPE): the answer already arrived or will.
@@ -132,7 +139,11 @@ t.test('host writes into a running turn', async (t) => {
   const stale = await put(id, `path=sub/a.txt&mode=replace&sha256=${sha('first')}`, 'third');
   t.equal(stale.status, 409);
   t.equal(stale.json.code, 'stale_base');
-  t.equal(fs.readFileSync(path.join(harness.workspace, 'sub/a.txt'), 'utf8'), 'second', 'stale write left the file alone');
+  t.equal(
+    fs.readFileSync(path.join(harness.workspace, 'sub/a.txt'), 'utf8'),
+    'second',
+    'stale write left the file alone',
+  );
 
   fs.symlinkSync(outside, path.join(harness.workspace, 'escape'));
   const throughLink = await put(id, 'path=escape/planted.txt&mode=create', 'x');
@@ -184,7 +195,10 @@ t.test('host writes into a running turn', async (t) => {
   t.equal((await put('turn_unknown', 'path=a&mode=create', 'x')).status, 404);
 
   const writes = eventsOf(harness, id, 'host_write');
-  t.same(writes.map((p) => p['path']), ['sub/a.txt', 'sub/a.txt', 'cap.bin', 'from-host/in.txt']);
+  t.same(
+    writes.map((p) => p['path']),
+    ['sub/a.txt', 'sub/a.txt', 'cap.bin', 'from-host/in.txt'],
+  );
   t.same(writes[1], { path: 'sub/a.txt', bytes: 6, sha256: sha('second'), replaced: true });
   const refused = eventsOf(harness, id, 'host_write_refused');
   t.same(
@@ -240,11 +254,15 @@ t.test('turn temp: purged at turn end without following links, with a receipt', 
 t.test('separate uid: the worker uid owns and reaches its turn temp', async (t) => {
   const separate = await createTurnHarness({ slot: 43 });
   t.teardown(() => separate.close());
-  const run = await runTurn(separate, { argv: ['/bin/sh', '-c', 'id -u; stat -c %u:%a "$TMPDIR"; echo x > "$TMPDIR/f" && echo wrote'] });
+  const run = await runTurn(separate, {
+    argv: ['/bin/sh', '-c', 'id -u; stat -c %u:%a "$TMPDIR"; echo x > "$TMPDIR/f" && echo wrote'],
+  });
   t.equal(run.result.status, 'ok', run.result.detail ?? run.stderr);
   t.equal(run.record.identity, 'separate_uid', 'the turn ran as a separate uid');
   const [uid, owner, wrote] = run.stdout.trim().split('\n');
   t.equal(owner, `${uid}:700`, 'the turn temp is 0700 and owned by the worker uid');
   t.equal(wrote, 'wrote');
-  t.same(eventsOf(separate, run.id, 'turn_temp_purge'), [{ files: 1, bytes: 2, linkedFiles: 0, specialFiles: 0, outcome: 'purged' }]);
+  t.same(eventsOf(separate, run.id, 'turn_temp_purge'), [
+    { files: 1, bytes: 2, linkedFiles: 0, specialFiles: 0, outcome: 'purged' },
+  ]);
 });

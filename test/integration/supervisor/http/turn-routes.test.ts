@@ -11,12 +11,27 @@ const RESULT: TurnResult = {
   exitCode: 3,
   signal: null,
   durationMs: 5,
-  usage: { userCpuUsec: 1, systemCpuUsec: 1, maxRssKiB: 1, cgroupCpuUsec: null, memoryPeakBytes: null, pidsPeak: null, oomKills: null },
+  usage: {
+    userCpuUsec: 1,
+    systemCpuUsec: 1,
+    maxRssKiB: 1,
+    cgroupCpuUsec: null,
+    memoryPeakBytes: null,
+    pidsPeak: null,
+    oomKills: null,
+  },
   limitHits: [],
 };
 
 /** A turn manager that validates with the real validator and echoes input back as output. */
-function fakeTurns(): { turns: TurnManager; inputs: string[]; resizes: Array<[number, number]>; signals: string[]; finish(id: string): void; mode: { next: string | null } } {
+function fakeTurns(): {
+  turns: TurnManager;
+  inputs: string[];
+  resizes: Array<[number, number]>;
+  signals: string[];
+  finish(id: string): void;
+  mode: { next: string | null };
+} {
   const config = defaultConfig({ installed: false, cwd: '/work' });
   const records = new Map<string, TurnRecord>();
   const channels = new Map<string, OutputChannel>();
@@ -33,7 +48,8 @@ function fakeTurns(): { turns: TurnManager; inputs: string[]; resizes: Array<[nu
   const turns: TurnManager = {
     async create(body) {
       if (mode.next === 'unsupported') return fail('worker_host_unsupported', 'cgroup v2 delegation is missing');
-      if (mode.next === 'capacity') return fail('capacity_exhausted', '4 turns are running; the limit is 4 (turns.maxConcurrent)');
+      if (mode.next === 'capacity')
+        return fail('capacity_exhausted', '4 turns are running; the limit is 4 (turns.maxConcurrent)');
       const validated = validateTurnRequest(body, config);
       if (!validated.ok) return validated;
       const id = validated.request.turnId ?? `turn_${records.size + 1}`;
@@ -58,7 +74,8 @@ function fakeTurns(): { turns: TurnManager; inputs: string[]; resizes: Array<[nu
       return ok({ turn: record });
     },
     get: (id) => records.get(id),
-    list: (filter) => [...records.values()].filter((r) => filter?.sessionId === undefined || r.sessionId === filter.sessionId),
+    list: (filter) =>
+      [...records.values()].filter((r) => filter?.sessionId === undefined || r.sessionId === filter.sessionId),
     cancel(id) {
       const record = records.get(id);
       if (!record) return fail('not_found', `no turn ${id}`);
@@ -93,7 +110,8 @@ function fakeTurns(): { turns: TurnManager; inputs: string[]; resizes: Array<[nu
   return { turns, inputs, resizes, signals, finish, mode };
 }
 
-const body = (extra: Record<string, unknown> = {}) => JSON.stringify({ sessionId: 's1', mode: 'ordinary', argv: ['/bin/true'], cwd: '/work', ...extra });
+const body = (extra: Record<string, unknown> = {}) =>
+  JSON.stringify({ sessionId: 's1', mode: 'ordinary', argv: ['/bin/true'], cwd: '/work', ...extra });
 const json = { 'content-type': 'application/json' };
 
 t.test('turn routes exist only with a turn manager', async (t) => {
@@ -140,7 +158,10 @@ t.test('create, read, list, cancel and their errors', async (t) => {
   t.match(noType.json.error, /^body: /);
   const array = await s.request('POST', '/api/turns', { body: '[1]', headers: json });
   t.match(array.json, { code: 'invalid_request', error: /^body: / });
-  const big = await s.request('POST', '/api/turns', { body: Buffer.alloc(2 * 1024 * 1024, ' '), headers: { ...json, 'transfer-encoding': 'chunked' } });
+  const big = await s.request('POST', '/api/turns', {
+    body: Buffer.alloc(2 * 1024 * 1024, ' '),
+    headers: { ...json, 'transfer-encoding': 'chunked' },
+  });
   t.equal(big.status, 413, 'a chunked body over the cap');
   t.equal(big.json.code, 'body_too_large');
 
@@ -151,7 +172,11 @@ t.test('create, read, list, cancel and their errors', async (t) => {
   fake.mode.next = 'unsupported';
   const refused = await s.request('POST', '/api/turns', { body: body(), headers: json });
   t.equal(refused.status, 503);
-  t.same(refused.json, { error: 'cgroup v2 delegation is missing', code: 'worker_host_unsupported', requirement: 'cgroup v2 delegation is missing' });
+  t.same(refused.json, {
+    error: 'cgroup v2 delegation is missing',
+    code: 'worker_host_unsupported',
+    requirement: 'cgroup v2 delegation is missing',
+  });
   fake.mode.next = 'capacity';
   const full = await s.request('POST', '/api/turns', { body: body(), headers: json });
   t.equal(full.status, 429);
@@ -160,9 +185,18 @@ t.test('create, read, list, cancel and their errors', async (t) => {
   fake.mode.next = null;
 
   await s.request('POST', '/api/turns', { body: body({ sessionId: 's2', turnId: 'two' }), headers: json });
-  t.same((await s.request('GET', '/api/turns')).json.turns.map((r: TurnRecord) => r.id), ['one', 'two']);
-  t.same((await s.request('GET', '/api/turns?session=s2')).json.turns.map((r: TurnRecord) => r.id), ['two']);
-  t.match((await s.request('GET', '/api/turns?sesion=s2')).json, { code: 'invalid_request', error: /^sesion: unknown parameter/ });
+  t.same(
+    (await s.request('GET', '/api/turns')).json.turns.map((r: TurnRecord) => r.id),
+    ['one', 'two'],
+  );
+  t.same(
+    (await s.request('GET', '/api/turns?session=s2')).json.turns.map((r: TurnRecord) => r.id),
+    ['two'],
+  );
+  t.match((await s.request('GET', '/api/turns?sesion=s2')).json, {
+    code: 'invalid_request',
+    error: /^sesion: unknown parameter/,
+  });
   t.equal((await s.request('GET', '/api/turns/one')).json.turn.id, 'one');
   t.equal((await s.request('GET', '/api/turns/nope')).status, 404);
   t.equal((await s.request('GET', '/api/turns/..%2F..')).status, 404);
@@ -175,7 +209,11 @@ t.test('create, read, list, cancel and their errors', async (t) => {
   t.equal(again.status, 409);
   t.equal(again.json.code, 'not_running');
   t.equal((await s.request('POST', '/api/turns/zzz/cancel')).status, 404);
-  t.equal((await s.request('POST', '/api/turns/two/cancel', { body: '{}', headers: json })).status, 400, 'cancel takes no body');
+  t.equal(
+    (await s.request('POST', '/api/turns/two/cancel', { body: '{}', headers: json })).status,
+    400,
+    'cancel takes no body',
+  );
   t.equal((await s.request('GET', '/api/turns/two/cancel')).status, 405);
 });
 
@@ -209,7 +247,10 @@ t.test('attach: backlog, input, resize, signal, exit record, auth', async (t) =>
   ws.send('not json');
   ws.send(JSON.stringify({ type: 'teleport' }));
   const errs = await errors;
-  t.same(errs.map((e) => e.error.split(':')[0]), ['cols', 'signal', 'message', 'type']);
+  t.same(
+    errs.map((e) => e.error.split(':')[0]),
+    ['cols', 'signal', 'message', 'type'],
+  );
   t.same(fake.resizes, [[100, 30]]);
   t.same(fake.signals, ['SIGINT']);
 
@@ -222,5 +263,9 @@ t.test('attach: backlog, input, resize, signal, exit record, auth', async (t) =>
   const late = s.ws('/api/turns/att/attach');
   const replay = nextMessages(late, 3);
   const lateMessages = await replay;
-  t.same(lateMessages.map((m) => m.type), ['output', 'output', 'exit'], 'a finished turn replays its backlog and exit');
+  t.same(
+    lateMessages.map((m) => m.type),
+    ['output', 'output', 'exit'],
+    'a finished turn replays its backlog and exit',
+  );
 });

@@ -30,7 +30,11 @@ function cgroupMounts(): Mount[] {
     .map((line) => {
       const [before, after] = line.split(' - ');
       const [fsType, , options] = (after ?? '').split(' ');
-      return { mountPoint: (before ?? '').split(' ')[4] ?? '', fsType: fsType ?? '', superOptions: (options ?? '').split(',') };
+      return {
+        mountPoint: (before ?? '').split(' ')[4] ?? '',
+        fsType: fsType ?? '',
+        superOptions: (options ?? '').split(','),
+      };
     })
     .filter((m) => (m.fsType === 'cgroup' || m.fsType === 'cgroup2') && m.mountPoint.startsWith('/sys/fs/cgroup'));
 }
@@ -52,44 +56,78 @@ const v1MountOf = (controller: string): Mount | undefined => v1Mounts.find((m) =
 
 t.test('the cgroup layout the probe reports is the one the kernel shows', async (t) => {
   const layout = discoverCgroupLayout(REAL_ROOTS);
-  const expectedKind = v2Mount && v1Mounts.length === 0 ? 'v2' : v2Mount ? 'hybrid' : v1Mounts.length > 0 ? 'v1' : 'none';
-  t.equal(layout.kind, expectedKind, `mountinfo shows ${v1Mounts.length} v1 hierarchies and ${v2Mount ? 'a' : 'no'} cgroup2 mount`);
+  const expectedKind =
+    v2Mount && v1Mounts.length === 0 ? 'v2' : v2Mount ? 'hybrid' : v1Mounts.length > 0 ? 'v1' : 'none';
+  t.equal(
+    layout.kind,
+    expectedKind,
+    `mountinfo shows ${v1Mounts.length} v1 hierarchies and ${v2Mount ? 'a' : 'no'} cgroup2 mount`,
+  );
   if (v2Mount) {
     t.equal(layout.v2?.mountPoint, v2Mount.mountPoint, 'the cgroup2 mount point');
     t.equal(layout.v2?.nsdelegate, v2Mount.superOptions.includes('nsdelegate'), 'nsdelegate as the mount options say');
     const ownDir = path.join(v2Mount.mountPoint, ownCgroups().get('') ?? '/');
-    const controllers = fs.readFileSync(path.join(ownDir, 'cgroup.controllers'), 'utf8').trim().split(/\s+/).filter(Boolean);
+    const controllers = fs
+      .readFileSync(path.join(ownDir, 'cgroup.controllers'), 'utf8')
+      .trim()
+      .split(/\s+/)
+      .filter(Boolean);
     t.same(layout.v2?.controllers, controllers, "the own cgroup's controllers");
   }
   const own = ownCgroups();
   for (const controller of CONTROLLERS) {
     const mount = v1MountOf(controller);
     const hierarchy = layout.v1.find((h) => h.controller === controller);
-    t.equal(hierarchy !== undefined, mount !== undefined, `${controller}: a v1 hierarchy is reported exactly when one is mounted`);
+    t.equal(
+      hierarchy !== undefined,
+      mount !== undefined,
+      `${controller}: a v1 hierarchy is reported exactly when one is mounted`,
+    );
     if (mount && hierarchy) {
       t.equal(hierarchy.mountPoint, mount.mountPoint, `${controller}: its mount point`);
       t.equal(hierarchy.ownCgroup, own.get(controller), `${controller}: the own cgroup from /proc/self/cgroup`);
     }
     const backend = layout.backendFor[controller];
-    if (backend === 'cgroup_v1') t.ok(mount && hierarchy?.writable, `${controller}: enforced by v1 only where a writable v1 hierarchy holds it`);
-    else if (backend === 'cgroup_v2') t.ok(layout.v2?.controllers.includes(controller), `${controller}: enforced by v2 only where v2 offers it`);
+    if (backend === 'cgroup_v1')
+      t.ok(mount && hierarchy?.writable, `${controller}: enforced by v1 only where a writable v1 hierarchy holds it`);
+    else if (backend === 'cgroup_v2')
+      t.ok(layout.v2?.controllers.includes(controller), `${controller}: enforced by v2 only where v2 offers it`);
     else t.type(layout.unavailable[controller], 'string', `${controller}: unavailable, with a reason`);
   }
   const freezer = v1MountOf('freezer');
-  t.equal(layout.v1Aux?.find((h) => h.controller === 'freezer')?.mountPoint, freezer?.mountPoint, 'the freezer hierarchy, if mounted');
+  t.equal(
+    layout.v1Aux?.find((h) => h.controller === 'freezer')?.mountPoint,
+    freezer?.mountPoint,
+    'the freezer hierarchy, if mounted',
+  );
   const memory = layout.v1.find((h) => h.controller === 'memory');
-  if (memory) t.equal(memory.memsw, fs.existsSync(`${memory.ownDir}/memory.memsw.limit_in_bytes`), 'memsw as the files show');
+  if (memory)
+    t.equal(memory.memsw, fs.existsSync(`${memory.ownDir}/memory.memsw.limit_in_bytes`), 'memsw as the files show');
 });
 
 t.test('the worker host status agrees with the layout and the kernel facilities', async (t) => {
   const { logger } = createMemoryLogger();
-  const config = probeConfig(REAL_ROOTS, { limits: { memory: '512M', pids: 256, cpu: '1', processes: 512, open_files: 1024 } });
+  const config = probeConfig(REAL_ROOTS, {
+    limits: { memory: '512M', pids: 256, cpu: '1', processes: 512, open_files: 1024 },
+  });
   const status = await runWorkerHostProbes({ config, logger, env: {} }, 'check');
   const layout = discoverCgroupLayout(REAL_ROOTS);
-  t.equal(status.boundary.seccomp.available, /^Seccomp:/m.test(fs.readFileSync('/proc/self/status', 'utf8')), status.boundary.seccomp.detail);
-  t.equal(status.boundary.landlock.available, (status.boundary.landlock.abi ?? 0) >= 1, 'Landlock is available exactly when an ABI was found');
+  t.equal(
+    status.boundary.seccomp.available,
+    /^Seccomp:/m.test(fs.readFileSync('/proc/self/status', 'utf8')),
+    status.boundary.seccomp.detail,
+  );
+  t.equal(
+    status.boundary.landlock.available,
+    (status.boundary.landlock.abi ?? 0) >= 1,
+    'Landlock is available exactly when an ABI was found',
+  );
   t.equal(status.boundary.cgroup.layout, layout.kind, 'the cgroup facility names the layout');
-  t.equal(status.boundary.cgroup.available, layout.backendFor.pids !== undefined, 'the cgroup facility is available exactly when pids can be held');
+  t.equal(
+    status.boundary.cgroup.available,
+    layout.backendFor.pids !== undefined,
+    'the cgroup facility is available exactly when pids can be held',
+  );
   for (const limit of CONTROLLERS) {
     const enforced = status.limits.enforced.find((e) => e.limit === limit);
     if (layout.backendFor[limit] === undefined) t.notOk(enforced, `${limit}: not claimed enforced without a backend`);
@@ -98,5 +136,9 @@ t.test('the worker host status agrees with the layout and the kernel facilities'
   t.equal(process.geteuid?.(), 0, 'these tests run as root');
   t.match(status.rootServer?.warning, /runs as root/, 'a root supervisor is warned about');
   t.equal(status.identity, 'shared_uid', 'no helper configured: shared_uid');
-  t.match(status.limits.absent.find((a) => a.limit === 'processes')?.reason, /^uid 0 for processes/, 'RLIMIT_NPROC does not bind uid 0');
+  t.match(
+    status.limits.absent.find((a) => a.limit === 'processes')?.reason,
+    /^uid 0 for processes/,
+    'RLIMIT_NPROC does not bind uid 0',
+  );
 });

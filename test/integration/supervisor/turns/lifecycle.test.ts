@@ -34,12 +34,16 @@ t.test('inside the command: the boundary holds', async (t) => {
   t.equal(run.result.status, 'ok', run.result.detail ?? run.stderr);
   const report = reportLines(run.stdout);
   const uid = run.record.workerUid;
-  t.ok(uid !== null && uid >= harness.uidRange.first && uid < harness.uidRange.first + harness.uidRange.count, `worker uid ${uid} is in the helper's range`);
+  t.ok(
+    uid !== null && uid >= harness.uidRange.first && uid < harness.uidRange.first + harness.uidRange.count,
+    `worker uid ${uid} is in the helper's range`,
+  );
   t.same(report.get('uid'), [`${uid} ${uid} ${uid}`], 'real, effective and saved uid are the worker uid');
   t.same(report.get('gid'), [`${uid} ${uid} ${uid}`], 'real, effective and saved gid are the worker gid');
   t.same(report.get('groups'), ['0'], 'no supplementary groups');
   const status = new Map((report.get('status') ?? []).map((line) => line.split(' ') as [string, string]));
-  for (const cap of ['CapPrm', 'CapEff', 'CapBnd', 'CapAmb']) t.equal(status.get(cap), '0000000000000000', `${cap} is empty`);
+  for (const cap of ['CapPrm', 'CapEff', 'CapBnd', 'CapAmb'])
+    t.equal(status.get(cap), '0000000000000000', `${cap} is empty`);
   t.equal(status.get('NoNewPrivs'), '1', 'no_new_privs is set');
   t.equal(status.get('Seccomp'), '2', 'a seccomp filter is installed');
   t.same(report.get('fd'), ['0', '1', '2'], 'only stdio is open');
@@ -49,5 +53,8 @@ t.test('inside the command: the boundary holds', async (t) => {
   const leaves = (report.get('cgroup') ?? []).filter((line) => /:(pids|memory)[,:]/.test(line));
   // A turn that claimed a prepared worker runs in the leaf made for that worker.
   const leaf = new RegExp(`/turnhost-test-1-\\d+/(?:${run.id}|prepared_[A-Za-z0-9_-]+)$`);
-  t.ok(leaves.length > 0 && leaves.every((line) => leaf.test(line)), `the pids and memory cgroups are a turn leaf of this harness: ${leaves.join(' ')}`);
+  t.ok(
+    leaves.length > 0 && leaves.every((line) => leaf.test(line)),
+    `the pids and memory cgroups are a turn leaf of this harness: ${leaves.join(' ')}`,
+  );
 });

@@ -62,14 +62,22 @@ t.test('a turn with another cwd does not claim the worker prepared for the works
   const sub = path.join(harness.workspace, 'sub');
   fs.mkdirSync(sub, { recursive: true, mode: 0o777 });
   fs.chmodSync(sub, 0o777);
-  const created = await harness.turns.create({ sessionId: 'session-test', mode: 'ordinary', cwd: sub, argv: ['/bin/sh', '-c', 'id -u'] });
+  const created = await harness.turns.create({
+    sessionId: 'session-test',
+    mode: 'ordinary',
+    cwd: sub,
+    argv: ['/bin/sh', '-c', 'id -u'],
+  });
   if (!created.ok) throw new Error(created.detail);
   const result = await harness.turns.wait(created.turn.id);
   t.equal(result?.status, 'ok');
   t.not(harness.turns.get(created.turn.id)?.workerUid, prepared.uid, 'the other cwd started its own worker');
   // Capacity 1: the worker for the new cwd replaces the workspace one, which is stopped.
   const next = await preparedWorker(harness, prepared.uid);
-  t.notOk(workerProcesses(harness).some((p) => p.uid === prepared.uid), 'the replaced worker is gone');
+  t.notOk(
+    workerProcesses(harness).some((p) => p.uid === prepared.uid),
+    'the replaced worker is gone',
+  );
   const back = await runTurn(harness, { argv: ['/bin/sh', '-c', 'id -u'] });
   t.not(Number(back.stdout.trim()), next.uid, 'the worker prepared for the other cwd does not serve the workspace');
 });
@@ -83,7 +91,10 @@ t.test('a prepared worker that died while idle is dropped and the turn starts it
 });
 
 t.test('an unclaimed prepared worker is stopped after its idle time, leaving nothing', async (t) => {
-  const idle = await createTurnHarness({ slot: 74, configure: (config) => (config.turns.preparedWorkerIdleSeconds = 1) });
+  const idle = await createTurnHarness({
+    slot: 74,
+    configure: (config) => (config.turns.preparedWorkerIdleSeconds = 1),
+  });
   t.teardown(() => idle.close());
   const run = await runTurn(idle, { argv: ['/bin/true'] });
   t.equal(run.result.status, 'ok', run.result.detail ?? run.stderr);
@@ -112,7 +123,12 @@ t.test('a turn that finds every uid held stops an idle prepared worker instead o
   const sub = path.join(single.workspace, 'sub');
   fs.mkdirSync(sub, { recursive: true, mode: 0o777 });
   fs.chmodSync(sub, 0o777);
-  const created = await single.turns.create({ sessionId: 'session-test', mode: 'ordinary', cwd: sub, argv: ['/bin/true'] });
+  const created = await single.turns.create({
+    sessionId: 'session-test',
+    mode: 'ordinary',
+    cwd: sub,
+    argv: ['/bin/true'],
+  });
   t.ok(created.ok, created.ok ? 'the turn started' : `refused: ${created.reason}: ${created.detail}`);
   if (created.ok) t.equal((await single.turns.wait(created.turn.id))?.status, 'ok');
 });
@@ -127,6 +143,12 @@ t.test('turns.preparedWorkers 0 prepares nothing', async (t) => {
 });
 
 t.test('a client cannot name a turn like a prepared worker', async (t) => {
-  const created = await harness.turns.create({ sessionId: 'session-test', turnId: 'prepared_mine', mode: 'ordinary', cwd: harness.workspace, argv: ['/bin/true'] });
+  const created = await harness.turns.create({
+    sessionId: 'session-test',
+    turnId: 'prepared_mine',
+    mode: 'ordinary',
+    cwd: harness.workspace,
+    argv: ['/bin/true'],
+  });
   t.match(created, { ok: false, reason: 'invalid_request', field: 'turnId', detail: /prefix prepared_ is reserved/ });
 });

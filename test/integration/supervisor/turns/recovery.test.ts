@@ -19,9 +19,13 @@ stopTapInjectingIntoChildren();
 const SLOT = 7;
 const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-recovery-'));
 
-const child = spawn(process.execPath, ['--import', 'tsx', path.join(import.meta.dirname, 'fixtures/crashing-supervisor.ts'), stateDir, String(SLOT)], {
-  stdio: ['ignore', 'pipe', 'inherit'],
-});
+const child = spawn(
+  process.execPath,
+  ['--import', 'tsx', path.join(import.meta.dirname, 'fixtures/crashing-supervisor.ts'), stateDir, String(SLOT)],
+  {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  },
+);
 const startedLine = await new Promise<string>((resolve, reject) => {
   let out = '';
   child.stdout.on('data', (chunk: Buffer) => {
@@ -44,8 +48,12 @@ t.test('the turn runs, then its supervisor dies with SIGKILL', async (t) => {
   // The idle prepared worker ends itself once it sees its protocol fd close; the restart below
   // must come after that, or it finds the worker still exiting and kills it.
   const range = harnessUidRange(SLOT);
-  const othersOfRange = () => liveProcesses().filter((p) => p.uid !== workerUid && p.uid >= range.first && p.uid < range.first + range.count);
-  t.ok(await until(() => othersOfRange().length === 0), 'the idle prepared worker exits by itself when its supervisor dies');
+  const othersOfRange = () =>
+    liveProcesses().filter((p) => p.uid !== workerUid && p.uid >= range.first && p.uid < range.first + range.count);
+  t.ok(
+    await until(() => othersOfRange().length === 0),
+    'the idle prepared worker exits by itself when its supervisor dies',
+  );
 });
 
 t.test('the next start reaps the leaf, records worker_recovered and marks the turn interrupted', async (t) => {
@@ -58,11 +66,15 @@ t.test('the next start reaps the leaf, records worker_recovered and marks the tu
   const event = page.events[0]!;
   t.equal(event.sessionId, 'session-crash');
   t.ok((event.payload.killedProcesses as number) >= 1, 'the leaf held live processes');
-  t.match(event.payload.cgroup, /\/prepared_[A-Za-z0-9_-]+$/, 'the turn ran in a prepared worker: the leaf is the worker\'s');
+  t.match(
+    event.payload.cgroup,
+    /\/prepared_[A-Za-z0-9_-]+$/,
+    "the turn ran in a prepared worker: the leaf is the worker's",
+  );
   const record = restarted.turns.get('turn-crash');
   t.equal(record?.state, 'finished');
   t.equal(record?.result?.status, 'interrupted');
-  for (const dir of (event.payload.paths as string[])) t.notOk(fs.existsSync(dir), `${dir} is removed`);
+  for (const dir of event.payload.paths as string[]) t.notOk(fs.existsSync(dir), `${dir} is removed`);
 
   const all = restarted.events.query({ kind: 'worker_recovered' });
   if (!all.ok) throw new Error(all.detail);

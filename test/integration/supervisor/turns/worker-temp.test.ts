@@ -35,6 +35,10 @@ t.test('the temp belongs to the worker during the turn and is reclaimed and purg
   const page = harness.events.query({ turn: run.id, kind: 'turn_temp_purge', limit: 10 });
   if (!page.ok) throw new Error(page.detail);
   t.equal(page.events.length, 1);
-  t.match(page.events[0]?.payload, { files: 1, bytes: 5, linkedFiles: 0, specialFiles: 2, outcome: 'purged' }, 'complete receipt');
+  t.match(
+    page.events[0]?.payload,
+    { files: 1, bytes: 5, linkedFiles: 0, specialFiles: 2, outcome: 'purged' },
+    'complete receipt',
+  );
   t.notOk(fs.existsSync(path.join(harness.config.turns.tempRoot, run.id)), 'the temp is gone');
 });

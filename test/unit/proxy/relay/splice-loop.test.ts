@@ -69,7 +69,12 @@ t.test("an EOF read in a wake's last round is passed on at once", async (t) => {
     { op: 'stop' },
   ];
   const reports: TunnelReport[] = [];
-  const loop = new SpliceLoop(WAKE_FD, () => commands.shift(), (report) => reports.push(report), scriptedSys(shutdowns));
+  const loop = new SpliceLoop(
+    WAKE_FD,
+    () => commands.shift(),
+    (report) => reports.push(report),
+    scriptedSys(shutdowns),
+  );
   loop.run();
   t.same(shutdowns, [[UPSTREAM, SHUT_WR]], "the client's EOF reached the upstream in the same wake");
   t.match(reports, [{ id: 1, outcome: 'aborted', bytes: [7 * CHUNK, 0], eofFrom: [true, false] }]);

@@ -14,9 +14,23 @@ function writeConfig(name: string, content: unknown): string {
   return file;
 }
 
-function load(options: { file?: unknown; env?: NodeJS.ProcessEnv; overrides?: Parameters<typeof loadConfig>[0]['overrides']; installed?: boolean } = {}) {
-  const configPath = options.file === undefined ? undefined : writeConfig(`c-${Math.random().toString(36).slice(2)}.json`, options.file);
-  return loadConfig({ configPath, env: options.env ?? {}, overrides: options.overrides, installed: options.installed ?? false, cwd });
+function load(
+  options: {
+    file?: unknown;
+    env?: NodeJS.ProcessEnv;
+    overrides?: Parameters<typeof loadConfig>[0]['overrides'];
+    installed?: boolean;
+  } = {},
+) {
+  const configPath =
+    options.file === undefined ? undefined : writeConfig(`c-${Math.random().toString(36).slice(2)}.json`, options.file);
+  return loadConfig({
+    configPath,
+    env: options.env ?? {},
+    overrides: options.overrides,
+    installed: options.installed ?? false,
+    cwd,
+  });
 }
 
 function refusal(result: ReturnType<typeof loadConfig>): string {
@@ -46,7 +60,14 @@ t.test('installed layout: /var/lib/turnhost and no dev workspace roots', async (
 });
 
 t.test('file values merge over defaults, nested objects key by key', async (t) => {
-  const result = load({ file: { logLevel: 'debug', egress: { maxConnections: 8 }, limits: { memory: '512M' }, modes: { restricted: { enabled: true } } } });
+  const result = load({
+    file: {
+      logLevel: 'debug',
+      egress: { maxConnections: 8 },
+      limits: { memory: '512M' },
+      modes: { restricted: { enabled: true } },
+    },
+  });
   t.ok(result.ok);
   if (!result.ok) return;
   t.equal(result.config.logLevel, 'debug');
@@ -60,7 +81,10 @@ t.test('file values merge over defaults, nested objects key by key', async (t) =
 
 t.test('an explicitly named missing file is an error; TURNHOST_CONFIG names a file too', async (t) => {
   const missing = path.join(tmp, 'absent.json');
-  t.match(refusal(loadConfig({ configPath: missing, env: {}, installed: false, cwd })), /absent\.json: cannot read the configuration file \(ENOENT\)/);
+  t.match(
+    refusal(loadConfig({ configPath: missing, env: {}, installed: false, cwd })),
+    /absent\.json: cannot read the configuration file \(ENOENT\)/,
+  );
   t.match(refusal(loadConfig({ env: { TURNHOST_CONFIG: missing }, installed: false, cwd })), /ENOENT/);
   const file = writeConfig('from-env.json', { logLevel: 'warn' });
   const result = loadConfig({ env: { TURNHOST_CONFIG: file }, installed: false, cwd });
@@ -115,12 +139,24 @@ t.test('TURNHOST_LISTEN=none disables TCP when a socket is configured', async (t
 });
 
 t.test('environment errors name the variable', async (t) => {
-  t.match(refusal(load({ env: { TURNHOST_RESTRICTED_ENABLED: 'maybe' } })), /^TURNHOST_RESTRICTED_ENABLED: expected true\/false/);
+  t.match(
+    refusal(load({ env: { TURNHOST_RESTRICTED_ENABLED: 'maybe' } })),
+    /^TURNHOST_RESTRICTED_ENABLED: expected true\/false/,
+  );
   t.match(refusal(load({ env: { TURNHOST_LOG_LEVEL: 'loud' } })), /^TURNHOST_LOG_LEVEL \(logLevel: expected one of/);
   t.match(refusal(load({ env: { TURNHOST_LISTEN: 'nope' } })), /^TURNHOST_LISTEN \(listen\.tcp: expected "HOST:PORT"/);
-  t.match(refusal(load({ env: { TURNHOST_MAX_CONCURRENT_TURNS: '-1' } })), /^TURNHOST_MAX_CONCURRENT_TURNS: expected an integer/);
-  t.match(refusal(load({ env: { TURNHOST_MAX_CONCURRENT_TURNS: '0' } })), /^TURNHOST_MAX_CONCURRENT_TURNS \(turns\.maxConcurrent: expected a positive integer/);
-  t.match(refusal(load({ env: { TURNHOST_IDENTITY_HELPER: 'relative/helper' } })), /^TURNHOST_IDENTITY_HELPER \(identityHelper\.path: expected a normalised absolute path/);
+  t.match(
+    refusal(load({ env: { TURNHOST_MAX_CONCURRENT_TURNS: '-1' } })),
+    /^TURNHOST_MAX_CONCURRENT_TURNS: expected an integer/,
+  );
+  t.match(
+    refusal(load({ env: { TURNHOST_MAX_CONCURRENT_TURNS: '0' } })),
+    /^TURNHOST_MAX_CONCURRENT_TURNS \(turns\.maxConcurrent: expected a positive integer/,
+  );
+  t.match(
+    refusal(load({ env: { TURNHOST_IDENTITY_HELPER: 'relative/helper' } })),
+    /^TURNHOST_IDENTITY_HELPER \(identityHelper\.path: expected a normalised absolute path/,
+  );
   t.match(refusal(load({ env: { TURNHOST_API_TOKEN: 'short' } })), /^TURNHOST_API_TOKEN \(apiToken: expected 16-512/);
 });
 
@@ -133,7 +169,11 @@ t.test('command-line flags apply last', async (t) => {
   t.ok(result.ok);
   if (!result.ok) return;
   t.equal(result.config.listen.tcp, '127.0.0.1:3000');
-  t.equal(result.config.dataDir, path.join(cwd, 'relative-data'), 'a relative --data-dir resolves against the working directory');
+  t.equal(
+    result.config.dataDir,
+    path.join(cwd, 'relative-data'),
+    'a relative --data-dir resolves against the working directory',
+  );
   t.equal(result.config.listen.socket, '/tmp/s.sock');
   t.equal(result.config.logLevel, 'warn');
   t.same(result.sources.cli, ['--data-dir', '--listen', '--socket', '--log-level']);
@@ -163,11 +203,23 @@ t.test('each validation error names its key path', async (t) => {
     [{ egress: { allowAddressRanges: ['10.0.0.0/33'] } }, /: egress\.allowAddressRanges\[0\]: expected a CIDR/],
     [{ egress: { allowlist: 'example.com' } }, /: egress\.allowlist: expected an array$/],
     [{ fs: { scratch: { capBytes: 0 } } }, /: fs\.scratch\.capBytes: expected a positive integer$/],
-    [{ fs: { protectedPaths: [{ root: '/w', path: '../etc', mode: 'read_only', reason: 'x' }] } }, /: fs\.protectedPaths\[0\]: rule\.path: expected a relative path/],
-    [{ fs: { protectedPaths: [{ root: '/w', path: '.git', mode: 'hide', reason: 'x' }] } }, /: fs\.protectedPaths\[0\]: rule\.mode: expected one of/],
-    [{ turns: { workspaceRoots: ['/ok', 'rel'] } }, /: turns\.workspaceRoots\[1\]: expected a normalised absolute path$/],
+    [
+      { fs: { protectedPaths: [{ root: '/w', path: '../etc', mode: 'read_only', reason: 'x' }] } },
+      /: fs\.protectedPaths\[0\]: rule\.path: expected a relative path/,
+    ],
+    [
+      { fs: { protectedPaths: [{ root: '/w', path: '.git', mode: 'hide', reason: 'x' }] } },
+      /: fs\.protectedPaths\[0\]: rule\.mode: expected one of/,
+    ],
+    [
+      { turns: { workspaceRoots: ['/ok', 'rel'] } },
+      /: turns\.workspaceRoots\[1\]: expected a normalised absolute path$/,
+    ],
     [{ turns: { envExtra: ['OK', 'NOT-OK'] } }, /: turns\.envExtra\[1\]: expected an environment variable name$/],
-    [{ turns: { defaultTimeoutSeconds: 100, maxTimeoutSeconds: 10 } }, /^turns\.defaultTimeoutSeconds: must not exceed turns\.maxTimeoutSeconds$/],
+    [
+      { turns: { defaultTimeoutSeconds: 100, maxTimeoutSeconds: 10 } },
+      /^turns\.defaultTimeoutSeconds: must not exceed turns\.maxTimeoutSeconds$/,
+    ],
     [{ probeRoots: { proc: 5 } }, /: probeRoots\.proc: expected a normalised absolute path$/],
     [{ egress: 'none' }, /: egress: expected an object$/],
   ];
@@ -177,16 +229,23 @@ t.test('each validation error names its key path', async (t) => {
 t.test('unknown keys are refused at every depth', async (t) => {
   t.match(refusal(load({ file: { dataDirectory: '/x' } })), /: dataDirectory: unknown key$/);
   t.match(refusal(load({ file: { egress: { maxConection: 3 } } })), /: egress\.maxConection: unknown key$/);
-  t.match(refusal(load({ file: { modes: { restricted: { enabled: true, extra: 1 } } } })), /: modes\.restricted\.extra: unknown key$/);
+  t.match(
+    refusal(load({ file: { modes: { restricted: { enabled: true, extra: 1 } } } })),
+    /: modes\.restricted\.extra: unknown key$/,
+  );
   t.match(refusal(load({ file: '{"__proto__": {"polluted": true}}' })), /: __proto__: unknown key$/);
   t.match(refusal(load({ file: { constructor: 1 } })), /: constructor: unknown key$/);
 });
 
 t.test('a non-loopback listen address needs listen.allowNonLoopback', async (t) => {
-  t.match(refusal(load({ file: { listen: { tcp: '0.0.0.0:7707' } } })), /listen\.tcp: 0\.0\.0\.0:7707 is not a loopback address; set listen\.allowNonLoopback/);
+  t.match(
+    refusal(load({ file: { listen: { tcp: '0.0.0.0:7707' } } })),
+    /listen\.tcp: 0\.0\.0\.0:7707 is not a loopback address; set listen\.allowNonLoopback/,
+  );
   t.match(refusal(load({ overrides: { listen: '192.168.1.5:80' } })), /not a loopback address/);
   t.ok(load({ file: { listen: { tcp: '0.0.0.0:7707', allowNonLoopback: true } } }).ok);
-  for (const loopback of ['127.0.0.1:1', '127.5.6.7:80', 'localhost:0', '[::1]:7707']) t.ok(load({ overrides: { listen: loopback } }).ok, loopback);
+  for (const loopback of ['127.0.0.1:1', '127.5.6.7:80', 'localhost:0', '[::1]:7707'])
+    t.ok(load({ overrides: { listen: loopback } }).ok, loopback);
 });
 
 t.test('parseHostPort', async (t) => {

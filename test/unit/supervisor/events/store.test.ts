@@ -16,11 +16,15 @@ import { denial, storeIn, tempDir } from '../../../fixtures/events/helpers.js';
 const here = path.dirname(fileURLToPath(import.meta.url));
 
 function storedIds(result: ReturnType<ReturnType<typeof storeIn>['store']['append']>): number[] {
-  if (!result.ok || result.stored !== 'database') throw new Error(`expected a database write: ${JSON.stringify(result)}`);
+  if (!result.ok || result.stored !== 'database')
+    throw new Error(`expected a database write: ${JSON.stringify(result)}`);
   return result.ids;
 }
 
-function page(store: ReturnType<typeof storeIn>['store'], query: Parameters<ReturnType<typeof storeIn>['store']['query']>[0]) {
+function page(
+  store: ReturnType<typeof storeIn>['store'],
+  query: Parameters<ReturnType<typeof storeIn>['store']['query']>[0],
+) {
   const result = store.query(query);
   if (!result.ok) throw new Error(`query failed: ${result.detail}`);
   return result;
@@ -39,7 +43,9 @@ t.test('database: 0600 file, WAL, migrations applied once, turns table present',
   const tables = first.db.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").pluck().all();
   t.ok(tables.includes('events') && tables.includes('turns'));
   first.db
-    .prepare("INSERT INTO turns (id, session_id, mode, profile, state, created_at) VALUES ('t', 's', 'ordinary', 'governed', 'running', 'now')")
+    .prepare(
+      "INSERT INTO turns (id, session_id, mode, profile, state, created_at) VALUES ('t', 's', 'ordinary', 'governed', 'running', 'now')",
+    )
     .run();
   first.db.close();
   fs.chmodSync(dbPath, 0o644);
@@ -59,12 +65,17 @@ t.test('database: 0600 file, WAL, migrations applied once, turns table present',
 t.test('appends are stored in id order with the full envelope', async (t) => {
   const { store } = storeIn(tempDir(t));
   const a = storedIds(store.append(denial({ at: '2026-01-02T03:04:05+01:00' })));
-  const b = storedIds(store.appendBatch([denial({ sessionId: null, turnId: null }), denial({ model: 'm1', profile: 'strict' })]));
+  const b = storedIds(
+    store.appendBatch([denial({ sessionId: null, turnId: null }), denial({ model: 'm1', profile: 'strict' })]),
+  );
   t.equal(a.length, 1);
   t.same(b, [a[0]! + 1, a[0]! + 2]);
   const { events, nextAfter } = page(store, {});
   t.equal(nextAfter, null);
-  t.same(events.map((e) => e.id), [...a, ...b]);
+  t.same(
+    events.map((e) => e.id),
+    [...a, ...b],
+  );
   t.same(events[0], {
     id: a[0],
     sessionId: 's1',
@@ -150,7 +161,10 @@ t.test('paging across nextAfter, default limit and limit bounds', async (t) => {
   }
   t.equal(pages, 4, 'an exactly full last page is followed by one empty page');
   t.equal(seen.length, 1200);
-  t.same(seen, [...seen].sort((a, b) => a - b));
+  t.same(
+    seen,
+    [...seen].sort((a, b) => a - b),
+  );
   t.equal(new Set(seen).size, 1200);
   t.equal(page(store, { limit: 7, after: seen[1195] }).nextAfter, null, 'a short page ends paging');
 
@@ -181,7 +195,10 @@ t.test('stored events keep the schemaVersion they were written with', async (t) 
   v1.store.close();
   const v2 = storeIn(dir, { kinds: new Map([['egress_denial', kindAt(2)]]) });
   storedIds(v2.store.append(denial()));
-  t.same(page(v2.store, {}).events.map((e) => e.schemaVersion), [1, 2]);
+  t.same(
+    page(v2.store, {}).events.map((e) => e.schemaVersion),
+    [1, 2],
+  );
   v2.store.close();
 });
 
@@ -207,10 +224,20 @@ t.test('events of unknown kinds and unknown fields are returned untouched', asyn
 
 t.test('deleteSession removes only that session', async (t) => {
   const { store } = storeIn(tempDir(t));
-  storedIds(store.appendBatch([denial({ sessionId: 'gone' }), denial({ sessionId: 'gone' }), denial({ sessionId: 'kept' }), denial({ sessionId: null })]));
+  storedIds(
+    store.appendBatch([
+      denial({ sessionId: 'gone' }),
+      denial({ sessionId: 'gone' }),
+      denial({ sessionId: 'kept' }),
+      denial({ sessionId: null }),
+    ]),
+  );
   t.equal(store.deleteSession('gone'), 2);
   t.equal(store.deleteSession('gone'), 0);
-  t.same(page(store, {}).events.map((e) => e.sessionId), ['kept', null]);
+  t.same(
+    page(store, {}).events.map((e) => e.sessionId),
+    ['kept', null],
+  );
   store.close();
 });
 
@@ -225,7 +252,10 @@ t.test('retention prunes only unbound events older than the configured days', as
     ]),
   );
   t.equal(store.pruneUnbound(now), 1);
-  t.same(page(store, {}).events.map((e) => e.payload.host), ['old-bound', 'recent-unbound']);
+  t.same(
+    page(store, {}).events.map((e) => e.payload.host),
+    ['old-bound', 'recent-unbound'],
+  );
   t.equal(store.pruneUnbound(now), 0);
   store.close();
 });
@@ -243,7 +273,10 @@ t.test('subscribers see committed events in id order; a throwing listener breaks
   });
   const ids = [...storedIds(store.append(denial())), ...storedIds(store.appendBatch([denial(), denial()]))];
   t.equal(store.append(denial({ kind: 'nope' })).ok, false);
-  t.same(seen.map((e) => e.id), ids);
+  t.same(
+    seen.map((e) => e.id),
+    ids,
+  );
   t.same(visibleAtNotify, [true, true, true], 'listeners run after commit');
   t.same(seen[0]!.payload, denial().payload);
   t.ok(lines.some((l) => l.includes('event listener threw')));
@@ -277,7 +310,10 @@ t.test('a locked database sends events to the fallback log; the next open replay
   const reopened = storeIn(dir);
   t.match(reopened.store.status(), { fallbackActive: false, fallbackPendingEvents: 0, replayedAtStart: 2 });
   const events = page(reopened.store, {}).events;
-  t.same(events.map((e) => e.payload.host ?? e.payload.path), ['before', 'after', 'locked-1', '/p']);
+  t.same(
+    events.map((e) => e.payload.host ?? e.payload.path),
+    ['before', 'after', 'locked-1', '/p'],
+  );
   t.match(events[2], { at: '2026-03-01T00:00:00.000Z', kind: 'egress_denial', schemaVersion: 1, sessionId: 's1' });
   t.equal(events[3]!.kind, 'host_write_refused');
   t.equal(fs.statSync(log).size, 0, 'log truncated after the replay committed');
@@ -293,7 +329,10 @@ t.test('a database that cannot be opened: appends go to the fallback log, querie
   t.match(store.status(), { fallbackActive: false, lastFallbackReason: /cannot open database/ });
   t.match(store.append(denial({}, 'kept')), { ok: true, stored: 'fallback' });
   t.match(store.query({}), { ok: false, reason: 'store_unavailable' });
-  t.throws(() => store.deleteSession('s1'), new CodedError('store_unavailable', 'the event database could not be opened'));
+  t.throws(
+    () => store.deleteSession('s1'),
+    new CodedError('store_unavailable', 'the event database could not be opened'),
+  );
   t.match(store.status(), { fallbackActive: true, fallbackPendingEvents: 1 });
   t.ok(lines.some((l) => l.includes('event database unavailable')));
   store.close();
@@ -305,7 +344,10 @@ t.test('a database that cannot be opened: appends go to the fallback log, querie
   fs.rmdirSync(dbPath);
   const repaired = storeIn(dir);
   t.equal(repaired.store.status().replayedAtStart, 1);
-  t.same(page(repaired.store, {}).events.map((e) => e.payload.host), ['kept']);
+  t.same(
+    page(repaired.store, {}).events.map((e) => e.payload.host),
+    ['kept'],
+  );
   repaired.store.close();
 });
 
@@ -319,41 +361,58 @@ t.test('when database and fallback log both fail: typed event_lost and a kind-on
   const lost = lines.filter((l) => l.includes('governance events lost'));
   t.equal(lost.length, 1);
   t.match(JSON.parse(lost[0]!), { level: 'error', kinds: ['egress_denial'], count: 1 });
-  t.notOk(lines.some((l) => l.includes('secret-host')), 'no payload in any log line');
+  t.notOk(
+    lines.some((l) => l.includes('secret-host')),
+    'no payload in any log line',
+  );
   store.close();
 });
 
-t.test('replay: a crash between commit and truncation does not duplicate; unreadable lines are kept aside', async (t) => {
-  const dir = tempDir(t);
-  const log = path.join(dir, 'events.fallback.jsonl');
-  fs.mkdirSync(path.join(dir, 'events.db'));
-  const broken = storeIn(dir);
-  broken.store.appendBatch([denial({}, 'one'), denial({}, 'two')]);
-  broken.store.close();
-  fs.rmdirSync(path.join(dir, 'events.db'));
-  fs.appendFileSync(log, '{"sessionId":"s1","kind":"egress_den');
-  const saved = fs.readFileSync(log);
+t.test(
+  'replay: a crash between commit and truncation does not duplicate; unreadable lines are kept aside',
+  async (t) => {
+    const dir = tempDir(t);
+    const log = path.join(dir, 'events.fallback.jsonl');
+    fs.mkdirSync(path.join(dir, 'events.db'));
+    const broken = storeIn(dir);
+    broken.store.appendBatch([denial({}, 'one'), denial({}, 'two')]);
+    broken.store.close();
+    fs.rmdirSync(path.join(dir, 'events.db'));
+    fs.appendFileSync(log, '{"sessionId":"s1","kind":"egress_den');
+    const saved = fs.readFileSync(log);
 
-  const first = storeIn(dir);
-  t.equal(first.store.status().replayedAtStart, 2);
-  t.equal(fs.readFileSync(`${log}.unreadable`, 'utf8'), '{"sessionId":"s1","kind":"egress_den\n');
-  t.ok(first.lines.some((l) => l.includes('unreadable')));
-  first.store.close();
+    const first = storeIn(dir);
+    t.equal(first.store.status().replayedAtStart, 2);
+    t.equal(fs.readFileSync(`${log}.unreadable`, 'utf8'), '{"sessionId":"s1","kind":"egress_den\n');
+    t.ok(first.lines.some((l) => l.includes('unreadable')));
+    first.store.close();
 
-  fs.writeFileSync(log, saved);
-  const second = storeIn(dir);
-  t.equal(second.store.status().replayedAtStart, 0, 'the same log is recognised as already replayed');
-  t.same(page(second.store, {}).events.map((e) => e.payload.host), ['one', 'two']);
-  t.equal(fs.statSync(log).size, 0);
-  second.store.close();
-});
+    fs.writeFileSync(log, saved);
+    const second = storeIn(dir);
+    t.equal(second.store.status().replayedAtStart, 0, 'the same log is recognised as already replayed');
+    t.same(
+      page(second.store, {}).events.map((e) => e.payload.host),
+      ['one', 'two'],
+    );
+    t.equal(fs.statSync(log).size, 0);
+    second.store.close();
+  },
+);
 
 t.test('two processes appending to one database: every event stored once with a unique id', async (t) => {
   const dir = tempDir(t);
   const dbPath = path.join(dir, 'events.db');
   const child = path.join(here, '../../../fixtures/events/writer-child.ts');
   const run = (writer: string) =>
-    promisify(execFile)(process.execPath, ['--import', 'tsx', child, dbPath, path.join(dir, `fallback-${writer}.jsonl`), writer, '400']);
+    promisify(execFile)(process.execPath, [
+      '--import',
+      'tsx',
+      child,
+      dbPath,
+      path.join(dir, `fallback-${writer}.jsonl`),
+      writer,
+      '400',
+    ]);
   const outputs = await Promise.all([run('a'), run('b')]);
   for (const output of outputs) t.same(JSON.parse(output.stdout), { inDatabase: 400 });
   const { store } = storeIn(dir);
@@ -369,7 +428,11 @@ t.test('two processes appending to one database: every event stored once with a 
   t.equal(new Set(all.map((e) => e.id)).size, 800);
   for (const writer of ['a', 'b']) {
     const hosts = all.filter((e) => e.sessionId === `writer-${writer}`).map((e) => e.payload.host);
-    t.same(hosts, Array.from({ length: 400 }, (_, i) => `h${i}.test`), `writer ${writer}: all present, in its order`);
+    t.same(
+      hosts,
+      Array.from({ length: 400 }, (_, i) => `h${i}.test`),
+      `writer ${writer}: all present, in its order`,
+    );
   }
   store.close();
 });

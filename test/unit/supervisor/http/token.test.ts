@@ -23,7 +23,11 @@ t.test('first start generates a 0600 token; later starts reuse it', async (t) =>
 
 t.test('a configured token wins and no file is written', async (t) => {
   const dir = dataDir(t);
-  t.match(ensureApiToken({ apiToken: 'configured-token-123456', dataDir: dir }), { ok: true, source: 'config', token: 'configured-token-123456' });
+  t.match(ensureApiToken({ apiToken: 'configured-token-123456', dataDir: dir }), {
+    ok: true,
+    source: 'config',
+    token: 'configured-token-123456',
+  });
   t.notOk(fs.existsSync(tokenFilePath(dir)));
 });
 
@@ -31,18 +35,30 @@ t.test('unsafe token files are refused, never trusted or replaced', async (t) =>
   const dir = dataDir(t);
   fs.writeFileSync(tokenFilePath(dir), 'a-token-readable-by-others\n', { mode: 0o644 });
   fs.chmodSync(tokenFilePath(dir), 0o644);
-  t.match(ensureApiToken({ apiToken: null, dataDir: dir }), { ok: false, reason: 'token_unusable', detail: /readable by group or others/ });
+  t.match(ensureApiToken({ apiToken: null, dataDir: dir }), {
+    ok: false,
+    reason: 'token_unusable',
+    detail: /readable by group or others/,
+  });
   t.equal(fs.readFileSync(tokenFilePath(dir), 'utf8'), 'a-token-readable-by-others\n', 'left as it was');
 
   const linked = dataDir(t);
   const target = path.join(linked, 'elsewhere');
   fs.writeFileSync(target, 'attacker-chosen-token-value\n', { mode: 0o600 });
   fs.symlinkSync(target, tokenFilePath(linked));
-  t.match(ensureApiToken({ apiToken: null, dataDir: linked }), { ok: false, reason: 'token_unusable' }, 'a symlink is not followed');
+  t.match(
+    ensureApiToken({ apiToken: null, dataDir: linked }),
+    { ok: false, reason: 'token_unusable' },
+    'a symlink is not followed',
+  );
 
   const dangling = dataDir(t);
   fs.symlinkSync(path.join(dangling, 'planted'), tokenFilePath(dangling));
-  t.match(ensureApiToken({ apiToken: null, dataDir: dangling }), { ok: false, reason: 'token_unusable' }, 'no token is written through a dangling link');
+  t.match(
+    ensureApiToken({ apiToken: null, dataDir: dangling }),
+    { ok: false, reason: 'token_unusable' },
+    'no token is written through a dangling link',
+  );
   t.notOk(fs.existsSync(path.join(dangling, 'planted')));
 
   const short = dataDir(t);

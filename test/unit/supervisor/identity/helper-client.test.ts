@@ -99,7 +99,11 @@ t.test('refuses what the helper would refuse, naming the field', async (t) => {
     ['env NUL', { ...launch, env: { A: 'x\0y' } }, 'env.A'],
     ['env count', { ...launch, env: Object.fromEntries(Array.from({ length: 257 }, (_, i) => [`V${i}`, 'x'])) }, 'env'],
     ['env line length', { ...launch, env: { A: 'x'.repeat(4095) } }, 'env'],
-    ['total size', { ...launch, env: Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`V${i}`, 'x'.repeat(2000)])) }, 'descriptor'],
+    [
+      'total size',
+      { ...launch, env: Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`V${i}`, 'x'.repeat(2000)])) },
+      'descriptor',
+    ],
     ['key for another op', { op: 'probe', cwd: '/' }, 'cwd'],
     ['view without paths', { op: 'view', profile: 'strict', paths: [] }, 'paths'],
     ['view profile', { op: 'view', profile: 'open' as 'strict', paths: ['/'] }, 'profile'],
@@ -120,8 +124,16 @@ t.test('refuses what the helper would refuse, naming the field', async (t) => {
     ['protect dot', { ...launch, protect: [{ mode: 'mask_file', path: '.' }] }, 'protect[0].path'],
     ['protect trailing slash', { ...launch, protect: [{ mode: 'mask_file', path: 'a/' }] }, 'protect[0].path'],
     ['protect newline', { ...launch, protect: [{ mode: 'mask_file', path: 'a\nop kill' }] }, 'protect[0].path'],
-    ['protect count', { ...launch, protect: Array.from({ length: 65 }, (_, i) => ({ mode: 'read_only' as const, path: `p${i}` })) }, 'protect'],
-    ['view protect without workspace', { op: 'view', profile: 'governed', paths: ['/'], protect: [{ mode: 'read_only', path: 'x' }] }, 'workspace'],
+    [
+      'protect count',
+      { ...launch, protect: Array.from({ length: 65 }, (_, i) => ({ mode: 'read_only' as const, path: `p${i}` })) },
+      'protect',
+    ],
+    [
+      'view protect without workspace',
+      { op: 'view', profile: 'governed', paths: ['/'], protect: [{ mode: 'read_only', path: 'x' }] },
+      'workspace',
+    ],
   ];
   for (const [name, descriptor, field] of cases) {
     t.test(name, async (t) => {

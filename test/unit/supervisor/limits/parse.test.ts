@@ -8,7 +8,15 @@ t.test('settings with units parse to bytes, CPUs and counts', async (t) => {
   );
   t.same(parsed, {
     ok: true,
-    limits: { memory: 512 * 1024 ** 2, data: 2 * 1024 ** 3, file_size: 1024, cpu: 1.5, pids: 256, processes: 512, open_files: 1024 },
+    limits: {
+      memory: 512 * 1024 ** 2,
+      data: 2 * 1024 ** 3,
+      file_size: 1024,
+      cpu: 1.5,
+      pids: 256,
+      processes: 512,
+      open_files: 1024,
+    },
   });
   t.same(parseLimitSettings({ memory: '1T', cpu: 2 }, 'x'), { ok: true, limits: { memory: 1024 ** 4, cpu: 2 } });
 });
@@ -45,7 +53,13 @@ t.test('TURNHOST_WORKER_LIMITS parses as a whole', async (t) => {
   t.same(parseLimitsEnv('memory=512M,pids=256,cpu=1.5,processes=512,open_files=1024,file_size=1G,data=2G'), {
     ok: true,
     limits: {
-      memory: 512 * 1024 ** 2, pids: 256, cpu: 1.5, processes: 512, open_files: 1024, file_size: 1024 ** 3, data: 2 * 1024 ** 3,
+      memory: 512 * 1024 ** 2,
+      pids: 256,
+      cpu: 1.5,
+      processes: 512,
+      open_files: 1024,
+      file_size: 1024 ** 3,
+      data: 2 * 1024 ** 3,
     },
   });
   t.same(parseLimitsEnv(''), { ok: true, limits: {} });
@@ -53,7 +67,14 @@ t.test('TURNHOST_WORKER_LIMITS parses as a whole', async (t) => {
 });
 
 t.test('one malformed entry refuses the whole variable, never a partial application', async (t) => {
-  for (const value of ['memory=512M,pids=lots', 'memory=512M,pids', 'memory=512M,,pids=2', 'memory=1G,memory=2G', 'memory=512M,color=red', '=5']) {
+  for (const value of [
+    'memory=512M,pids=lots',
+    'memory=512M,pids',
+    'memory=512M,,pids=2',
+    'memory=1G,memory=2G',
+    'memory=512M,color=red',
+    '=5',
+  ]) {
     const parsed = parseLimitsEnv(value);
     t.equal(parsed.ok, false, value);
     t.notOk('limits' in parsed, `${value}: no limits returned`);

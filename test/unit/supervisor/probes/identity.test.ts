@@ -32,25 +32,37 @@ t.test('a root-owned, non-writable helper in root-owned directories qualifies fo
 });
 
 t.test('relative path', async (t) => {
-  t.equal(requirementOf(qualifyIdentityHelper('bin/identity-helper', ROOT_IDS)), 'identity helper path must be absolute: "bin/identity-helper"');
+  t.equal(
+    requirementOf(qualifyIdentityHelper('bin/identity-helper', ROOT_IDS)),
+    'identity helper path must be absolute: "bin/identity-helper"',
+  );
 });
 
 t.test('group-writable helper', async (t) => {
   const { helper } = helperDir(t);
   fs.chmodSync(helper, 0o775);
-  t.equal(requirementOf(qualifyIdentityHelper(helper, ROOT_IDS)), `identity helper ${helper} must not be writable by group or others (mode 0775)`);
+  t.equal(
+    requirementOf(qualifyIdentityHelper(helper, ROOT_IDS)),
+    `identity helper ${helper} must not be writable by group or others (mode 0775)`,
+  );
 });
 
 t.test('other-writable helper', async (t) => {
   const { helper } = helperDir(t);
   fs.chmodSync(helper, 0o757);
-  t.match(requirementOf(qualifyIdentityHelper(helper, ROOT_IDS)), /must not be writable by group or others \(mode 0757\)/);
+  t.match(
+    requirementOf(qualifyIdentityHelper(helper, ROOT_IDS)),
+    /must not be writable by group or others \(mode 0757\)/,
+  );
 });
 
 t.test('helper not owned by root', async (t) => {
   const { helper } = helperDir(t);
   fs.chownSync(helper, NOBODY, NOBODY);
-  t.equal(requirementOf(qualifyIdentityHelper(helper, ROOT_IDS)), `identity helper ${helper} must be owned by root (owner is uid ${NOBODY})`);
+  t.equal(
+    requirementOf(qualifyIdentityHelper(helper, ROOT_IDS)),
+    `identity helper ${helper} must be owned by root (owner is uid ${NOBODY})`,
+  );
 });
 
 t.test('non-root supervisor needs a setuid-root helper', async (t) => {
@@ -81,7 +93,10 @@ t.test('a writable ancestor directory', async (t) => {
   fs.chmodSync(sub, 0o777);
   const helper = path.join(sub, 'helper');
   fs.writeFileSync(helper, '', { mode: 0o755 });
-  t.equal(requirementOf(qualifyIdentityHelper(helper, ROOT_IDS)), `identity helper directory ${sub} must not be writable by group or others (mode 0777)`);
+  t.equal(
+    requirementOf(qualifyIdentityHelper(helper, ROOT_IDS)),
+    `identity helper directory ${sub} must not be writable by group or others (mode 0777)`,
+  );
   fs.chmodSync(sub, 0o775);
   t.match(requirementOf(qualifyIdentityHelper(helper, ROOT_IDS)), /mode 0775/);
 });
@@ -93,7 +108,10 @@ t.test('an ancestor directory not owned by root', async (t) => {
   fs.chownSync(sub, NOBODY, NOBODY);
   const helper = path.join(sub, 'helper');
   fs.writeFileSync(helper, '', { mode: 0o755 });
-  t.equal(requirementOf(qualifyIdentityHelper(helper, ROOT_IDS)), `identity helper directory ${sub} must be owned by root (owner is uid ${NOBODY})`);
+  t.equal(
+    requirementOf(qualifyIdentityHelper(helper, ROOT_IDS)),
+    `identity helper directory ${sub} must be owned by root (owner is uid ${NOBODY})`,
+  );
 });
 
 t.test('a helper under world-writable /tmp never qualifies', async (t) => {
@@ -101,7 +119,10 @@ t.test('a helper under world-writable /tmp never qualifies', async (t) => {
   t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
   const helper = path.join(dir, 'helper');
   fs.writeFileSync(helper, '', { mode: 0o755 });
-  t.match(requirementOf(qualifyIdentityHelper(helper, ROOT_IDS)), /directory \/tmp must not be writable by group or others \(mode 01777\)/);
+  t.match(
+    requirementOf(qualifyIdentityHelper(helper, ROOT_IDS)),
+    /directory \/tmp must not be writable by group or others \(mode 01777\)/,
+  );
 });
 
 t.test('symbolic links: every directory reached through a link is checked', async (t) => {
@@ -116,7 +137,10 @@ t.test('symbolic links: every directory reached through a link is checked', asyn
   fs.writeFileSync(path.join(open, 'helper'), '', { mode: 0o755 });
   const viaOpen = path.join(dir, 'via-open');
   fs.symlinkSync(path.join(open, 'helper'), viaOpen);
-  t.match(requirementOf(qualifyIdentityHelper(viaOpen, ROOT_IDS)), `identity helper directory ${open} must not be writable`);
+  t.match(
+    requirementOf(qualifyIdentityHelper(viaOpen, ROOT_IDS)),
+    `identity helper directory ${open} must not be writable`,
+  );
 
   const loop = path.join(dir, 'loop');
   fs.symlinkSync('loop', loop);

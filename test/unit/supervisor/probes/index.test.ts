@@ -33,7 +33,15 @@ function qualifiedHelper(t: { teardown(fn: () => void): void }): string {
   return helper;
 }
 
-const FULL_LIMITS = { memory: '512M', pids: 256, cpu: '1.5', processes: 512, open_files: 1024, file_size: '1G', data: '2G' };
+const FULL_LIMITS = {
+  memory: '512M',
+  pids: 256,
+  cpu: '1.5',
+  processes: 512,
+  open_files: 1024,
+  file_size: '1G',
+  data: '2G',
+};
 
 t.test('v2 delegated host, shared uid, root supervisor: available, warned, processes absent', async (t) => {
   const { ctx, lines } = context(tree(t), { limits: FULL_LIMITS });
@@ -42,15 +50,38 @@ t.test('v2 delegated host, shared uid, root supervisor: available, warned, proce
   t.equal(status.ordinary?.requirement, undefined);
   t.equal(status.restricted, undefined, 'restricted is absent while disabled');
   t.equal(status.identity, 'shared_uid');
-  t.match(status.rootServer?.warning, /runs as root .*workers run as uid 0 too.*read root-owned files.*root-owned Unix sockets/);
+  t.match(
+    status.rootServer?.warning,
+    /runs as root .*workers run as uid 0 too.*read root-owned files.*root-owned Unix sockets/,
+  );
   t.same(status.limits.absent, [
-    { limit: 'processes', source: 'rlimit', reason: 'uid 0 for processes: workers run as uid 0, which RLIMIT_NPROC does not bind' },
+    {
+      limit: 'processes',
+      source: 'rlimit',
+      reason: 'uid 0 for processes: workers run as uid 0, which RLIMIT_NPROC does not bind',
+    },
   ]);
-  t.same(status.limits.enforced.find((e) => e.limit === 'memory'), { limit: 'memory', source: 'cgroup', value: 512 * 1024 ** 2, backend: 'cgroup_v2' });
-  t.same(status.limits.enforced.find((e) => e.limit === 'data'), { limit: 'data', source: 'rlimit', value: 2 * 1024 ** 3 });
-  t.match(status.boundary.cgroup, { available: true, layout: 'v2', ownCgroup: '/system.slice/turnhost.service', nsdelegate: true, delegated: true });
+  t.same(
+    status.limits.enforced.find((e) => e.limit === 'memory'),
+    { limit: 'memory', source: 'cgroup', value: 512 * 1024 ** 2, backend: 'cgroup_v2' },
+  );
+  t.same(
+    status.limits.enforced.find((e) => e.limit === 'data'),
+    { limit: 'data', source: 'rlimit', value: 2 * 1024 ** 3 },
+  );
+  t.match(status.boundary.cgroup, {
+    available: true,
+    layout: 'v2',
+    ownCgroup: '/system.slice/turnhost.service',
+    nsdelegate: true,
+    delegated: true,
+  });
   t.equal(status.boundary.seccomp.available, true);
-  t.equal(lines.filter((l) => JSON.parse(l).level === 'warn').length, 0, 'an available boot probe logs no WARN (the daemon logs the root warning)');
+  t.equal(
+    lines.filter((l) => JSON.parse(l).level === 'warn').length,
+    0,
+    'an available boot probe logs no WARN (the daemon logs the root warning)',
+  );
 });
 
 t.test('hybrid host: limits enforced by the v1 backend', async (t) => {
@@ -64,7 +95,10 @@ t.test('hybrid host: limits enforced by the v1 backend', async (t) => {
 });
 
 t.test('no nsdelegate and no v1: modes unavailable naming the cgroup requirement', async (t) => {
-  const { ctx, lines } = context(tree(t, () => v2DelegatedTree('rw')), { limits: FULL_LIMITS, modes: { restricted: { enabled: true } } });
+  const { ctx, lines } = context(
+    tree(t, () => v2DelegatedTree('rw')),
+    { limits: FULL_LIMITS, modes: { restricted: { enabled: true } } },
+  );
   const status = await runWorkerHostProbes(ctx, 'boot');
   const requirement = `a cgroup that can hold and kill the whole worker: no nsdelegate on the cgroup2 mount ${ctx.config.probeRoots.sysFsCgroup}`;
   t.match(status.ordinary, { available: false, requirement });
@@ -73,7 +107,10 @@ t.test('no nsdelegate and no v1: modes unavailable naming the cgroup requirement
   for (const limit of ['memory', 'pids', 'cpu']) {
     t.match(status.limits.absent.find((a) => a.limit === limit)?.reason, /no nsdelegate on the cgroup2 mount/);
   }
-  t.ok(lines.some((l) => JSON.parse(l).msg === `worker mode ordinary unavailable: ${requirement}`), 'boot logs the failed probe');
+  t.ok(
+    lines.some((l) => JSON.parse(l).msg === `worker mode ordinary unavailable: ${requirement}`),
+    'boot logs the failed probe',
+  );
 });
 
 t.test('seccomp actions missing: the first missing requirement wins', async (t) => {
@@ -88,7 +125,11 @@ t.test('seccomp actions missing: the first missing requirement wins', async (t) 
 });
 
 t.test('malformed TURNHOST_WORKER_LIMITS makes every limit absent with that reason', async (t) => {
-  const { ctx } = context(tree(t), { limits: FULL_LIMITS, limitsDisabled: ['cpu'] }, { env: { TURNHOST_WORKER_LIMITS: 'memory=256M,pids=many' } });
+  const { ctx } = context(
+    tree(t),
+    { limits: FULL_LIMITS, limitsDisabled: ['cpu'] },
+    { env: { TURNHOST_WORKER_LIMITS: 'memory=256M,pids=many' } },
+  );
   const status = await runWorkerHostProbes(ctx, 'check');
   t.same(status.limits.enforced, [], 'nothing applied partially');
   const reasons = Object.fromEntries(status.limits.absent.map((a) => [a.limit, a.reason]));
@@ -99,18 +140,38 @@ t.test('malformed TURNHOST_WORKER_LIMITS makes every limit absent with that reas
 });
 
 t.test('TURNHOST_WORKER_LIMITS wins over the config; unconfigured and disabled are named', async (t) => {
-  const { ctx } = context(tree(t), { limits: { memory: '1G', pids: 100 }, limitsDisabled: ['open_files'] }, { ids: USER_IDS, env: { TURNHOST_WORKER_LIMITS: 'memory=256M' } });
+  const { ctx } = context(
+    tree(t),
+    { limits: { memory: '1G', pids: 100 }, limitsDisabled: ['open_files'] },
+    { ids: USER_IDS, env: { TURNHOST_WORKER_LIMITS: 'memory=256M' } },
+  );
   const status = await runWorkerHostProbes(ctx, 'check');
-  t.same(status.limits.enforced.map((e) => [e.limit, e.value]), [['memory', 256 * 1024 ** 2], ['pids', 100]]);
+  t.same(
+    status.limits.enforced.map((e) => [e.limit, e.value]),
+    [
+      ['memory', 256 * 1024 ** 2],
+      ['pids', 100],
+    ],
+  );
   const reasons = Object.fromEntries(status.limits.absent.map((a) => [a.limit, a.reason]));
-  t.same(reasons, { processes: 'not configured', data: 'not configured', file_size: 'not configured', open_files: 'disabled by the operator', cpu: 'not configured' });
+  t.same(reasons, {
+    processes: 'not configured',
+    data: 'not configured',
+    file_size: 'not configured',
+    open_files: 'disabled by the operator',
+    cpu: 'not configured',
+  });
   t.equal(status.rootServer, undefined, 'no root warning for a non-root supervisor');
 });
 
 t.test('unqualified helper: modes unavailable with that requirement, never shared_uid', async (t) => {
   const helper = qualifiedHelper(t);
   fs.chmodSync(helper, 0o755); // not setuid, and the supervisor is not root
-  const { ctx } = context(tree(t), { identityHelper: { path: helper, configPath: null } }, { ids: USER_IDS, helperProbe: async () => ok(receipt) });
+  const { ctx } = context(
+    tree(t),
+    { identityHelper: { path: helper, configPath: null } },
+    { ids: USER_IDS, helperProbe: async () => ok(receipt) },
+  );
   const status = await runWorkerHostProbes(ctx, 'check');
   t.equal(status.identity, 'separate_uid');
   t.equal(status.workerUid, undefined);
@@ -121,7 +182,11 @@ t.test('unqualified helper: modes unavailable with that requirement, never share
 
 t.test('verified helper: separate uid with its workerUid, processes enforced', async (t) => {
   const helper = qualifiedHelper(t);
-  const { ctx } = context(tree(t), { identityHelper: { path: helper, configPath: null }, limits: { processes: 64 } }, { helperProbe: async () => ok(receipt) });
+  const { ctx } = context(
+    tree(t),
+    { identityHelper: { path: helper, configPath: null }, limits: { processes: 64 } },
+    { helperProbe: async () => ok(receipt) },
+  );
   const status = await runWorkerHostProbes(ctx, 'check');
   t.equal(status.ordinary?.available, true);
   t.equal(status.identity, 'separate_uid');
@@ -133,12 +198,18 @@ t.test('verified helper: separate uid with its workerUid, processes enforced', a
 
 t.test('governed status: protected paths and egress from the config', async (t) => {
   const { ctx } = context(tree(t), {
-    fs: { ...probeConfig({ proc: '', sysFsCgroup: '' }).fs, protectedPaths: [{ root: '/srv/ws/', path: '.env', mode: 'mask_file', reason: 'secrets' }] },
+    fs: {
+      ...probeConfig({ proc: '', sysFsCgroup: '' }).fs,
+      protectedPaths: [{ root: '/srv/ws/', path: '.env', mode: 'mask_file', reason: 'secrets' }],
+    },
     egress: { ...probeConfig({ proc: '', sysFsCgroup: '' }).egress, allowlist: ['api.example.com'] },
   });
   const status = await runWorkerHostProbes(ctx, 'check');
   t.same(status.governed.protectedPaths, [{ path: '/srv/ws/.env', mode: 'mask_file', reason: 'secrets' }]);
-  t.same(status.governed.egress, { active: true, detail: 'per-turn egress proxy: 1 allowed host pattern(s), 0 denied' });
+  t.same(status.governed.egress, {
+    active: true,
+    detail: 'per-turn egress proxy: 1 allowed host pattern(s), 0 denied',
+  });
   t.match(status.governed, { available: true, hostExecution: 'worker', profile: 'governed' });
 });
 
@@ -152,9 +223,16 @@ t.test('probeMode re-reads every time: a pass is never cached', async (t) => {
   fs.writeFileSync(path.join(built.proc, 'self/cgroup'), '0::/elsewhere\n');
   const second = await probeMode(ctx, 'ordinary', 'turn');
   t.equal(second.availability.available, false);
-  t.match(second.availability.requirement, /a cgroup that can hold and kill the whole worker: controller pids unavailable/);
+  t.match(
+    second.availability.requirement,
+    /a cgroup that can hold and kill the whole worker: controller pids unavailable/,
+  );
   fs.writeFileSync(path.join(built.proc, 'self/cgroup'), '0::/system.slice/turnhost.service\n');
-  t.equal((await probeMode(ctx, 'ordinary', 'turn')).availability.available, true, 'a known failure does not short-circuit');
+  t.equal(
+    (await probeMode(ctx, 'ordinary', 'turn')).availability.available,
+    true,
+    'a known failure does not short-circuit',
+  );
 });
 
 t.test('probeMode restricted while disabled names the config key', async (t) => {

@@ -4,7 +4,10 @@ import type { HelperViewEntry, HelperViewRequest } from '../../../../supervisor/
 import { probeMaskedView, type HelperViewProbe } from '../../../../supervisor/probes/view.js';
 
 /** A fake helper answering what a correct view shows, with `tamper` applied to one entry. */
-function fakeHelper(tamper: (entry: HelperViewEntry) => HelperViewEntry = (entry) => entry): { run: HelperViewProbe; requests: HelperViewRequest[] } {
+function fakeHelper(tamper: (entry: HelperViewEntry) => HelperViewEntry = (entry) => entry): {
+  run: HelperViewProbe;
+  requests: HelperViewRequest[];
+} {
   const requests: HelperViewRequest[] = [];
   const run: HelperViewProbe = async (request) => {
     requests.push(request);
@@ -13,7 +16,8 @@ function fakeHelper(tamper: (entry: HelperViewEntry) => HelperViewEntry = (entry
       const name = path.split('/').pop() ?? '';
       const entry: HelperViewEntry = { path, read: true, write: false, exists: true, empty: false };
       if (name === 'masked-file' || name === 'masked-dir') entry.empty = true;
-      if (name === 'host-only' || path === '/proc/1' || path === '/etc/shadow' || path === '/home') entry.exists = false;
+      if (name === 'host-only' || path === '/proc/1' || path === '/etc/shadow' || path === '/home')
+        entry.exists = false;
       if (name === 'temp' || (name === 'workspace' && !strict)) entry.write = true;
       return tamper(entry);
     });
@@ -29,7 +33,10 @@ t.test('a view that holds answers no requirement and cleans its sentinel tree', 
     const helper = fakeHelper();
     t.equal(await probeMaskedView(helper.run, profile, uid), undefined);
     const request = helper.requests[0]!;
-    t.same(request.protect?.map((rule) => rule.mode), ['mask_file', 'mask_directory', 'read_only']);
+    t.same(
+      request.protect?.map((rule) => rule.mode),
+      ['mask_file', 'mask_directory', 'read_only'],
+    );
     t.match(request.workspace, /^\/tmp\/turnhost-view-probe-/);
     const fs = await import('node:fs');
     t.notOk(fs.existsSync(request.workspace!), 'sentinel tree removed');
@@ -38,7 +45,11 @@ t.test('a view that holds answers no requirement and cleans its sentinel tree', 
 
 t.test('each broken promise becomes a requirement naming it', async (t) => {
   const cases: Array<[string, (e: HelperViewEntry) => HelperViewEntry, RegExp]> = [
-    ['mask_file readable', (e) => (e.path.endsWith('masked-file') ? { ...e, empty: false } : e), /mask_file path must read empty/],
+    [
+      'mask_file readable',
+      (e) => (e.path.endsWith('masked-file') ? { ...e, empty: false } : e),
+      /mask_file path must read empty/,
+    ],
     ['mask_directory writable', (e) => (e.path.endsWith('masked-dir') ? { ...e, write: true } : e), /mask_directory/],
     ['read_only writable', (e) => (e.path.endsWith('read-only') ? { ...e, write: true } : e), /read_only path/],
     ['host /tmp visible', (e) => (e.path.endsWith('host-only') ? { ...e, exists: true } : e), /fresh one/],
@@ -49,12 +60,19 @@ t.test('each broken promise becomes a requirement naming it', async (t) => {
     t.match(await probeMaskedView(fakeHelper(tamper).run, 'governed', uid), pattern, name);
   }
   const strictHome = fakeHelper((e) => (e.path === '/home' ? { ...e, exists: true } : e));
-  t.match(await probeMaskedView(strictHome.run, 'strict', uid), /the strict worker view does not hold: \/home must be absent/);
+  t.match(
+    await probeMaskedView(strictHome.run, 'strict', uid),
+    /the strict worker view does not hold: \/home must be absent/,
+  );
   const strictWritable = fakeHelper((e) => (e.path.endsWith('/workspace') ? { ...e, write: true } : e));
   t.match(await probeMaskedView(strictWritable.run, 'strict', uid), /workspace must be read-only/);
 });
 
 t.test('a helper refusal is a requirement', async (t) => {
-  const refusing: HelperViewProbe = async () => fail('view_refused', 'view: workspace /x is or passes through a symbolic link');
-  t.equal(await probeMaskedView(refusing, 'governed', uid), 'the governed worker view cannot be built: view: workspace /x is or passes through a symbolic link');
+  const refusing: HelperViewProbe = async () =>
+    fail('view_refused', 'view: workspace /x is or passes through a symbolic link');
+  t.equal(
+    await probeMaskedView(refusing, 'governed', uid),
+    'the governed worker view cannot be built: view: workspace /x is or passes through a symbolic link',
+  );
 });

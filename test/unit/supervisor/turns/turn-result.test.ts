@@ -26,7 +26,16 @@ function exitWith(exitCode: number | null, signal: string | null = null): ExitMe
 }
 
 function inputs(overrides: Partial<ResultInputs>): ResultInputs {
-  return { stopReason: null, exitMessage: null, workerError: null, refusal: null, workerExitCode: 0, stats: quietStats, durationMs: 5, ...overrides };
+  return {
+    stopReason: null,
+    exitMessage: null,
+    workerError: null,
+    refusal: null,
+    workerExitCode: 0,
+    stats: quietStats,
+    durationMs: 5,
+    ...overrides,
+  };
 }
 
 const oomStats: TurnCgroupStats = { ...quietStats, oomKills: 1, limitHits: ['memory_oom'] };
@@ -37,10 +46,18 @@ t.test('each status, and which fact wins when several hold', async (t) => {
     ['a nonzero exit', { exitMessage: exitWith(3) }, 'nonzero_exit'],
     ['a signal beats the exit code', { exitMessage: exitWith(null, 'SIGTERM') }, 'signaled'],
     ['an OOM kill beats the command signal', { exitMessage: exitWith(null, 'SIGKILL'), stats: oomStats }, 'oom_killed'],
-    ['a timeout beats the OOM kill', { stopReason: 'timeout', exitMessage: exitWith(null, 'SIGKILL'), stats: oomStats }, 'timeout'],
+    [
+      'a timeout beats the OOM kill',
+      { stopReason: 'timeout', exitMessage: exitWith(null, 'SIGKILL'), stats: oomStats },
+      'timeout',
+    ],
     ['a cancel beats a clean exit', { stopReason: 'cancelled', exitMessage: exitWith(0) }, 'cancelled'],
     ['an exit report beats a refusal', { exitMessage: exitWith(0), refusal: 'refused late' }, 'ok'],
-    ['a refusal without a report', { refusal: 'view refused: .env is a symbolic link', workerExitCode: 78 }, 'launch_refused'],
+    [
+      'a refusal without a report',
+      { refusal: 'view refused: .env is a symbolic link', workerExitCode: 78 },
+      'launch_refused',
+    ],
     ['a refusal beats a worker error', { refusal: 'refused', workerError: 'spawn_failed: ENOENT' }, 'launch_refused'],
     ['nothing reported: internal error', { workerError: 'spawn_failed: ENOENT', workerExitCode: 1 }, 'internal_error'],
   ];
@@ -56,7 +73,15 @@ t.test('details: a refusal and an internal error say why; other statuses carry n
 
 t.test('usage: rusage from the report, counters from the cgroup, limit hits copied', async (t) => {
   const result = buildResult(inputs({ exitMessage: exitWith(0), stats: oomStats }));
-  t.same(result.usage, { userCpuUsec: 1, systemCpuUsec: 2, maxRssKiB: 3, cgroupCpuUsec: 10, memoryPeakBytes: 1024, pidsPeak: 2, oomKills: 1 });
+  t.same(result.usage, {
+    userCpuUsec: 1,
+    systemCpuUsec: 2,
+    maxRssKiB: 3,
+    cgroupCpuUsec: 10,
+    memoryPeakBytes: 1024,
+    pidsPeak: 2,
+    oomKills: 1,
+  });
   t.same(result.limitHits, ['memory_oom']);
   t.not(result.limitHits, oomStats.limitHits, 'a copy, not the stats array');
   t.same(buildResult(inputs({ refusal: 'x' })).usage.userCpuUsec, null, 'no report: no rusage');
@@ -64,8 +89,17 @@ t.test('usage: rusage from the report, counters from the cgroup, limit hits copi
 
 t.test('a turn that never ran ends finished with no usage', async (t) => {
   const record: TurnRecord = {
-    id: 'turn-x', sessionId: 's', mode: 'ordinary', profile: 'governed', state: 'starting', identity: 'shared_uid',
-    workerUid: null, createdAt: new Date(Date.now() - 1000).toISOString(), endedAt: null, tty: false, result: null,
+    id: 'turn-x',
+    sessionId: 's',
+    mode: 'ordinary',
+    profile: 'governed',
+    state: 'starting',
+    identity: 'shared_uid',
+    workerUid: null,
+    createdAt: new Date(Date.now() - 1000).toISOString(),
+    endedAt: null,
+    tty: false,
+    result: null,
   };
   const ended = finishedWithoutRun(record, 'interrupted', 'the supervisor stopped');
   t.equal(ended.state, 'finished');

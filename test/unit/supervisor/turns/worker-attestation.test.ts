@@ -6,7 +6,12 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
-import { attestWorker, checkStatusFields, netDevInterfaces, parseStatusFields } from '../../../../supervisor/turns/worker-attestation.js';
+import {
+  attestWorker,
+  checkStatusFields,
+  netDevInterfaces,
+  parseStatusFields,
+} from '../../../../supervisor/turns/worker-attestation.js';
 
 const WORKER = 3_100_007;
 const goodStatus = [
@@ -45,14 +50,20 @@ t.test('each weaker field is refused by name', async (t) => {
   for (const [field, value, expected] of cases) {
     t.match(checkStatusFields(parseStatusFields(withField(field, value)), separate), expected, `${field} ${value}`);
   }
-  t.match(checkStatusFields(parseStatusFields(goodStatus.replace(/^Seccomp:.*$/m, '')), separate), /Seccomp is missing/);
+  t.match(
+    checkStatusFields(parseStatusFields(goodStatus.replace(/^Seccomp:.*$/m, '')), separate),
+    /Seccomp is missing/,
+  );
 });
 
 t.test('shared_uid checks the supervisor uid, no_new_privs and the filter only', async (t) => {
   const shared = { identity: 'shared_uid' as const, uid: 0, gid: 0 };
   const rootWorker = withField('Uid', '0\t0\t0\t0').replace(/^CapBnd:.*$/m, 'CapBnd:\t000001ffffffffff');
   t.equal(checkStatusFields(parseStatusFields(rootWorker), shared), null);
-  t.match(checkStatusFields(parseStatusFields(withField('Seccomp', '0').replace(/^Uid:.*$/m, 'Uid:\t0\t0\t0\t0')), shared), /^Seccomp/);
+  t.match(
+    checkStatusFields(parseStatusFields(withField('Seccomp', '0').replace(/^Uid:.*$/m, 'Uid:\t0\t0\t0\t0')), shared),
+    /^Seccomp/,
+  );
 });
 
 t.test('net/dev interface names', async (t) => {
@@ -76,7 +87,11 @@ t.test('attestWorker reads status, net/dev and every leaf', async (t) => {
   t.same(attestWorker(expectation), { ok: true });
 
   fs.writeFileSync(path.join(leaves[1] as string, 'cgroup.procs'), '7\n420\n');
-  t.match(attestWorker(expectation), { ok: false, reason: 'worker_attestation_failed', detail: /pid 42 is not in .*pids/ });
+  t.match(attestWorker(expectation), {
+    ok: false,
+    reason: 'worker_attestation_failed',
+    detail: /pid 42 is not in .*pids/,
+  });
   fs.writeFileSync(path.join(leaves[1] as string, 'cgroup.procs'), '42\n');
 
   fs.writeFileSync(path.join(proc, '42', 'net', 'dev'), `${netDev}  eth0: 1 2 3\n`);

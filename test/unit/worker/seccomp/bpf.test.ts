@@ -1,5 +1,16 @@
 import t from 'tap';
-import { assemble, BPF_MAXINSNS, jeq, jset, label, load, NEXT, ret, serialise, type Instruction } from '../../../../worker/seccomp/bpf.js';
+import {
+  assemble,
+  BPF_MAXINSNS,
+  jeq,
+  jset,
+  label,
+  load,
+  NEXT,
+  ret,
+  serialise,
+  type Instruction,
+} from '../../../../worker/seccomp/bpf.js';
 import { compilePolicy, DEFAULT_POLICY, policyProgram, validatePolicy } from '../../../../worker/seccomp/policy.js';
 
 t.test('resolves labels to forward offsets relative to the next instruction', async (t) => {
@@ -15,7 +26,10 @@ t.test('resolves labels to forward offsets relative to the next instruction', as
 });
 
 t.test('serialises struct sock_filter little-endian, 8 bytes each', async (t) => {
-  const bytes = serialise([{ code: 0x15, jt: 1, jf: 2, k: 0xc000003e }, { code: 0x06, jt: 0, jf: 0, k: 0x7fff0000 }]);
+  const bytes = serialise([
+    { code: 0x15, jt: 1, jf: 2, k: 0xc000003e },
+    { code: 0x06, jt: 0, jf: 0, k: 0x7fff0000 },
+  ]);
   t.same([...bytes], [0x15, 0x00, 0x01, 0x02, 0x3e, 0x00, 0x00, 0xc0, 0x06, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0x7f]);
 });
 
@@ -67,6 +81,12 @@ t.test('default policy compiles; every entry has a reason; duplicates refused', 
 
 t.test('argument checks load the low 32-bit word of the argument', async (t) => {
   const program = policyProgram([{ syscall: 'ioctl', action: 'eperm', when: { arg: 1, oneOf: [0x5412] }, why: 'x' }]);
-  t.ok(program.some((i) => i.op === 'load' && i.offset === 24), 'args[1] low word is at offset 16 + 8');
-  t.notOk(program.some((i) => i.op === 'load' && i.offset === 28), 'the high word is never compared');
+  t.ok(
+    program.some((i) => i.op === 'load' && i.offset === 24),
+    'args[1] low word is at offset 16 + 8',
+  );
+  t.notOk(
+    program.some((i) => i.op === 'load' && i.offset === 28),
+    'the high word is never compared',
+  );
 });
