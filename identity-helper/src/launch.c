@@ -247,21 +247,14 @@ static int join_cgroups(const struct helper_config *c, const struct descriptor *
 int launch_worker(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
   uint32_t uid = 0;
   int code = policy_worker_uid(c, d, &uid, f);
-  if (code == 0)
-    code = join_cgroups(c, d, f);
-  if (code == 0)
-    code = lower_rlimits(d, f);
+  if (code == 0) code = join_cgroups(c, d, f);
+  if (code == 0) code = lower_rlimits(d, f);
   /* Before the view: it binds the temp only when the worker uid owns it. */
-  if (code == 0)
-    code = temp_claim(c, d->temp, uid, f);
-  if (code == 0)
-    code = enter_namespaces(c, d, uid, f);
-  if (code == 0)
-    code = identity_drop(c, uid, f);
-  if (code == 0)
-    code = keep_only_worker_fds(f);
-  if (code == 0)
-    code = reset_signals(f);
+  if (code == 0) code = temp_claim(c, d->temp, uid, f);
+  if (code == 0) code = enter_namespaces(c, d, uid, f);
+  if (code == 0) code = identity_drop(c, uid, f);
+  if (code == 0) code = keep_only_worker_fds(f);
+  if (code == 0) code = reset_signals(f);
   if (code != 0) {
     return code;
   }

@@ -100,10 +100,8 @@ static int run(int argc, char **argv, struct failure *f) {
   }
   const char *config_path = NULL;
   int code = choose_config_path(argc, argv, &config_path, f);
-  if (code == 0)
-    code = config_load(config_path, &config, f);
-  if (code == 0)
-    code = policy_check_caller(&config, f);
+  if (code == 0) code = config_load(config_path, &config, f);
+  if (code == 0) code = policy_check_caller(&config, f);
   if (code == 0) {
     descriptor_parser_init(&parser);
     code = descriptor_read_fd(PROTOCOL_FD, &parser, f);

@@ -104,8 +104,7 @@ static int reclaim_subdirectory(struct reclaim_walk *w, int parent, const char *
   int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   struct stat st;
   if (fd < 0 || fstat(fd, &st) != 0 || st.st_dev != seen->st_dev || st.st_ino != seen->st_ino) {
-    if (fd >= 0)
-      close(fd);
+    if (fd >= 0) close(fd);
     w->skipped++; /* replaced since it was listed: left alone */
     return 0;
   }
@@ -145,8 +144,7 @@ static int reclaim_directory(struct reclaim_walk *w, int dirfd, unsigned depth, 
   int listing = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
   DIR *dir = listing < 0 ? NULL : fdopendir(listing);
   if (dir == NULL) {
-    if (listing >= 0)
-      close(listing);
+    if (listing >= 0) close(listing);
     return fail_with(f, EXIT_INTERNAL, "reclaim: listing a directory: %s", strerror(errno));
   }
   int code = 0;
@@ -169,12 +167,10 @@ static int reclaim_directory(struct reclaim_walk *w, int dirfd, unsigned depth, 
 int run_reclaim(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
   uint32_t uid = 0;
   int code = policy_worker_uid(c, d, &uid, f);
-  if (code == 0)
-    code = refuse_outside_roots(c, d->temp, f);
+  if (code == 0) code = refuse_outside_roots(c, d->temp, f);
   int fd = -1;
   struct stat st;
-  if (code == 0)
-    code = open_temp_directory(d->temp, &fd, &st, f);
+  if (code == 0) code = open_temp_directory(d->temp, &fd, &st, f);
   if (code != 0) {
     return code;
   }

@@ -311,14 +311,10 @@ static int prepare_masks(const struct descriptor *d, int staging, struct failure
   int mask_fs = -1;
   uint64_t attributes = ATTR_FIXED | MOUNT_ATTR_NOEXEC;
   int error = mounts_new_filesystem("tmpfs", mask_options, attributes, &mask_fs);
-  if (error == 0 && mknodat(mask_fs, "file", S_IFREG | 0444, 0) != 0)
-    error = errno;
-  if (error == 0 && mkdirat(mask_fs, "dir", 0555) != 0)
-    error = errno;
-  if (error == 0)
-    error = mounts_set_attributes(mask_fs, false, MOUNT_ATTR_RDONLY);
-  if (error == 0)
-    error = mounts_attach(mask_fs, staging);
+  if (error == 0 && mknodat(mask_fs, "file", S_IFREG | 0444, 0) != 0) error = errno;
+  if (error == 0 && mkdirat(mask_fs, "dir", 0555) != 0) error = errno;
+  if (error == 0) error = mounts_set_attributes(mask_fs, false, MOUNT_ATTR_RDONLY);
+  if (error == 0) error = mounts_attach(mask_fs, staging);
   if (error != 0) {
     if (mask_fs >= 0) {
       close(mask_fs);
@@ -566,10 +562,8 @@ static int pivot_into(int new_root, struct failure *f) {
  * entries, view paths, workspace (read-only), temp and socket. */
 static int build_strict(int staging, int *new_root, struct failure *f) {
   int error = mounts_new_filesystem("tmpfs", root_options, ATTR_FIXED, new_root);
-  if (error == 0)
-    error = mounts_attach(*new_root, staging);
-  if (error == 0)
-    error = mounts_own(&plan.owned, *new_root);
+  if (error == 0) error = mounts_attach(*new_root, staging);
+  if (error == 0) error = mounts_own(&plan.owned, *new_root);
   if (error != 0) {
     return mount_failed(f, "creating", "the new root", error);
   }
@@ -582,10 +576,8 @@ static int build_strict(int staging, int *new_root, struct failure *f) {
     code = attach_new_filesystem(*new_root, "/dev/pts", "devpts", devpts_options,
                                  MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false, f);
   }
-  if (code == 0)
-    code = create_symlinks(*new_root, f);
-  if (code == 0)
-    code = attach_bindings(*new_root, f);
+  if (code == 0) code = create_symlinks(*new_root, f);
+  if (code == 0) code = attach_bindings(*new_root, f);
   return code;
 }
 
@@ -637,29 +629,22 @@ int view_enter(const struct helper_config *c, const struct descriptor *d, uint32
   int root = -1;
   int staging = -1;
   int code = enter_private_namespace(f);
-  if (code == 0)
-    code = open_root(&root, f);
+  if (code == 0) code = open_root(&root, f);
   if (code == 0) {
     int error = mounts_mountpoint(root, "/tmp", MOUNTPOINT_DIRECTORY, &plan.owned, &staging);
     code = error == 0 ? 0 : refuse_path(f, "staging directory", "/tmp", error);
   }
-  if (code == 0)
-    code = plan_view(c, d, uid, staging, f);
+  if (code == 0) code = plan_view(c, d, uid, staging, f);
   int new_root = -1;
   if (code == 0 && d->view_profile == PROFILE_GOVERNED) {
     code = build_governed(root, f);
   } else if (code == 0) {
     code = build_strict(staging, &new_root, f);
   }
-  if (code == 0)
-    code = apply_protects(d, f);
-  if (code == 0 && new_root >= 0)
-    code = enter_strict_root(new_root, f);
-  if (new_root >= 0)
-    close(new_root);
-  if (staging >= 0)
-    close(staging);
-  if (root >= 0)
-    close(root);
+  if (code == 0) code = apply_protects(d, f);
+  if (code == 0 && new_root >= 0) code = enter_strict_root(new_root, f);
+  if (new_root >= 0) close(new_root);
+  if (staging >= 0) close(staging);
+  if (root >= 0) close(root);
   return code;
 }

@@ -27,10 +27,8 @@
 #define NONEXISTENT "/nonexistent-turnhost-probe"
 
 static long child_exits_at_once(long pid) {
-  if (pid == 0)
-    _exit(0);
-  if (pid > 0)
-    waitpid((pid_t)pid, NULL, 0);
+  if (pid == 0) _exit(0);
+  if (pid > 0) waitpid((pid_t)pid, NULL, 0);
   return pid < 0 ? -1 : 0;
 }
 
@@ -48,16 +46,14 @@ static long try_clone3(void) {
 /* A pty that becomes our controlling terminal, so TIOCSTI is allowed by the kernel. */
 static int controlling_pty(void) {
   int master = posix_openpt(O_RDWR | O_NOCTTY);
-  if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0)
-    return -1;
+  if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0) return -1;
   setsid();
   return open(ptsname(master), O_RDWR);
 }
 
 static long try_ioctl(unsigned long cmd) {
   int tty = controlling_pty();
-  if (tty < 0)
-    return -1;
+  if (tty < 0) return -1;
   char byte = 'x';
   return syscall(SYS_ioctl, tty, cmd, &byte);
 }
@@ -78,14 +74,12 @@ static long try_process_vm_writev(void) {
 
 static long try_socket(int domain, int type) {
   long fd = syscall(SYS_socket, domain, type, 0);
-  if (fd >= 0)
-    close((int)fd);
+  if (fd >= 0) close((int)fd);
   return fd < 0 ? -1 : 0;
 }
 
 static long closing(long fd) {
-  if (fd >= 0)
-    close((int)fd);
+  if (fd >= 0) close((int)fd);
   return fd < 0 ? -1 : 0;
 }
 
@@ -249,8 +243,7 @@ int main(int argc, char **argv) {
       printf("%s\n", probes[i].name);
       continue;
     }
-    if (strcmp(argv[1], probes[i].name) != 0)
-      continue;
+    if (strcmp(argv[1], probes[i].name) != 0) continue;
     errno = 0;
     long ret = probes[i].run();
     if (ret < 0)
@@ -259,8 +252,7 @@ int main(int argc, char **argv) {
       printf("%s ok\n", probes[i].name);
     return 0;
   }
-  if (strcmp(argv[1], "--list") == 0)
-    return 0;
+  if (strcmp(argv[1], "--list") == 0) return 0;
   fprintf(stderr, "try-syscall: unknown probe %s\n", argv[1]);
   return 2;
 }
