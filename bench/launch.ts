@@ -26,8 +26,8 @@ import { startTurnProxy } from '../proxy/server.js';
 import { closeChannelEnd, openListenerChannel } from '../supervisor/turns/listener-channel.js';
 import { kernelRelay } from '../proxy/relay/kernel-relay.js';
 import { closeRoot, openRoot } from '../supervisor/fs/guard.js';
-import { createTurnTemp, purgeTurnTemp } from '../supervisor/fs/turn-temp.js';
 import { runHelperProbe } from '../supervisor/identity/helper-client.js';
+import { measureTurnTmp } from '../supervisor/turns/turn-tmp.js';
 import { probeMode } from '../supervisor/probes/index.js';
 import { probeLandlock, probeNetworkNamespaces, probeSeccomp } from '../supervisor/probes/facilities.js';
 import { encodeMessage, type LaunchMessage } from '../worker/protocol.js';
@@ -63,8 +63,8 @@ interface HarnessModule {
 const HARNESS_MODULE = ['..', 'test', 'support', 'turn-harness.js'].join('/');
 const { createTurnHarness, WORKER_ENTRY } = (await import(HARNESS_MODULE)) as HarnessModule;
 const PREPARED_WORKERS_MODULE = ['..', 'test', 'support', 'prepared-workers.js'].join('/');
-const { workerProcesses } = (await import(PREPARED_WORKERS_MODULE)) as {
-  workerProcesses: (harness: Pick<TurnHarness, 'uidRange'>) => Array<{ pid: number; uid: number }>;
+const { workerUidProcesses: workerProcesses } = (await import(PREPARED_WORKERS_MODULE)) as {
+  workerUidProcesses: (harness: Pick<TurnHarness, 'uidRange'>) => Array<{ pid: number; uid: number }>;
 };
 
 interface Figures {
@@ -357,13 +357,14 @@ async function timePhases(harness: TurnHarness, full: Figures | undefined): Prom
       body: () => runToExit('sh', ['-c', `${joinEvery}; exec true`]),
     },
     {
-      label: 'workspace root + turn temp create/purge',
+      label: 'workspace root open + turn tmp measure',
       body: async () => {
         const workspace = openRoot(harness.workspace);
         if (!workspace.ok) throw new Error(workspace.detail);
-        const temp = createTurnTemp({ parentDir: scratch, name: `t${n++}`, uid: PLAIN_UID, gid: PLAIN_UID });
-        if (!temp.ok) throw new Error(temp.detail);
-        purgeTurnTemp(temp, { removeRoot: true });
+        // /dev/shm stands in for the turn's tmpfs: the measure is one statfs of a held fd.
+        const tmp = fs.openSync('/dev/shm', fs.constants.O_RDONLY | fs.constants.O_DIRECTORY);
+        measureTurnTmp(tmp);
+        fs.closeSync(tmp);
         closeRoot(workspace);
       },
     },

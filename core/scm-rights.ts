@@ -6,7 +6,7 @@
  *   0   struct msghdr (56 bytes): name NULL, iov -> IOV, iovlen 1, control -> CONTROL
  *   64  struct iovec (16 bytes): base -> PAYLOAD, len
  *   80  payload (up to MAX_PAYLOAD bytes)
- *   96  control: struct cmsghdr (len u64, level i32, type i32) + room for two fds
+ *   112 control: struct cmsghdr (len u64, level i32, type i32) + room for two fds
  * Room for two fds means a message carrying more than one is seen (and every fd received is
  * closed again), not silently cut to the first.
  */
@@ -15,11 +15,11 @@ import koffi from 'koffi';
 import { errnoName, lastErrno, libc } from './libc.js';
 import { fail, ok, type Result } from './result.js';
 
-export const MAX_PAYLOAD = 16;
-const SIZE = 128;
+export const MAX_PAYLOAD = 32;
+const SIZE = 144;
 const IOV_OFFSET = 64;
 const PAYLOAD_OFFSET = 80;
-const CONTROL_OFFSET = 96;
+const CONTROL_OFFSET = 112;
 const CMSG_HEADER = 16;
 /** CMSG_SPACE(2 * sizeof(int)) */
 const CONTROL_SPACE = 24;

@@ -21,7 +21,8 @@ import { runWorkerHostProbes, type ProbeContext } from './probes/index.js';
 import type { WorkerHostStatus } from './probes/types.js';
 import { packageRoot, softwareIdentity } from './software.js';
 import type { TurnManager } from './turns/types.js';
-import { runHelperProbe, runHelperView } from './identity/helper-client.js';
+import { runHelperProbe, runHelperView, runSharedProbe } from './identity/helper-client.js';
+import { prepareSharedLauncher } from './identity/shared-launcher.js';
 
 export const DATABASE_FILE = 'turnhost.db';
 export const FALLBACK_LOG_FILE = 'events-fallback.log';
@@ -117,15 +118,32 @@ export function workerEntry(): string {
   return fs.existsSync(sibling) ? sibling : path.join(packageRoot(), 'dist', 'worker', 'main.js');
 }
 
-/** The probe context for `serve` and `run --local`: a configured helper is probed for its receipt on every run. */
+/**
+ * The probe context for `serve` and `run --local`: a configured helper is probed for its
+ * receipt on every run; with none, the shared_uid launcher (the bundled helper in shared mode,
+ * its config in the data directory) is probed instead. Either way each probe also verifies the
+ * masked views through the program that builds them.
+ */
 export function createProbeContext(config: TurnhostConfig, logger: Logger, env: NodeJS.ProcessEnv): ProbeContext {
   const context: ProbeContext = { config, logger: logger.child({ component: 'probes' }), env };
   const { path: helperPath, configPath } = config.identityHelper;
   if (helperPath !== null) {
     context.helperProbe = () => runHelperProbe({ path: helperPath, configPath });
-    // Each probe verifies the masked view on a sentinel tree through the helper's `view`.
     context.helperView = (request) => runHelperView({ path: helperPath, configPath }, request);
+    return context;
   }
+  const shared = prepareSharedLauncher(config.dataDir, {
+    cgroupRoots: [],
+    workerExec: process.execPath,
+    workerArgs: [workerEntry()],
+    viewPaths: [packageRoot()],
+  });
+  if (!shared.ok) {
+    context.sharedProbe = () => Promise.resolve(fail(shared.reason, shared.detail));
+    return context;
+  }
+  context.sharedProbe = () => runSharedProbe(shared.launcher);
+  context.sharedView = (request) => runHelperView(shared.launcher, request);
   return context;
 }
 

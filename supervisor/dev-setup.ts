@@ -1,19 +1,32 @@
 /**
  * `make run` on a development checkout, as root: writes a dev config and a root-owned identity
- * helper config so turns get `separate_uid` from the helper built in the tree, out of the box.
+ * helper (a copy of the one built in the tree, with its config) so turns get `separate_uid`
+ * out of the box, from a checkout anywhere: the copy and its config live in a root-owned
+ * directory, since the probes refuse a helper below a directory others may write (a clone
+ * under /tmp). Each data directory gets a uid range of its own, and a workspace root of its
+ * own that holds neither the data directory nor the helper.
  * Usage: node dist/supervisor/dev-setup.js DATA_DIR   (prints the config path)
  */
+import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { discoverCgroupLayout } from '../cgroup/discover.js';
 import { prepareCgroupSubtree, subtreeTurnRoots } from '../cgroup/turn-cgroup.js';
-import { defaultConfig } from './config/load.js';
 import { writeHelperConfig } from './identity/helper-config.js';
 import { turnSubtreeName } from './turns/launch-environment.js';
 
 /** Far above ordinary users and the usual /etc/subuid allocations (100000 + 65536 * n). */
-const DEV_UID_RANGE = { first: 2_900_000, count: 1000 };
+const DEV_UID_BASE = 2_000_000;
+const DEV_UID_COUNT = 1000;
+const DEV_UID_SLOTS = 900;
+/** Root-owned: the probes qualify a helper only below directories no one but root can change. */
+const DEV_HELPER_PARENT = '/usr/local/lib/turnhost-dev';
+
+function mkdirOwnedByRoot(dir: string, mode: number): void {
+  fs.mkdirSync(dir, { recursive: true, mode });
+  fs.chmodSync(dir, mode);
+}
 
 function main(): number {
   const dataDir = path.resolve(process.argv[2] ?? '.turnhost-dev');
@@ -22,8 +35,9 @@ function main(): number {
     return 2;
   }
   const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-  fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  fs.chmodSync(dataDir, 0o700);
+  mkdirOwnedByRoot(dataDir, 0o700);
+  const key = createHash('sha256').update(fs.realpathSync(dataDir)).digest('hex');
+  const slot = Number.parseInt(key.slice(0, 8), 16) % DEV_UID_SLOTS;
 
   const layout = discoverCgroupLayout({ proc: '/proc', sysFsCgroup: '/sys/fs/cgroup' });
   const name = turnSubtreeName(layout, dataDir);
@@ -32,24 +46,32 @@ function main(): number {
     process.stderr.write(`dev-setup: no cgroup subtree for turns: ${subtree.detail}\n`);
     return 1;
   }
-  const helperConfig = path.join(dataDir, 'identity-helper.conf');
-  const tempRoot = defaultConfig({ installed: false, cwd: repo }).turns.tempRoot;
+  const helperDir = path.join(DEV_HELPER_PARENT, key.slice(0, 16));
+  mkdirOwnedByRoot(helperDir, 0o755);
+  const helperPath = path.join(helperDir, 'identity-helper');
+  const helperConfig = path.join(helperDir, 'identity-helper.conf');
+  fs.copyFileSync(path.join(repo, 'identity-helper/build/identity-helper'), `${helperPath}.new`);
+  fs.chmodSync(`${helperPath}.new`, 0o755);
+  fs.renameSync(`${helperPath}.new`, helperPath);
   writeHelperConfig(helperConfig, {
-    uidRange: DEV_UID_RANGE,
+    uidRange: { first: DEV_UID_BASE + slot * DEV_UID_COUNT, count: DEV_UID_COUNT },
     callerGroup: 'root',
     cgroupRoots: subtreeTurnRoots(subtree.subtree),
     workerExec: process.execPath,
     workerArgs: [path.join(repo, 'dist/worker/main.js')],
     viewPaths: [repo], // the strict view must still show the checkout's worker and its modules
-    tempRoots: [tempRoot],
   });
+  // Sticky and world-writable like /tmp: each worker uid keeps what it creates its own.
+  const workspace = `${dataDir}-workspace`;
+  mkdirOwnedByRoot(workspace, 0o1777);
   const configFile = path.join(dataDir, 'turnhost.json');
   const config = {
     dataDir,
-    identityHelper: { path: path.join(repo, 'identity-helper/build/identity-helper'), configPath: helperConfig },
-    turns: { workspaceRoots: [repo, '/tmp', '/srv'], tempRoot },
+    identityHelper: { path: helperPath, configPath: helperConfig },
+    turns: { workspaceRoots: [workspace] },
   };
   fs.writeFileSync(configFile, JSON.stringify(config, null, 2) + '\n', { mode: 0o600 });
+  process.stderr.write(`dev-setup: turns run in ${workspace} (e.g. bin/turnhost run --cwd ${workspace} -- id)\n`);
   process.stdout.write(configFile + '\n');
   return 0;
 }

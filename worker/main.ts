@@ -19,12 +19,15 @@ import { openChannel, expectLaunch, type Channel } from './channel.js';
 import { startCommand, type RunningCommand } from './command.js';
 import type { ForwardableSignal, LaunchMessage, WorkerErrorCode } from './protocol.js';
 import { childrenRusage } from './rusage.js';
+import { makeUndumpable } from './dumpable.js';
 import { compilePolicy } from './seccomp/policy.js';
 import { installSeccompFilter } from './seccomp/install.js';
 import { CodedError } from '../core/result.js';
 
 // Before this module opens anything of its own.
 const inheritedFds = checkInheritedFds();
+// Before the command can exist: out of its reach for the worker's whole life.
+const undumpable = makeUndumpable();
 
 const MAX_ERROR_DETAIL_CHARS = 1000;
 /** Signals delivered to the worker itself are passed on to the command's group. */
@@ -83,6 +86,7 @@ async function main(): Promise<number> {
   const cloexec = markCloseOnExec(PROTOCOL_FD);
   const channel = openChannel(PROTOCOL_FD);
   if (!inheritedFds.ok) return refuse(channel, 'unexpected_fds', inheritedFds.detail);
+  if (!undumpable.ok) return refuse(channel, 'undumpable_failed', undumpable.detail);
   if (!cloexec.ok) return refuse(channel, 'unexpected_fds', cloexec.detail);
 
   // The policy does not depend on the turn: the filter is in place before the worker waits.

@@ -91,6 +91,7 @@ export const WORKER_ERROR_CODES = [
   'seccomp_failed',
   'egress_failed',
   'spawn_failed',
+  'undumpable_failed',
 ] as const;
 export type WorkerErrorCode = (typeof WORKER_ERROR_CODES)[number];
 export interface ErrorMessage {

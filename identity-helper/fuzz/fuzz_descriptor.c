@@ -9,11 +9,22 @@
 static struct descriptor_parser parser;
 
 /* A launch always names its view; protected paths are canonical and relative, and need a
- * workspace to resolve beneath. */
+ * workspace to resolve beneath; hidden paths are canonical and absolute; the tmpfs size is in
+ * bounds. */
 static void check_view_invariants(const struct descriptor *d) {
-  if (d->op == OP_LAUNCH &&
-      (d->view_profile == PROFILE_NONE || d->workspace == NULL || d->temp == NULL)) {
+  if (d->op == OP_LAUNCH && (d->view_profile == PROFILE_NONE || d->workspace == NULL)) {
     __builtin_trap();
+  }
+  if (d->tmp_size < DESCRIPTOR_MIN_TMP_SIZE || d->tmp_size > DESCRIPTOR_MAX_TMP_SIZE) {
+    __builtin_trap();
+  }
+  if (d->hide_count > DESCRIPTOR_MAX_HIDE || (d->hide_count > 0 && d->workspace == NULL)) {
+    __builtin_trap();
+  }
+  for (size_t i = 0; i < d->hide_count; i++) {
+    if (!is_canonical_absolute_path(d->hides[i]) || strcmp(d->hides[i], "/") == 0) {
+      __builtin_trap();
+    }
   }
   if (d->protect_count > DESCRIPTOR_MAX_PROTECT || (d->protect_count > 0 && d->workspace == NULL)) {
     __builtin_trap();

@@ -52,6 +52,13 @@ static int apply_config_line(struct helper_config *c, const char *key, const cha
   if (copy == NULL) {
     return fail_with(f, EXIT_CONFIG_INVALID, "config: no room left");
   }
+  bool separate_only = strcmp(key, "uid_range") == 0 || strcmp(key, "uid_range_subuid") == 0 ||
+                       strcmp(key, "caller_group") == 0 || strcmp(key, "uid_lock_dir") == 0;
+  if (c->shared && separate_only) {
+    return fail_with(f, EXIT_CONFIG_INVALID,
+                     "config line %zu: %s is a separate-uid key, not valid in shared mode", line,
+                     key);
+  }
   bool has_range = c->uid_count != 0 || c->subuid_user != NULL;
   if (strcmp(key, "uid_range") == 0 || strcmp(key, "uid_range_subuid") == 0) {
     if (has_range) {
@@ -80,14 +87,17 @@ static int apply_config_line(struct helper_config *c, const char *key, const cha
     return 0;
   }
   if (strcmp(key, "temp_root") == 0) {
-    if (c->temp_root_count >= CONFIG_MAX_TEMP_ROOTS || !is_canonical_absolute_path(copy) ||
-        strcmp(copy, "/") == 0) {
+    /* Obsolete: the turn temp is a tmpfs in the worker's view, not a host directory. Accepted
+     * so that a config kept across an upgrade still loads; it grants nothing. */
+    return 0;
+  }
+  if (strcmp(key, "uid_lock_dir") == 0) {
+    if (c->uid_lock_dir != NULL || !is_canonical_absolute_path(copy) || strcmp(copy, "/") == 0) {
       return fail_with(f, EXIT_CONFIG_INVALID,
-                       "config line %zu: temp_root: canonical absolute path other than /, at "
-                       "most %d",
-                       line, CONFIG_MAX_TEMP_ROOTS);
+                       "config line %zu: uid_lock_dir: one canonical absolute path other than /",
+                       line);
     }
-    c->temp_roots[c->temp_root_count++] = copy;
+    c->uid_lock_dir = copy;
     return 0;
   }
   if (strcmp(key, "worker_exec") == 0) {
@@ -150,21 +160,29 @@ static int parse_config_line(struct helper_config *c, const char *start, size_t 
   return apply_config_line(c, buf, space + 1, line, f);
 }
 
-static int check_required(const struct helper_config *c, struct failure *f) {
+static int check_required(struct helper_config *c, struct failure *f) {
+  if (c->worker_exec == NULL) {
+    return fail_with(f, EXIT_CONFIG_INVALID, "config: worker_exec required");
+  }
+  if (c->shared) {
+    return 0;
+  }
+  if (c->uid_lock_dir == NULL) {
+    c->uid_lock_dir = HELPER_UID_LOCK_DIR;
+  }
   if (c->uid_count == 0 && c->subuid_user == NULL) {
     return fail_with(f, EXIT_CONFIG_INVALID, "config: uid_range or uid_range_subuid required");
   }
   if (c->caller_group_name == NULL) {
     return fail_with(f, EXIT_CONFIG_INVALID, "config: caller_group required");
   }
-  if (c->worker_exec == NULL) {
-    return fail_with(f, EXIT_CONFIG_INVALID, "config: worker_exec required");
-  }
   return 0;
 }
 
-int config_parse(const char *text, size_t len, struct helper_config *c, struct failure *f) {
+int config_parse(const char *text, size_t len, bool shared, struct helper_config *c,
+                 struct failure *f) {
   memset(c, 0, sizeof *c);
+  c->shared = shared;
   if (len > CONFIG_MAX_BYTES) {
     return fail_with(f, EXIT_CONFIG_INVALID, "config: larger than %d bytes", CONFIG_MAX_BYTES);
   }
@@ -187,18 +205,19 @@ int config_parse(const char *text, size_t len, struct helper_config *c, struct f
   return check_required(c, f);
 }
 
-int read_trusted_file(const char *path, char *buf, size_t cap, size_t *len, int failure_code,
-                      struct failure *f) {
+int read_trusted_file(const char *path, uid_t owner, char *buf, size_t cap, size_t *len,
+                      int failure_code, struct failure *f) {
   int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) {
     return fail_with(f, failure_code, "%s: cannot open: %s", path, strerror(errno));
   }
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 ||
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (st.st_uid != 0 && st.st_uid != owner) ||
       (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
     close(fd);
     return fail_with(f, failure_code,
-                     "%s: must be a regular file owned by root, not group/other-writable", path);
+                     "%s: must be a regular file owned by %s, not group/other-writable", path,
+                     owner == 0 ? "root" : "root or the caller");
   }
   size_t used = 0;
   for (;;) {
@@ -263,7 +282,8 @@ static bool subuid_line_matches(const char *line, size_t len, const char *user, 
 static int resolve_subuid_range(struct helper_config *c, struct failure *f) {
   static char text[CONFIG_MAX_BYTES];
   size_t len = 0;
-  int code = read_trusted_file(HELPER_SUBUID_PATH, text, sizeof text, &len, EXIT_CONFIG_INVALID, f);
+  int code =
+      read_trusted_file(HELPER_SUBUID_PATH, 0, text, sizeof text, &len, EXIT_CONFIG_INVALID, f);
   if (code != 0) {
     return code;
   }
@@ -288,14 +308,15 @@ static int resolve_subuid_range(struct helper_config *c, struct failure *f) {
                    HELPER_SUBUID_PATH, c->subuid_user);
 }
 
-int config_load(const char *path, struct helper_config *c, struct failure *f) {
+int config_load(const char *path, bool shared, struct helper_config *c, struct failure *f) {
   static char text[CONFIG_MAX_BYTES + 1];
   size_t len = 0;
-  int code = read_trusted_file(path, text, sizeof text, &len, EXIT_CONFIG_INVALID, f);
+  uid_t owner = shared ? getuid() : 0;
+  int code = read_trusted_file(path, owner, text, sizeof text, &len, EXIT_CONFIG_INVALID, f);
   if (code == 0) {
-    code = config_parse(text, len, c, f);
+    code = config_parse(text, len, shared, c, f);
   }
-  if (code == 0) {
+  if (code == 0 && !shared) {
     code = resolve_caller_group(c, f);
   }
   if (code == 0 && c->subuid_user != NULL) {

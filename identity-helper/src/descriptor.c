@@ -7,8 +7,7 @@
 #include "syntax.h"
 
 #define OP_BIT(op) (1u << (op))
-#define ALL_OPS \
-  (OP_BIT(OP_PROBE) | OP_BIT(OP_LAUNCH) | OP_BIT(OP_VIEW) | OP_BIT(OP_KILL) | OP_BIT(OP_RECLAIM))
+#define ALL_OPS (OP_BIT(OP_PROBE) | OP_BIT(OP_LAUNCH) | OP_BIT(OP_VIEW) | OP_BIT(OP_KILL))
 #define MAX_ID 4294967294u /* (uid_t)-1 is "no change" to the kernel: never a valid id */
 #define MAX_RLIMIT_VALUE 999999999999999999ull
 
@@ -25,7 +24,7 @@ struct key_rule {
 
 static const char *op_names[] = {
     [OP_NONE] = "none", [OP_PROBE] = "probe", [OP_LAUNCH] = "launch",
-    [OP_VIEW] = "view", [OP_KILL] = "kill",   [OP_RECLAIM] = "reclaim",
+    [OP_VIEW] = "view", [OP_KILL] = "kill",
 };
 
 static const char *rlimit_names[RLIMIT_SLOT_COUNT] = {
@@ -63,7 +62,7 @@ static int store_string(struct descriptor_parser *p, const char *key, const char
 }
 
 static int handle_op(struct descriptor_parser *p, const char *value, struct failure *f) {
-  for (size_t op = OP_PROBE; op <= OP_RECLAIM; op++) {
+  for (size_t op = OP_PROBE; op <= OP_KILL; op++) {
     if (strcmp(value, op_names[op]) == 0) {
       p->result.op = (enum descriptor_op)op;
       return 0;
@@ -190,12 +189,31 @@ static int handle_workspace(struct descriptor_parser *p, const char *value, stru
   return store_view_path(p, "workspace", value, &p->result.workspace, f);
 }
 
-static int handle_temp(struct descriptor_parser *p, const char *value, struct failure *f) {
-  return store_view_path(p, "temp", value, &p->result.temp, f);
+static int handle_uid_search(struct descriptor_parser *p, const char *value, struct failure *f) {
+  if (strcmp(value, "yes") != 0) {
+    return fail_with(f, EXIT_DESCRIPTOR_MALFORMED, "descriptor: uid_search: the only value is yes");
+  }
+  p->result.uid_search = true;
+  return 0;
 }
 
-static int handle_socket(struct descriptor_parser *p, const char *value, struct failure *f) {
-  return store_view_path(p, "socket", value, &p->result.socket, f);
+static int handle_tmp_size(struct descriptor_parser *p, const char *value, struct failure *f) {
+  uint64_t size = 0;
+  if (!parse_decimal(value, DESCRIPTOR_MAX_TMP_SIZE, &size) || size < DESCRIPTOR_MIN_TMP_SIZE) {
+    return fail_with(f, EXIT_DESCRIPTOR_MALFORMED, "descriptor: tmp_size: bytes from %llu to %llu",
+                     (unsigned long long)DESCRIPTOR_MIN_TMP_SIZE,
+                     (unsigned long long)DESCRIPTOR_MAX_TMP_SIZE);
+  }
+  p->result.tmp_size = size;
+  return 0;
+}
+
+static int handle_hide(struct descriptor_parser *p, const char *value, struct failure *f) {
+  if (p->result.hide_count >= DESCRIPTOR_MAX_HIDE) {
+    return fail_with(f, EXIT_DESCRIPTOR_MALFORMED, "descriptor: hide: more than %d entries",
+                     DESCRIPTOR_MAX_HIDE);
+  }
+  return store_view_path(p, "hide", value, &p->result.hides[p->result.hide_count++], f);
 }
 
 static const char *protect_mode_names[] = {
@@ -320,19 +338,19 @@ static const struct key_rule key_rules[] = {
     {"path", true, VIEW_ONLY, handle_path},
     {"profile", false, LAUNCH_OR_VIEW, handle_profile},
     {"workspace", false, LAUNCH_OR_VIEW, handle_workspace},
-    {"temp", false, LAUNCH_OR_VIEW | OP_BIT(OP_RECLAIM), handle_temp},
-    {"socket", false, LAUNCH_ONLY, handle_socket},
+    {"uid_search", false, LAUNCH_ONLY, handle_uid_search},
+    {"tmp_size", false, LAUNCH_OR_VIEW, handle_tmp_size},
     {"protect", true, LAUNCH_OR_VIEW, handle_protect},
+    {"hide", true, LAUNCH_OR_VIEW, handle_hide},
 };
 #define KEY_RULE_COUNT (sizeof key_rules / sizeof key_rules[0])
 
 /* Keys each op must carry; "path" counts as present once it has at least one entry. */
 static const char *const required_keys[][7] = {
     [OP_PROBE] = {NULL},
-    [OP_LAUNCH] = {"uid", "gid", "cwd", "profile", "workspace", "temp", NULL},
+    [OP_LAUNCH] = {"cwd", "profile", "workspace", NULL},
     [OP_VIEW] = {"profile", "path", NULL},
     [OP_KILL] = {"uid", NULL},
-    [OP_RECLAIM] = {"uid", "temp", NULL},
 };
 
 static int key_index(const char *name) {
@@ -417,10 +435,15 @@ static int finish(struct descriptor_parser *p, struct failure *f) {
   if (code != 0) {
     return code;
   }
-  bool temp_needs_view = p->result.temp != NULL && p->result.op != OP_RECLAIM;
-  if ((p->result.protect_count > 0 || temp_needs_view) && p->result.workspace == NULL) {
+  bool needs_view =
+      p->result.protect_count > 0 || p->result.hide_count > 0 || p->result.tmp_size != 0;
+  if (needs_view && p->result.workspace == NULL) {
     return fail_with(f, EXIT_DESCRIPTOR_MALFORMED,
-                     "descriptor: protect and temp need a workspace (the view is built from it)");
+                     "descriptor: protect, hide and tmp_size need a workspace (the view is built "
+                     "from it)");
+  }
+  if (p->result.tmp_size == 0) {
+    p->result.tmp_size = DESCRIPTOR_DEFAULT_TMP_SIZE;
   }
   p->result.env[p->result.env_count] = NULL;
   p->state = PARSER_DONE;

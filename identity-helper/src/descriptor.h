@@ -1,4 +1,4 @@
-/* The launch descriptor (protocol version 1): strict, line-based, fed one byte at a time so
+/* The launch descriptor (protocol version 2): strict, line-based, fed one byte at a time so
  * the reader never consumes a byte past the final "end\n" of fd 3. */
 #ifndef IDENTITY_HELPER_DESCRIPTOR_H
 #define IDENTITY_HELPER_DESCRIPTOR_H
@@ -9,7 +9,7 @@
 
 #include "failure.h"
 
-#define DESCRIPTOR_PROTOCOL_VERSION 1
+#define DESCRIPTOR_PROTOCOL_VERSION 2
 #define DESCRIPTOR_MAX_BYTES 65536
 #define DESCRIPTOR_MAX_LINE 4096 /* including the newline */
 #define DESCRIPTOR_MAX_CGROUPS 8
@@ -18,8 +18,14 @@
 #define DESCRIPTOR_MAX_HOSTNAME 64
 #define DESCRIPTOR_MAX_ENV_NAME 255
 #define DESCRIPTOR_MAX_PROTECT 64
+#define DESCRIPTOR_MAX_HIDE 32
+/* The turn's /tmp (and /dev/shm): 1 MiB to 1 TiB, default 512 MiB (the supervisor's default too).
+ */
+#define DESCRIPTOR_MIN_TMP_SIZE (1ull << 20)
+#define DESCRIPTOR_MAX_TMP_SIZE (1ull << 40)
+#define DESCRIPTOR_DEFAULT_TMP_SIZE (512ull << 20)
 
-enum descriptor_op { OP_NONE = 0, OP_PROBE, OP_LAUNCH, OP_VIEW, OP_KILL, OP_RECLAIM };
+enum descriptor_op { OP_NONE = 0, OP_PROBE, OP_LAUNCH, OP_VIEW, OP_KILL };
 
 enum view_profile { PROFILE_NONE = 0, PROFILE_GOVERNED, PROFILE_STRICT };
 
@@ -45,6 +51,8 @@ struct descriptor {
   uint32_t uid;
   bool has_gid;
   uint32_t gid;
+  /* launch: `uid` is where the search for a free uid of the range starts, not a demand */
+  bool uid_search;
   size_t cgroup_count;
   const char *cgroups[DESCRIPTOR_MAX_CGROUPS];
   bool has_rlimit[RLIMIT_SLOT_COUNT];
@@ -54,10 +62,12 @@ struct descriptor {
   const char *profile;
   enum view_profile view_profile;
   const char *workspace;
-  const char *temp;
-  const char *socket;
+  uint64_t tmp_size;
   size_t protect_count;
   struct protect_rule protects[DESCRIPTOR_MAX_PROTECT];
+  /* Host paths the view never shows (absolute, canonical): masked where the view has them. */
+  size_t hide_count;
+  const char *hides[DESCRIPTOR_MAX_HIDE];
   size_t env_count;
   const char *env[DESCRIPTOR_MAX_ENV + 1]; /* NULL-terminated, ready for execve */
   size_t path_count;

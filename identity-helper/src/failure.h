@@ -19,7 +19,8 @@ enum exit_code {
   EXIT_INTERNAL = 76,       /* fork, pipe, read, /proc walk failures */
   EXIT_CWD_UNUSABLE = 77,
   EXIT_VIEW_REFUSED = 78, /* a view path: symlink, wrong kind or owner, absent */
-  EXIT_TEMP_REFUSED = 79  /* a turn temp: not beneath a temp_root, symlink, wrong owner */
+  /* 79 was the host turn temp's refusal; the temp is a tmpfs in the view now */
+  EXIT_UID_IN_USE = 80 /* the uid is leased to another worker, or has live processes */
 };
 
 #define FAILURE_REASON_MAX 240

@@ -4,7 +4,10 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
+#include <linux/securebits.h>
+#include <sched.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -71,18 +74,92 @@ static int read_capability_sets(uint64_t *effective, uint64_t *permitted, uint64
   return 0;
 }
 
-static int verify_dropped(const struct helper_config *c, uint32_t uid, struct failure *f) {
+/* The permitted, effective and inheritable sets emptied (uid 0, or any uid in its own user
+ * namespace, keeps its capabilities through setresuid to itself). */
+static int clear_capability_sets(struct failure *f) {
+  struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct data[2];
+  memset(data, 0, sizeof data);
+  if (syscall(SYS_capset, &header, data) != 0) {
+    return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "capset(0): %s", strerror(errno));
+  }
+  return 0;
+}
+
+/* Uid 0 must not regain capabilities when it execs (SECBIT_NOROOT), nor keep them through a
+ * uid change (SECBIT_NO_SETUID_FIXUP), and nothing may undo that. Needs CAP_SETPCAP. */
+static int lock_securebits(struct failure *f) {
+  unsigned long bits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                       SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
+                       SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+  if (prctl(PR_SET_SECUREBITS, bits, 0, 0, 0) != 0) {
+    return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "PR_SET_SECUREBITS: %s", strerror(errno));
+  }
+  return 0;
+}
+
+struct worker_identity identity_for(const struct helper_config *c, uint32_t uid) {
+  struct worker_identity id = {false, uid, uid, false};
+  if (c->shared) {
+    id.shared = true;
+    id.uid = (uint32_t)getuid();
+    id.gid = (uint32_t)getgid();
+    id.user_namespace = id.uid != 0;
+  }
+  return id;
+}
+
+static int write_proc_self(const char *name, const char *text, struct failure *f) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/%s", name);
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return fail_with(f, EXIT_NAMESPACE_FAILED, "user namespace: open %s: %s", path,
+                     strerror(errno));
+  }
+  size_t len = strlen(text);
+  ssize_t written = write(fd, text, len);
+  int saved = errno;
+  close(fd);
+  if (written != (ssize_t)len) {
+    return fail_with(f, EXIT_NAMESPACE_FAILED, "user namespace: writing %s: %s", path,
+                     strerror(saved));
+  }
+  return 0;
+}
+
+int identity_enter_user_namespace(const struct worker_identity *id, struct failure *f) {
+  if (unshare(CLONE_NEWUSER) != 0) {
+    return fail_with(f, EXIT_NAMESPACE_FAILED,
+                     "unshare(user): %s (shared_uid without root needs unprivileged user "
+                     "namespaces)",
+                     strerror(errno));
+  }
+  char map[64];
+  snprintf(map, sizeof map, "%u %u 1\n", id->uid, id->uid);
+  int code = write_proc_self("setgroups", "deny", f);
+  if (code == 0) code = write_proc_self("uid_map", map, f);
+  snprintf(map, sizeof map, "%u %u 1\n", id->gid, id->gid);
+  if (code == 0) code = write_proc_self("gid_map", map, f);
+  return code;
+}
+
+static int verify_dropped(const struct helper_config *c, const struct worker_identity *id,
+                          struct failure *f) {
+  uint32_t uid = id->uid;
+  uint32_t gid = id->gid;
   uid_t ruid, euid, suid;
   gid_t rgid, egid, sgid;
   if (getresuid(&ruid, &euid, &suid) != 0 || getresgid(&rgid, &egid, &sgid) != 0) {
     return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "getresuid/getresgid failed");
   }
-  bool ids_ok = ruid == uid && euid == uid && suid == uid && rgid == uid && egid == uid &&
-                sgid == uid && policy_uid_in_range(c, ruid);
+  bool ids_ok = ruid == uid && euid == uid && suid == uid && rgid == gid && egid == gid &&
+                sgid == gid && (id->shared || policy_uid_in_range(c, ruid));
   if (!ids_ok) {
     return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "ids after the switch are not all %u", uid);
   }
-  if (getgroups(0, NULL) != 0) {
+  /* In a user namespace the kernel refuses setgroups: the caller's groups stay, unmapped. */
+  if (!id->user_namespace && getgroups(0, NULL) != 0) {
     return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "supplementary groups remain");
   }
   uint64_t effective = 1, permitted = 1, inheritable = 1;
@@ -93,30 +170,42 @@ static int verify_dropped(const struct helper_config *c, uint32_t uid, struct fa
   if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1) {
     return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "no_new_privs is not set");
   }
+  if (id->shared && prctl(PR_GET_SECUREBITS, 0, 0, 0, 0) < 0) {
+    return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "securebits cannot be read");
+  }
   return 0;
 }
 
-int identity_drop(const struct helper_config *c, uint32_t uid, struct failure *f) {
-  if (!policy_uid_in_range(c, uid)) {
+int identity_drop(const struct helper_config *c, const struct worker_identity *id,
+                  struct failure *f) {
+  uint32_t uid = id->uid;
+  uint32_t gid = id->gid;
+  if (!id->shared && !policy_uid_in_range(c, uid)) {
     return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "refusing to drop to uid %u", uid);
   }
-  if (setgroups(0, NULL) != 0) {
+  if (!id->user_namespace && setgroups(0, NULL) != 0) {
     return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "setgroups(0): %s", strerror(errno));
   }
-  if (setresgid(uid, uid, uid) != 0) {
-    return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "setresgid(%u): %s", uid, strerror(errno));
+  if (setresgid(gid, gid, gid) != 0) {
+    return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "setresgid(%u): %s", gid, strerror(errno));
   }
-  int code = drop_bounding_and_ambient(f);
+  int code = id->shared ? lock_securebits(f) : 0;
+  if (code == 0) code = drop_bounding_and_ambient(f);
   if (code != 0) {
     return code;
   }
   if (setresuid(uid, uid, uid) != 0) {
     return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "setresuid(%u): %s", uid, strerror(errno));
   }
+  /* A separate uid lost its capabilities with the switch from root; a shared one keeps them. */
+  code = clear_capability_sets(f);
+  if (code != 0) {
+    return code;
+  }
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
     return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "PR_SET_NO_NEW_PRIVS: %s", strerror(errno));
   }
-  return verify_dropped(c, uid, f);
+  return verify_dropped(c, id, f);
 }
 
 static bool status_field_hex(const char *status, const char *name, uint64_t *out) {

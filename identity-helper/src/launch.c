@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <net/if.h>
+#include <stdint.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -17,7 +18,8 @@
 
 #include "identity.h"
 #include "policy.h"
-#include "temp.h"
+#include "sandbox.h"
+#include "uid-lock.h"
 #include "view.h"
 
 /* The worker's fds: 0-2 stdio, 3 the protocol socket, 4 the listener channel. */
@@ -158,12 +160,12 @@ static int bring_loopback_up(struct failure *f) {
 }
 
 /* The mount namespace comes last: the view (docs/filesystem-view.md) is built inside it. */
-static int enter_namespaces(const struct helper_config *c, const struct descriptor *d, uint32_t uid,
+static int enter_namespaces(const struct helper_config *c, const struct descriptor *d,
                             struct failure *f) {
   if (unshare(CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) != 0) {
     return fail_with(f, EXIT_NAMESPACE_FAILED, "unshare(net, ipc, uts): %s", strerror(errno));
   }
-  int code = view_enter(c, d, uid, f);
+  int code = view_enter(c, d, f);
   if (code == 0) {
     code = bring_loopback_up(f);
   }
@@ -244,15 +246,85 @@ static int join_cgroups(const struct helper_config *c, const struct descriptor *
   return 0;
 }
 
-int launch_worker(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
+/* The uid a launch runs as: in shared mode the caller's own; else the descriptor's, leased
+ * for the worker's life (with `uid_search`, the first free one of the range from it on). */
+static int lease_identity(const struct helper_config *c, const struct descriptor *d,
+                          struct worker_identity *id, int *lock, struct failure *f) {
+  if (c->shared) {
+    *id = identity_for(c, 0);
+    bool mismatch = (d->has_uid && d->uid != id->uid) || (d->has_gid && d->gid != id->gid);
+    if (mismatch) {
+      return fail_with(f, EXIT_UID_OUT_OF_RANGE,
+                       "shared mode runs workers as the caller (uid %u, gid %u)", id->uid, id->gid);
+    }
+    return 0;
+  }
+  uint32_t wanted = 0;
+  int code = policy_worker_uid(c, d, &wanted, f);
   uint32_t uid = 0;
-  int code = policy_worker_uid(c, d, &uid, f);
+  if (code == 0) code = uid_lock_take(c, wanted, d->uid_search, &uid, lock, f);
+  if (code == 0) *id = identity_for(c, uid);
+  return code;
+}
+
+/* Tells the supervisor, on the listener channel and before the worker exists, which uid the
+ * worker got, and hands it the view's /tmp (the turn's own tmpfs) for host writes into it and
+ * its measure at the end: payload `launched <uid>`, the tmpfs root as SCM_RIGHTS. */
+static int report_launch(uint32_t uid, struct failure *f) {
+  if (!is_listener_channel(LISTENER_CHANNEL_FD)) {
+    return 0;
+  }
+  int tmp = open("/tmp", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  struct statfs fs;
+  if (tmp < 0 || fstatfs(tmp, &fs) != 0 || fs.f_type != TMPFS_MAGIC) {
+    if (tmp >= 0) {
+      close(tmp);
+    }
+    return fail_with(f, EXIT_NAMESPACE_FAILED, "the view's /tmp is not a tmpfs of its own");
+  }
+  char payload[32];
+  int len = snprintf(payload, sizeof payload, "launched %u", uid);
+  char control[CMSG_SPACE(sizeof(int))];
+  memset(control, 0, sizeof control);
+  struct iovec iov = {payload, (size_t)len};
+  struct msghdr message;
+  memset(&message, 0, sizeof message);
+  message.msg_iov = &iov;
+  message.msg_iovlen = 1;
+  message.msg_control = control;
+  message.msg_controllen = sizeof control;
+  struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+  header->cmsg_level = SOL_SOCKET;
+  header->cmsg_type = SCM_RIGHTS;
+  header->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(header), &tmp, sizeof(int));
+  ssize_t sent = sendmsg(LISTENER_CHANNEL_FD, &message, MSG_NOSIGNAL);
+  int saved = errno;
+  close(tmp);
+  if (sent != len) {
+    return fail_with(f, EXIT_NAMESPACE_FAILED, "reporting the launch: %s", strerror(saved));
+  }
+  return 0;
+}
+
+/* In order (docs/identity-helper-protocol.md, "Processes of a launch"): the uid and its lease
+ * -> the turn cgroup -> the rlimits -> [shared without root: a user namespace] -> a pid
+ * namespace: this process stays outside as the monitor holding the lease, pid 1 goes on ->
+ * net, ipc, uts and mount namespaces with the view -> the launch report -> pid 1 forks the
+ * worker and becomes the namespace's init -> the worker drops its identity, keeps fds 0-4 and
+ * execs. */
+int launch_worker(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
+  struct worker_identity id;
+  int lock = -1;
+  int code = lease_identity(c, d, &id, &lock, f);
   if (code == 0) code = join_cgroups(c, d, f);
   if (code == 0) code = lower_rlimits(d, f);
-  /* Before the view: it binds the temp only when the worker uid owns it. */
-  if (code == 0) code = temp_claim(c, d->temp, uid, f);
-  if (code == 0) code = enter_namespaces(c, d, uid, f);
-  if (code == 0) code = identity_drop(c, uid, f);
+  if (code == 0 && id.user_namespace) code = identity_enter_user_namespace(&id, f);
+  if (code == 0) code = sandbox_fork_pid_namespace(lock, f);
+  if (code == 0) code = enter_namespaces(c, d, f);
+  if (code == 0) code = report_launch(id.uid, f);
+  if (code == 0) code = sandbox_fork_worker(c, &id, f);
+  if (code == 0) code = identity_drop(c, &id, f);
   if (code == 0) code = keep_only_worker_fds(f);
   if (code == 0) code = reset_signals(f);
   if (code != 0) {

@@ -31,6 +31,7 @@
  *
  * Any refusal prints one `identity-helper: <reason>` line on stderr and exits with the code
  * of its reason (failure.h); nothing is half-done that outlives the process. */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -43,7 +44,6 @@
 #include "launch.h"
 #include "operations.h"
 #include "policy.h"
-#include "temp.h"
 
 #define PROTOCOL_FD 3
 
@@ -60,19 +60,43 @@ static bool fds_0_to_3_open(void) {
   return true;
 }
 
-/* Accepts no arguments, or exactly `--config PATH` from a real-uid-0 caller. */
-static int choose_config_path(int argc, char **argv, const char **path, struct failure *f) {
+#define USAGE                                                                                     \
+  "usage: identity-helper [--config PATH] 3<descriptor | identity-helper --shared --config PATH " \
+  "3<descriptor"
+
+/* Shared mode gives up what the setuid bit lent before anything else happens: from here on
+ * the helper can do only what its caller could do itself. */
+static int give_up_setuid(struct failure *f) {
+  gid_t gid = getgid();
+  uid_t uid = getuid();
+  if (setresgid(gid, gid, gid) != 0 || setresuid(uid, uid, uid) != 0) {
+    return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "shared mode: dropping the setuid identity: %s",
+                     strerror(errno));
+  }
+  return 0;
+}
+
+/* No arguments, `--config PATH` from a real-uid-0 caller, or `--shared --config PATH` from
+ * anyone (shared mode runs with the caller's own privilege only). */
+static int parse_arguments(int argc, char **argv, bool *shared, const char **path,
+                           struct failure *f) {
+  *shared = argc == 4 && strcmp(argv[1], "--shared") == 0;
   *path = HELPER_CONFIG_PATH;
   if (argc == 1) {
     return 0;
   }
-  if (argc != 3 || strcmp(argv[1], "--config") != 0) {
-    return fail_with(f, EXIT_USAGE, "usage: identity-helper [--config PATH] 3<descriptor");
+  int first = *shared ? 2 : 1;
+  if (argc != first + 2 || strcmp(argv[first], "--config") != 0) {
+    return fail_with(f, EXIT_USAGE, USAGE);
+  }
+  if (*shared) {
+    *path = argv[first + 1];
+    return give_up_setuid(f);
   }
   if (getuid() != 0) {
     return fail_with(f, EXIT_CALLER_NOT_PERMITTED, "--config requires real uid 0");
   }
-  *path = argv[2];
+  *path = argv[first + 1];
   return 0;
 }
 
@@ -86,8 +110,6 @@ static int dispatch(const struct descriptor *d, struct failure *f) {
       return run_view(&config, d, f);
     case OP_KILL:
       return run_kill(&config, d, f);
-    case OP_RECLAIM:
-      return run_reclaim(&config, d, f);
     case OP_NONE:
       break;
   }
@@ -99,9 +121,10 @@ static int run(int argc, char **argv, struct failure *f) {
     return fail_with(f, EXIT_USAGE, "fds 0-3 must be open (descriptor on fd 3)");
   }
   const char *config_path = NULL;
-  int code = choose_config_path(argc, argv, &config_path, f);
-  if (code == 0) code = config_load(config_path, &config, f);
-  if (code == 0) code = policy_check_caller(&config, f);
+  bool shared = false;
+  int code = parse_arguments(argc, argv, &shared, &config_path, f);
+  if (code == 0) code = config_load(config_path, shared, &config, f);
+  if (code == 0 && !shared) code = policy_check_caller(&config, f);
   if (code == 0) {
     descriptor_parser_init(&parser);
     code = descriptor_read_fd(PROTOCOL_FD, &parser, f);

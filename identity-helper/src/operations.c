@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 
 #include "identity.h"
 #include "policy.h"
+#include "procs.h"
 #include "syntax.h"
 #include "view.h"
 
@@ -29,7 +31,7 @@ struct child_header {
 typedef void (*worker_task)(const void *context, void *payload);
 
 /* Runs in the child before the identity drop, with privilege (e.g. building a view). */
-typedef int (*worker_prepare)(const struct helper_config *c, const void *context, uint32_t uid,
+typedef int (*worker_prepare)(const struct helper_config *c, const void *context,
                               struct failure *f);
 
 static bool write_all(int fd, const void *data, size_t len) {
@@ -69,15 +71,39 @@ struct worker_steps {
   worker_task task;
 };
 
-static _Noreturn void child_run_as_worker(const struct helper_config *c, uint32_t uid,
+/* A view is built, as a launch's is, by pid 1 of a pid namespace of its own: its /proc shows
+ * that namespace, and a user namespace may mount a /proc only of a pid namespace it owns. The
+ * process that forked it waits and exits with its status. */
+static int enter_pid_namespace(int out, struct failure *f) {
+  if (unshare(CLONE_NEWPID) != 0) {
+    return fail_with(f, EXIT_NAMESPACE_FAILED, "unshare(pid): %s", strerror(errno));
+  }
+  pid_t child = fork();
+  if (child < 0) {
+    return fail_with(f, EXIT_INTERNAL, "fork into the pid namespace: %s", strerror(errno));
+  }
+  if (child > 0) {
+    close(out);
+    int status = 0;
+    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+    _exit(WIFEXITED(status) ? WEXITSTATUS(status) : EXIT_INTERNAL);
+  }
+  return 0;
+}
+
+static _Noreturn void child_run_as_worker(const struct helper_config *c,
+                                          const struct worker_identity *id,
                                           const struct worker_steps *steps, const void *context,
                                           void *payload, size_t payload_size, int out) {
   struct failure child_failure = {0, {0}};
   struct child_header header;
   memset(&header, 0, sizeof header);
   worker_task task = steps->task;
-  bool prepared = steps->prepare == NULL || steps->prepare(c, context, uid, &child_failure) == 0;
-  if (prepared && identity_drop(c, uid, &child_failure) == 0) {
+  int code = id->user_namespace ? identity_enter_user_namespace(id, &child_failure) : 0;
+  if (code == 0 && steps->prepare != NULL) code = enter_pid_namespace(out, &child_failure);
+  if (code == 0 && steps->prepare != NULL) code = steps->prepare(c, context, &child_failure);
+  if (code == 0 && identity_drop(c, id, &child_failure) == 0) {
     task(context, payload);
   }
   header.code = child_failure.code;
@@ -87,9 +113,9 @@ static _Noreturn void child_run_as_worker(const struct helper_config *c, uint32_
   _exit(sent ? 0 : 1);
 }
 
-/* Forks, prepares and drops to `uid` in the child, runs the task there and copies its payload
+/* Forks, prepares and drops to `id` in the child, runs the task there and copies its payload
  * back. */
-static int run_as_worker(const struct helper_config *c, uint32_t uid,
+static int run_as_worker(const struct helper_config *c, const struct worker_identity *id,
                          const struct worker_steps *steps, const void *context, void *payload,
                          size_t payload_size, struct failure *f) {
   int fds[2];
@@ -104,7 +130,7 @@ static int run_as_worker(const struct helper_config *c, uint32_t uid,
   }
   if (pid == 0) {
     close(fds[0]);
-    child_run_as_worker(c, uid, steps, context, payload, payload_size, fds[1]);
+    child_run_as_worker(c, id, steps, context, payload, payload_size, fds[1]);
   }
   close(fds[1]);
   struct child_header header;
@@ -133,12 +159,16 @@ static void observe_task(const void *context, void *payload) {
   identity_observe(payload);
 }
 
-static void print_probe_receipt(const struct helper_config *c, uint32_t uid,
+static void print_probe_receipt(const struct helper_config *c, const struct worker_identity *id,
                                 const struct identity_report *r) {
   printf("helper_version %s\n", HELPER_VERSION);
   printf("protocol_versions %d\n", DESCRIPTOR_PROTOCOL_VERSION);
-  printf("uid_range %u %u\n", c->uid_first, c->uid_count);
-  printf("worker_uid %u\n", uid);
+  printf("identity %s\n", id->shared ? "shared" : "separate");
+  if (!id->shared) {
+    printf("uid_range %u %u\n", c->uid_first, c->uid_count);
+  }
+  printf("user_namespace %s\n", id->user_namespace ? "yes" : "no");
+  printf("worker_uid %u\n", id->uid);
   printf("worker_ruid %u\nworker_euid %u\nworker_suid %u\n", r->ruid, r->euid, r->suid);
   printf("worker_rgid %u\nworker_egid %u\nworker_sgid %u\n", r->rgid, r->egid, r->sgid);
   printf("worker_groups %d\n", (int)r->group_count);
@@ -149,16 +179,21 @@ static void print_probe_receipt(const struct helper_config *c, uint32_t uid,
   fflush(stdout);
 }
 
-static int verify_probe_report(uint32_t uid, const struct identity_report *r, struct failure *f) {
-  bool ids = r->ruid == uid && r->euid == uid && r->suid == uid && r->rgid == uid &&
-             r->egid == uid && r->sgid == uid;
+static int verify_probe_report(const struct worker_identity *id, const struct identity_report *r,
+                               struct failure *f) {
+  uint32_t uid = id->uid;
+  uint32_t gid = id->gid;
+  bool ids = r->ruid == uid && r->euid == uid && r->suid == uid && r->rgid == gid &&
+             r->egid == gid && r->sgid == gid;
   if (!ids) {
     return fail_with(f, EXIT_PROBE_MISMATCH, "probe: worker ids are not all %u", uid);
   }
   if (r->status_read != 1) {
     return fail_with(f, EXIT_PROBE_MISMATCH, "probe: worker could not read /proc/self/status");
   }
-  if (r->group_count != 0 || r->no_new_privs != 1) {
+  /* In a user namespace the caller's groups stay (the kernel refuses setgroups there). */
+  bool groups_ok = id->user_namespace || r->group_count == 0;
+  if (!groups_ok || r->no_new_privs != 1) {
     return fail_with(f, EXIT_PROBE_MISMATCH, "probe: worker groups not empty or NoNewPrivs 0");
   }
   if (r->cap_bnd != 0 || r->cap_eff != 0 || r->cap_prm != 0) {
@@ -167,20 +202,39 @@ static int verify_probe_report(uint32_t uid, const struct identity_report *r, st
   return 0;
 }
 
-int run_probe(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
+/* The identity a probe or a view runs its child as: the caller's own in shared mode; else the
+ * descriptor's uid or the first of the range. No lease: the child runs our code for a moment
+ * and may share its uid with a running worker, whose command lives in a pid namespace of its
+ * own and cannot see it, let alone signal or trace it. */
+static int operation_identity(const struct helper_config *c, const struct descriptor *d,
+                              struct worker_identity *id, struct failure *f) {
+  if (c->shared) {
+    *id = identity_for(c, 0);
+    return d->has_uid && d->uid != id->uid
+               ? fail_with(f, EXIT_UID_OUT_OF_RANGE, "shared mode runs as the caller (uid %u)",
+                           id->uid)
+               : 0;
+  }
   uint32_t uid = 0;
+  int code = policy_worker_uid(c, d, &uid, f);
+  if (code == 0) *id = identity_for(c, uid);
+  return code;
+}
+
+int run_probe(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
+  struct worker_identity id;
   struct identity_report report;
   memset(&report, 0, sizeof report);
-  int code = policy_worker_uid(c, d, &uid, f);
+  int code = operation_identity(c, d, &id, f);
   if (code == 0) {
     static const struct worker_steps probe_steps = {NULL, observe_task};
-    code = run_as_worker(c, uid, &probe_steps, NULL, &report, sizeof report, f);
+    code = run_as_worker(c, &id, &probe_steps, NULL, &report, sizeof report, f);
   }
   if (code != 0) {
     return code;
   }
-  print_probe_receipt(c, uid, &report);
-  return verify_probe_report(uid, &report, f);
+  print_probe_receipt(c, &id, &report);
+  return verify_probe_report(&id, &report, f);
 }
 
 enum emptiness { EMPTINESS_NO = 0, EMPTINESS_YES, EMPTINESS_UNKNOWN };
@@ -247,10 +301,9 @@ static void view_task(const void *context, void *payload) {
 }
 
 /* With a workspace the child builds the launch view first, in its own mount namespace. */
-static int view_prepare(const struct helper_config *c, const void *context, uint32_t uid,
-                        struct failure *f) {
+static int view_prepare(const struct helper_config *c, const void *context, struct failure *f) {
   const struct descriptor *d = context;
-  return d->workspace == NULL ? 0 : view_enter(c, d, uid, f);
+  return d->workspace == NULL ? 0 : view_enter(c, d, f);
 }
 
 static const char *yes_no(unsigned char value) {
@@ -262,18 +315,18 @@ static const char *emptiness_name(unsigned char value) {
 }
 
 int run_view(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
-  uint32_t uid = 0;
+  struct worker_identity id;
   struct view_answers answers;
   memset(&answers, 0, sizeof answers);
-  int code = policy_worker_uid(c, d, &uid, f);
+  int code = operation_identity(c, d, &id, f);
   if (code == 0) {
     static const struct worker_steps view_steps = {view_prepare, view_task};
-    code = run_as_worker(c, uid, &view_steps, d, &answers, sizeof answers, f);
+    code = run_as_worker(c, &id, &view_steps, d, &answers, sizeof answers, f);
   }
   if (code != 0) {
     return code;
   }
-  printf("worker_uid %u\nprofile %s\nview %s\n", uid, d->profile,
+  printf("worker_uid %u\nprofile %s\nview %s\n", id.uid, d->profile,
          d->workspace == NULL ? "host" : "built");
   for (size_t i = 0; i < d->path_count; i++) {
     printf("path %s read %s write %s exists %s empty %s\n", d->paths[i],
@@ -282,48 +335,6 @@ int run_view(const struct helper_config *c, const struct descriptor *d, struct f
   }
   fflush(stdout);
   return 0;
-}
-
-/* The real uid of a live (not zombie) `pid` from /proc/<pid>/status; false when it is gone,
- * already dead or unreadable. */
-static bool live_process_real_uid(const char *pid_name, uint32_t *uid) {
-  char path[64];
-  char status[4096];
-  snprintf(path, sizeof path, "/proc/%s/status", pid_name);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return false;
-  }
-  size_t len = read_up_to(fd, status, sizeof status - 1);
-  close(fd);
-  status[len] = '\0';
-  const char *state = strstr(status, "\nState:\t");
-  const char *line = strstr(status, "\nUid:\t");
-  if (state == NULL || line == NULL) {
-    return false;
-  }
-  char state_letter = state[strlen("\nState:\t")];
-  if (state_letter == 'Z' || state_letter == 'X') {
-    return false;
-  }
-  char number[16];
-  const char *start = line + strlen("\nUid:\t");
-  size_t digits = strspn(start, "0123456789");
-  if (digits == 0 || digits >= sizeof number) {
-    return false;
-  }
-  memcpy(number, start, digits);
-  number[digits] = '\0';
-  uint64_t value = 0;
-  if (!parse_decimal(number, UINT32_MAX, &value)) {
-    return false;
-  }
-  *uid = (uint32_t)value;
-  return true;
-}
-
-static bool is_pid_name(const char *name) {
-  return name[0] >= '1' && name[0] <= '9' && strspn(name, "0123456789") == strlen(name);
 }
 
 /* pidfd first, uid check second, signal through the pidfd: if the pid is reused after the
@@ -339,7 +350,7 @@ static bool kill_if_worker(const char *pid_name, uint32_t uid) {
     return false;
   }
   uint32_t owner = 0;
-  bool killed = live_process_real_uid(pid_name, &owner) && owner == uid &&
+  bool killed = procs_live_real_uid(pid_name, &owner) && owner == uid &&
                 pidfd_send_signal(pidfd, SIGKILL, NULL, 0) == 0;
   close(pidfd);
   return killed;
@@ -352,7 +363,7 @@ static int kill_pass(uint32_t uid, unsigned *killed, struct failure *f) {
   }
   struct dirent *entry;
   while ((entry = readdir(proc)) != NULL) {
-    if (is_pid_name(entry->d_name) && kill_if_worker(entry->d_name, uid)) {
+    if (procs_is_pid_name(entry->d_name) && kill_if_worker(entry->d_name, uid)) {
       (*killed)++;
     }
   }
@@ -361,6 +372,11 @@ static int kill_pass(uint32_t uid, unsigned *killed, struct failure *f) {
 }
 
 int run_kill(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
+  if (c->shared) {
+    return fail_with(
+        f, EXIT_CALLER_NOT_PERMITTED,
+        "kill: shared-mode workers run as the caller; only their cgroup kill is exact");
+  }
   uint32_t uid = 0;
   int code = policy_worker_uid(c, d, &uid, f);
   unsigned total = 0;

@@ -56,12 +56,3 @@ const char *policy_cgroup_root_for(const struct helper_config *c, const char *cg
   }
   return NULL;
 }
-
-const char *policy_temp_root_for(const struct helper_config *c, const char *temp) {
-  for (size_t i = 0; i < c->temp_root_count; i++) {
-    if (path_is_strictly_beneath(temp, c->temp_roots[i])) {
-      return c->temp_roots[i];
-    }
-  }
-  return NULL;
-}

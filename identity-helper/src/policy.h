@@ -22,7 +22,4 @@ int policy_worker_uid(const struct helper_config *c, const struct descriptor *d,
 /* The configured root that `cgroup` lies strictly beneath, or NULL. */
 const char *policy_cgroup_root_for(const struct helper_config *c, const char *cgroup);
 
-/* The configured temp_root that `temp` lies strictly beneath, or NULL. */
-const char *policy_temp_root_for(const struct helper_config *c, const char *temp);
-
 #endif

@@ -22,13 +22,20 @@
 #define ATTR_FIXED (MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
 #define ATTR_READ_ONLY (MOUNT_ATTR_RDONLY | ATTR_FIXED)
 
-static const char *const tmp_options[] = {"size", "128m", "nr_inodes", "65536",
-                                          "mode", "1777", NULL};
 static const char *const run_options[] = {"size", "1m", "nr_inodes", "4096", "mode", "0755", NULL};
 static const char *const root_options[] = {"size", "1m", "nr_inodes", "4096", "mode", "0755", NULL};
 static const char *const mask_options[] = {"size", "4k", "nr_inodes", "8", "mode", "0755", NULL};
 static const char *const proc_options[] = {"hidepid", "invisible", NULL};
 static const char *const devpts_options[] = {"ptmxmode", "0666", "mode", "0620", NULL};
+static const char *const dev_options[] = {"size", "64k", "nr_inodes", "64", "mode", "0755", NULL};
+
+/* The turn's /tmp and /dev/shm: `tmp_size` bytes each (the descriptor's), an inode per 16 KiB
+ * of it within bounds; their pages are charged to the memory cgroup of the processes that
+ * write them, the turn's. Filled in by view_enter. */
+static char tmp_size_text[24];
+static char tmp_inodes_text[24];
+static const char *const tmp_options[] = {"size", tmp_size_text, "nr_inodes", tmp_inodes_text,
+                                          "mode", "1777",        NULL};
 
 /* The strict profile's host entries, kept when they exist: directories (with submounts),
  * files and character devices. A host symlink is recreated as the same symlink, so it
@@ -70,6 +77,12 @@ static const char *const strict_links[][2] = {
 };
 #define STRICT_LINK_COUNT (sizeof strict_links / sizeof strict_links[0])
 
+/* An empty mask (file and directory) per hidden host path, cloned before the first mount. */
+struct hide_masks {
+  int file;
+  int dir;
+};
+
 struct binding {
   const char *path; /* where it appears in the view: its own host path */
   int tree;         /* detached mount, attached at `path` */
@@ -88,6 +101,7 @@ static struct view_plan {
   size_t symlink_count;
   struct symlink_entry symlinks[VIEW_MAX_SYMLINKS];
   int mask_trees[DESCRIPTOR_MAX_PROTECT]; /* -1 for read_only rules */
+  struct hide_masks hide_trees[DESCRIPTOR_MAX_HIDE];
   int workspace_tree;
   struct owned_filesystems owned;
 } plan;
@@ -159,24 +173,6 @@ static int bind_host(const char *what, const char *path, mode_t type, bool recur
   return code;
 }
 
-/* The turn temp: a directory the worker uid owns, writable in both profiles. */
-static int bind_temp(const char *path, uint32_t uid, struct failure *f) {
-  int fd = -1;
-  struct stat st;
-  int code = open_host("temp", path, S_IFDIR, &fd, &st, f);
-  if (code != 0) {
-    return code;
-  }
-  if (st.st_uid != uid) {
-    close(fd);
-    return fail_with(f, EXIT_VIEW_REFUSED, "view: temp %.128s must be owned by the worker uid %u",
-                     path, uid);
-  }
-  code = add_binding(path, fd, false, ATTR_FIXED, 0, MOUNTPOINT_DIRECTORY, f);
-  close(fd);
-  return code;
-}
-
 static int bind_view_paths(const struct helper_config *c, struct failure *f) {
   for (size_t i = 0; i < c->view_path_count; i++) {
     int code = bind_host("view_path", c->view_paths[i], 0, true, ATTR_READ_ONLY, 0, f);
@@ -187,12 +183,12 @@ static int bind_view_paths(const struct helper_config *c, struct failure *f) {
   return 0;
 }
 
-/* view_path entries, then workspace, temp and socket: later bindings may lie beneath earlier
- * ones. Cloned before the host root turns read-only, so a writable binding keeps the host
- * mount's own flags (a read-only host mount stays read-only). The workspace is writable only
- * in the governed profile. */
+/* view_path entries, then the workspace: a later binding may lie beneath an earlier one.
+ * Cloned before the host root turns read-only, so a writable binding keeps the host mount's
+ * own flags (a read-only host mount stays read-only). The workspace is writable only in the
+ * governed profile. */
 static int plan_turn_bindings(const struct helper_config *c, const struct descriptor *d,
-                              uint32_t uid, struct failure *f) {
+                              struct failure *f) {
   int code = bind_view_paths(c, f);
   bool writable = d->view_profile == PROFILE_GOVERNED;
   if (code == 0) {
@@ -201,13 +197,6 @@ static int plan_turn_bindings(const struct helper_config *c, const struct descri
   }
   if (code == 0) {
     plan.workspace_tree = plan.bindings[plan.binding_count - 1].tree;
-  }
-  if (code == 0 && d->temp != NULL) {
-    code = bind_temp(d->temp, uid, f);
-  }
-  if (code == 0 && d->socket != NULL) {
-    code =
-        bind_host("socket", d->socket, S_IFSOCK, false, ATTR_READ_ONLY | MOUNT_ATTR_NOEXEC, 0, f);
   }
   return code;
 }
@@ -244,8 +233,14 @@ static int plan_strict_entry(const struct system_entry *entry, struct failure *f
                    entry->attributes, 0, f);
 }
 
-static int plan_strict_system(struct failure *f) {
+/* The strict profile's system entries; with `devices_only`, just its /dev nodes and links: the
+ * governed profile gets the same /dev instead of the host's (where sockets such as /dev/log
+ * and every other device node would be reachable). */
+static int plan_system(bool devices_only, struct failure *f) {
   for (size_t i = 0; i < STRICT_ENTRY_COUNT; i++) {
+    if (devices_only && strict_entries[i].type != S_IFCHR) {
+      continue;
+    }
     int code = plan_strict_entry(&strict_entries[i], f);
     if (code != 0) {
       return code;
@@ -261,6 +256,9 @@ static int plan_strict_system(struct failure *f) {
 }
 
 static bool has_masks(const struct descriptor *d) {
+  if (d->hide_count > 0) {
+    return true;
+  }
   for (size_t i = 0; i < d->protect_count; i++) {
     if (d->protects[i].mode != PROTECT_READ_ONLY) {
       return true;
@@ -269,7 +267,25 @@ static bool has_masks(const struct descriptor *d) {
   return false;
 }
 
+static int clone_mask(int mask_fs, const char *name, const char *what, int *tree,
+                      struct failure *f) {
+  int item = -1;
+  int error = mounts_open_nofollow(mask_fs, name, &item);
+  if (error == 0) {
+    error = mounts_clone(item, false, ATTR_READ_ONLY | MOUNT_ATTR_NOEXEC, 0, tree);
+    close(item);
+  }
+  return error == 0 ? 0 : mount_failed(f, "cloning the mask for", what, error);
+}
+
 static int clone_masks(const struct descriptor *d, int mask_fs, struct failure *f) {
+  for (size_t i = 0; i < d->hide_count; i++) {
+    int code = clone_mask(mask_fs, "file", d->hides[i], &plan.hide_trees[i].file, f);
+    if (code == 0) code = clone_mask(mask_fs, "dir", d->hides[i], &plan.hide_trees[i].dir, f);
+    if (code != 0) {
+      return code;
+    }
+  }
   for (size_t i = 0; i < d->protect_count; i++) {
     if (d->protects[i].mode == PROTECT_READ_ONLY) {
       continue;
@@ -304,6 +320,9 @@ static int detach_mount(int fd, struct failure *f) {
 static int prepare_masks(const struct descriptor *d, int staging, struct failure *f) {
   for (size_t i = 0; i < DESCRIPTOR_MAX_PROTECT; i++) {
     plan.mask_trees[i] = -1;
+  }
+  for (size_t i = 0; i < DESCRIPTOR_MAX_HIDE; i++) {
+    plan.hide_trees[i] = (struct hide_masks){-1, -1};
   }
   if (!has_masks(d)) {
     return 0;
@@ -519,26 +538,70 @@ static int open_root(int *root, struct failure *f) {
   return *root >= 0 ? 0 : mount_failed(f, "opening", "/", errno);
 }
 
-/* Host root read-only (every mount, recursively), fresh /tmp, /run and /proc, the bindings
- * and the protected paths on top. /run is replaced because a read-only mount still lets a
- * worker connect to the host daemons' unix sockets there. */
+/* The turn's /tmp also at /var/tmp, where the host has one: one tmpfs, one bound. */
+static int share_tmp_at_var_tmp(int root, struct failure *f) {
+  int tmp = -1;
+  int target = -1;
+  int error = mounts_open_nofollow(root, "tmp", &tmp);
+  if (error != 0) {
+    return mount_failed(f, "opening", "/tmp", error);
+  }
+  error = mounts_mountpoint(root, "/var/tmp", MOUNTPOINT_DIRECTORY, &plan.owned, &target);
+  if (error != 0) {
+    close(tmp);
+    return error == ENOENT ? 0 : refuse_path(f, "mountpoint", "/var/tmp", error);
+  }
+  int tree = -1;
+  error = mounts_clone(tmp, false, 0, 0, &tree);
+  if (error == 0) {
+    error = mounts_attach(tree, target);
+    close(tree);
+  }
+  close(target);
+  close(tmp);
+  return error == 0 ? 0 : mount_failed(f, "attaching", "/var/tmp", error);
+}
+
+/* A /dev of its own, in both profiles: the device nodes of the system entries, a new devpts
+ * and the turn's /dev/shm. The host's /dev would show every device node and its sockets
+ * (/dev/log), and its /dev/shm is shared with every host process. */
+static int build_dev(int root, bool own_dev_filesystem, struct failure *f) {
+  int code = own_dev_filesystem ? attach_new_filesystem(root, "/dev", "tmpfs", dev_options,
+                                                        ATTR_FIXED | MOUNT_ATTR_NOEXEC, true, f)
+                                : 0;
+  if (code == 0) {
+    code = attach_new_filesystem(root, "/dev/pts", "devpts", devpts_options,
+                                 MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false, f);
+  }
+  if (code == 0) {
+    code = attach_new_filesystem(root, "/dev/shm", "tmpfs", tmp_options,
+                                 ATTR_FIXED | MOUNT_ATTR_NOEXEC, false, f);
+  }
+  return code;
+}
+
+/* Host root read-only (every mount, recursively); fresh /tmp (also at /var/tmp), /run, /dev
+ * and /proc; the bindings and the protected paths on top. /run, /tmp and /var/tmp are
+ * replaced because a read-only mount still lets a worker connect to the unix sockets host
+ * daemons keep there. */
 static int build_governed(int root, struct failure *f) {
   int error = mounts_set_attributes(root, true, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID);
   if (error != 0) {
     return mount_failed(f, "making read-only", "/", error);
   }
   int code = attach_new_filesystem(root, "/tmp", "tmpfs", tmp_options, ATTR_FIXED, true, f);
+  if (code == 0) code = share_tmp_at_var_tmp(root, f);
   if (code == 0) {
     code = attach_new_filesystem(root, "/run", "tmpfs", run_options, ATTR_FIXED | MOUNT_ATTR_NOEXEC,
                                  true, f);
   }
+  if (code == 0) code = build_dev(root, true, f);
   if (code == 0) {
     code = attach_new_filesystem(root, "/proc", "proc", proc_options,
                                  ATTR_FIXED | MOUNT_ATTR_NOEXEC, false, f);
   }
-  if (code == 0) {
-    code = attach_bindings(root, f);
-  }
+  if (code == 0) code = create_symlinks(root, f);
+  if (code == 0) code = attach_bindings(root, f);
   return code;
 }
 
@@ -558,8 +621,8 @@ static int pivot_into(int new_root, struct failure *f) {
   return 0;
 }
 
-/* A new empty root attached at `staging`: fresh /tmp, /proc and /dev/pts, the system
- * entries, view paths, workspace (read-only), temp and socket. */
+/* A new empty root attached at `staging`: fresh /tmp, /proc and /dev, the system entries,
+ * view paths and the workspace (read-only). */
 static int build_strict(int staging, int *new_root, struct failure *f) {
   int error = mounts_new_filesystem("tmpfs", root_options, ATTR_FIXED, new_root);
   if (error == 0) error = mounts_attach(*new_root, staging);
@@ -572,10 +635,7 @@ static int build_strict(int staging, int *new_root, struct failure *f) {
     code = attach_new_filesystem(*new_root, "/proc", "proc", proc_options,
                                  ATTR_FIXED | MOUNT_ATTR_NOEXEC, false, f);
   }
-  if (code == 0) {
-    code = attach_new_filesystem(*new_root, "/dev/pts", "devpts", devpts_options,
-                                 MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false, f);
-  }
+  if (code == 0) code = build_dev(*new_root, false, f);
   if (code == 0) code = create_symlinks(*new_root, f);
   if (code == 0) code = attach_bindings(*new_root, f);
   return code;
@@ -607,25 +667,57 @@ static int enter_private_namespace(struct failure *f) {
 }
 
 /* Every host object is opened and cloned before the first mount changes what paths mean. */
-static int plan_view(const struct helper_config *c, const struct descriptor *d, uint32_t uid,
-                     int staging, struct failure *f) {
+static int plan_view(const struct helper_config *c, const struct descriptor *d, int staging,
+                     struct failure *f) {
   memset(&plan, 0, sizeof plan);
   plan.workspace_tree = -1;
   int code = prepare_masks(d, staging, f);
-  if (code == 0 && d->view_profile == PROFILE_STRICT) {
-    code = plan_strict_system(f);
-  }
-  if (code == 0) {
-    code = plan_turn_bindings(c, d, uid, f);
-  }
+  if (code == 0) code = plan_system(d->view_profile == PROFILE_GOVERNED, f);
+  if (code == 0) code = plan_turn_bindings(c, d, f);
   return code;
 }
 
-int view_enter(const struct helper_config *c, const struct descriptor *d, uint32_t uid,
-               struct failure *f) {
+/* A hidden host path, as the view shows it beneath `root`: absent → nothing to hide; a symlink
+ * on its way → refused (like a protected path); else an empty read-only directory or file over
+ * it. */
+static int apply_hide(int root, const char *path, struct hide_masks *masks, struct failure *f) {
+  int target = -1;
+  int error = mounts_open_nofollow(root, path + 1, &target);
+  struct stat st;
+  if (error == 0 && fstat(target, &st) != 0) error = errno;
+  int chosen = error == 0 ? (S_ISDIR(st.st_mode) ? masks->dir : masks->file) : -1;
+  if (error == 0) error = mounts_attach(chosen, target);
+  if (target >= 0) close(target);
+  close(masks->dir);
+  close(masks->file);
+  if (error == ENOENT) {
+    return 0;
+  }
+  return error == 0 ? 0 : refuse_path(f, "hide", path, error);
+}
+
+static int apply_hides(int root, const struct descriptor *d, struct failure *f) {
+  for (size_t i = 0; i < d->hide_count; i++) {
+    int code = apply_hide(root, d->hides[i], &plan.hide_trees[i], f);
+    if (code != 0) {
+      return code;
+    }
+  }
+  return 0;
+}
+
+static void format_tmp_options(uint64_t size) {
+  uint64_t inodes = size / (16 * 1024);
+  inodes = inodes < 65536 ? 65536 : inodes > 4194304 ? 4194304 : inodes;
+  snprintf(tmp_size_text, sizeof tmp_size_text, "%llu", (unsigned long long)size);
+  snprintf(tmp_inodes_text, sizeof tmp_inodes_text, "%llu", (unsigned long long)inodes);
+}
+
+int view_enter(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
   if (d->workspace == NULL || d->view_profile == PROFILE_NONE) {
     return fail_with(f, EXIT_VIEW_REFUSED, "view: a profile and a workspace are required");
   }
+  format_tmp_options(d->tmp_size);
   int root = -1;
   int staging = -1;
   int code = enter_private_namespace(f);
@@ -634,7 +726,7 @@ int view_enter(const struct helper_config *c, const struct descriptor *d, uint32
     int error = mounts_mountpoint(root, "/tmp", MOUNTPOINT_DIRECTORY, &plan.owned, &staging);
     code = error == 0 ? 0 : refuse_path(f, "staging directory", "/tmp", error);
   }
-  if (code == 0) code = plan_view(c, d, uid, staging, f);
+  if (code == 0) code = plan_view(c, d, staging, f);
   int new_root = -1;
   if (code == 0 && d->view_profile == PROFILE_GOVERNED) {
     code = build_governed(root, f);
@@ -642,6 +734,7 @@ int view_enter(const struct helper_config *c, const struct descriptor *d, uint32
     code = build_strict(staging, &new_root, f);
   }
   if (code == 0) code = apply_protects(d, f);
+  if (code == 0) code = apply_hides(new_root >= 0 ? new_root : root, d, f);
   if (code == 0 && new_root >= 0) code = enter_strict_root(new_root, f);
   if (new_root >= 0) close(new_root);
   if (staging >= 0) close(staging);

@@ -10,10 +10,9 @@
 #include "failure.h"
 
 /* Enters a new mount namespace, makes it rec-private (nothing propagates back to the host)
- * and builds the view the descriptor names (profile, workspace, temp, socket, protect) plus
+ * and builds the view the descriptor names (profile, workspace, protect, hide, tmp_size) plus
  * the config's view_path entries. Exit code 78 when a path is refused (a symlink, the wrong
- * kind or owner, absent), 71 when the kernel refuses a mount. */
-int view_enter(const struct helper_config *c, const struct descriptor *d, uint32_t uid,
-               struct failure *f);
+ * kind, absent), 71 when the kernel refuses a mount. */
+int view_enter(const struct helper_config *c, const struct descriptor *d, struct failure *f);
 
 #endif

@@ -150,6 +150,9 @@ export interface OpenedSocket {
   onMessage(listener: (text: string) => void): void;
   onClose(listener: (code: number) => void): void;
   send(text: string): void;
+  /** Stops reading the socket (TCP backpressure up to the server, which pauses the turn's output). */
+  pause(): void;
+  resume(): void;
   close(): void;
 }
 
@@ -179,6 +182,8 @@ function holdEvents(ws: WebSocket): OpenedSocket {
     send: (text) => {
       if (ws.readyState === ws.OPEN) ws.send(text);
     },
+    pause: () => ws.pause(),
+    resume: () => ws.resume(),
     close: () => ws.close(),
   };
 }

@@ -21,7 +21,12 @@ export function workerHostRows(status: WorkerHostStatus | null): Array<[string, 
   const rows: Array<[string, string]> = [
     ['ordinary', mode(status.ordinary)],
     ['restricted', mode(status.restricted)],
-    ['identity', status.identity + (status.workerUid !== undefined ? ` (worker uid ${status.workerUid})` : '')],
+    [
+      'identity',
+      status.identity === undefined
+        ? 'NONE: no worker identity is established (see the mode requirements)'
+        : status.identity + (status.workerUid !== undefined ? ` (worker uid ${status.workerUid})` : ''),
+    ],
   ];
   if (status.rootServer) rows.push(['root server', `WARNING: ${status.rootServer.warning}`]);
   for (const limit of status.limits.enforced)

@@ -4,6 +4,7 @@
  * and docs/cli.md.
  */
 import { randomBytes } from 'node:crypto';
+import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { ConfigOverrides } from '../config/load.js';
@@ -205,7 +206,8 @@ export function buildTurnRequest(values: Values, argv: string[], cwd: string): T
     sessionId: str(values, 'session') ?? `cli-${randomBytes(6).toString('hex')}`,
     mode,
     argv,
-    cwd: str(values, 'cwd') ?? cwd,
+    // The server knows nothing of this shell's directory: a relative --cwd is resolved here.
+    cwd: path.resolve(cwd, str(values, 'cwd') ?? '.'),
   };
   const turnId = str(values, 'turn-id');
   if (turnId !== undefined) request.turnId = turnId;

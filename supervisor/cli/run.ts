@@ -83,6 +83,8 @@ function remoteAttachment(socket: OpenedSocket): TurnAttachment {
     write: (data) => send({ type: 'input', data: data.toString('base64') }),
     resize: (cols, rows) => send({ type: 'resize', cols, rows }),
     signal: (signal) => send({ type: 'signal', signal }),
+    pauseOutput: () => socket.pause(),
+    resumeOutput: () => socket.resume(),
     detach: () => socket.close(),
   };
 }
@@ -104,6 +106,7 @@ const LOST: TurnResult = Object.freeze({
   },
   limitHits: [],
   detail: 'the connection to the supervisor closed before the turn ended',
+  source: 'supervisor',
 });
 
 /** Passes output through (unless --json), forwards input, resizes and signals; resolves with the result. */
@@ -119,9 +122,20 @@ function drive(attachment: TurnAttachment, options: { tty: boolean; json: boolea
     if (options.tty && process.stdout.isTTY) process.stdout.on('resize', onResize);
     for (const signal of FORWARDED_SIGNALS) process.on(signal, onSignal);
 
+    let awaitingDrain = false;
     attachment.onEvent((event: TurnStreamEvent) => {
       if (event.type === 'output') {
-        if (!options.json) (event.stream === 'stderr' ? process.stderr : process.stdout).write(event.data);
+        if (options.json) return;
+        const target = event.stream === 'stderr' ? process.stderr : process.stdout;
+        // A reader slower than the command pauses the command, never grows this process.
+        if (!target.write(event.data) && !awaitingDrain) {
+          awaitingDrain = true;
+          attachment.pauseOutput();
+          target.once('drain', () => {
+            awaitingDrain = false;
+            attachment.resumeOutput();
+          });
+        }
         return;
       }
       if (rawMode) stdin.setRawMode(false);

@@ -5,7 +5,6 @@
  */
 import fs from 'node:fs';
 import net from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { fail, ok, type Result } from '../../core/result.js';
@@ -28,13 +27,20 @@ import type { TurnhostConfig } from './types.js';
 export const INSTALLED_CODE_ROOT = '/usr/lib/turnhost';
 export const INSTALLED_CONFIG_PATH = '/etc/turnhost/turnhost.json';
 export const INSTALLED_DATA_DIR = '/var/lib/turnhost';
-/** Under the unit's RuntimeDirectory=turnhost; named as temp_root in packaging/identity-helper.conf. */
-export const INSTALLED_TURN_TEMP_ROOT = '/run/turnhost/turn-temp';
 export const DEV_DATA_DIR_NAME = '.turnhost-dev';
 export const DEFAULT_LISTEN = '127.0.0.1:7707';
 const MAX_CONFIG_FILE_BYTES = 1024 * 1024;
 
-const LIMIT_NAMES: readonly LimitName[] = ['processes', 'data', 'file_size', 'open_files', 'memory', 'pids', 'cpu'];
+const LIMIT_NAMES: readonly LimitName[] = [
+  'processes',
+  'data',
+  'file_size',
+  'open_files',
+  'memory',
+  'pids',
+  'cpu',
+  'tmp_size',
+];
 
 /** Flags of `turnhost serve` (and of client commands that read the configuration). */
 export interface ConfigOverrides {
@@ -83,7 +89,7 @@ export function defaultConfig(options: { installed: boolean; cwd: string }): Tur
     events: { unboundRetentionDays: 30 },
     identityHelper: { path: null, configPath: null },
     modes: { restricted: { enabled: false } },
-    limits: { processes: 512, open_files: 4096, file_size: '4G', memory: '2G', pids: 512, cpu: 1 },
+    limits: { processes: 512, open_files: 4096, file_size: '4G', memory: '2G', pids: 512, cpu: 1, tmp_size: '512M' },
     limitsDisabled: [],
     egress: {
       allowlist: [],
@@ -104,11 +110,8 @@ export function defaultConfig(options: { installed: boolean; cwd: string }): Tur
       maxConcurrent: 4,
       defaultTimeoutSeconds: 600,
       maxTimeoutSeconds: 3600,
-      workspaceRoots: options.installed ? [] : [options.cwd, os.tmpdir()],
+      workspaceRoots: [],
       envExtra: [],
-      tempRoot: options.installed
-        ? INSTALLED_TURN_TEMP_ROOT
-        : path.join(os.tmpdir(), `turnhost-${process.geteuid?.() ?? 0}-turn-temp`),
       preparedWorkers: 1,
       preparedWorkerIdleSeconds: 120,
     },
@@ -209,9 +212,11 @@ export const CONFIG_SCHEMA: ObjectSchema = {
         maxTimeoutSeconds: positiveInteger,
         workspaceRoots: arrayOf(absolutePath),
         envExtra: arrayOf(envName),
-        tempRoot: absolutePath,
         preparedWorkers: nonNegativeInteger,
         preparedWorkerIdleSeconds: positiveInteger,
+      },
+      retired: {
+        tempRoot: "each turn's /tmp is a tmpfs of its own in its view, sized by limits.tmp_size",
       },
     },
     probeRoots: { fields: { proc: absolutePath, sysFsCgroup: absolutePath } },
@@ -358,6 +363,8 @@ function checkCombination(config: TurnhostConfig): string | null {
   }
   if (config.turns.defaultTimeoutSeconds > config.turns.maxTimeoutSeconds)
     return 'turns.defaultTimeoutSeconds: must not exceed turns.maxTimeoutSeconds';
+  if (config.limitsDisabled.includes('tmp_size'))
+    return "limitsDisabled: tmp_size cannot be disabled: the turn's /tmp is always a tmpfs of a set size (set limits.tmp_size instead)";
   return null;
 }
 

@@ -9,6 +9,8 @@ import path from 'node:path';
 export type Leaf = (value: unknown) => string | null;
 export interface ObjectSchema {
   fields: Record<string, Schema>;
+  /** Keys an earlier release read, each with why it went and what replaces it. */
+  retired?: Record<string, string>;
   /** For maps with open key sets (limits): a check on the key, and one schema for every value. */
   entries?: { key: (key: string) => string | null; value: Schema };
 }
@@ -83,6 +85,8 @@ export function check(schema: Schema, value: unknown, keyPath: string, partial: 
       if (keyProblem !== null) return `${childPath}: ${keyProblem}`;
       const problem = check(schema.entries.value, child, childPath, partial);
       if (problem !== null) return problem;
+    } else if (schema.retired?.[key] !== undefined) {
+      return `${childPath}: no longer read: ${schema.retired[key]}; remove it`;
     } else {
       return `${childPath}: unknown key`;
     }

@@ -75,11 +75,6 @@ export interface TurnhostConfig {
     /** Extra environment variable names forwarded to turn commands beyond the built-in allowlist. */
     envExtra: string[];
     /**
-     * Parent of the per-turn temp directories: owned by the supervisor, 0711. Named as a
-     * `temp_root` in the identity helper's config (docs/fs-guard.md, "Turn temp").
-     */
-    tempRoot: string;
-    /**
      * Workers booted ahead of the turns that will claim them (0 turns it off): after each turn
      * starts, one worker for the same mode, cwd, limits and egress additions is prepared.
      */

@@ -116,7 +116,8 @@ export const EVENT_KINDS: EventKindRegistry = new Map<string, EventKind>([
   ['host_write_refused', defineKind(1, { path: string, reason: string })],
   [
     'turn_temp_purge',
-    defineKind(1, { files: count, bytes: count, linkedFiles: count, specialFiles: count, outcome: string }),
+    // v2: the temp is a tmpfs of the turn's own, measured by the kernel's counts (v1 walked a host directory).
+    defineKind(2, { bytes: count, inodes: count, outcome: oneOf('purged', 'unmeasured') }),
   ],
   ['scratch_overage', defineKind(1, { bytes: count, pinnedFiles: count, pinnedBytes: count, overageBytes: count })],
 ]);

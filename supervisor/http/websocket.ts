@@ -20,6 +20,8 @@ import { eventMatches, MAX_EVENT_PAGE, parseEventQuery } from './event-query.js'
 import { TURN_ID_PARAM } from './turn-routes.js';
 
 export const MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
+/** An attached client's unsent output above which the turn's output is paused. */
+const ATTACH_HIGH_WATER_BYTES = 1024 * 1024;
 /** Live events that may queue while a replay is still being written. */
 const MAX_PENDING_EVENTS = 100_000;
 const EVENTS_STREAM_PATH = '/api/governance/events/stream';
@@ -150,10 +152,21 @@ function applyClientMessage(attachment: TurnAttachment, raw: string): string | n
 
 function attachTurn(ws: WebSocket, attachment: TurnAttachment): void {
   let finished = false;
+  let paused = false;
+  // Past the high-water mark the turn's output is paused until the client has read it, so a
+  // slow client slows the command; tooSlow stays the hard cap for output that ends the turn.
+  const flow = (): void => {
+    const above = ws.bufferedAmount > ATTACH_HIGH_WATER_BYTES;
+    if (above === paused) return;
+    paused = above;
+    if (above) attachment.pauseOutput();
+    else attachment.resumeOutput();
+  };
   attachment.onEvent((event) => {
     if (finished || ws.readyState !== ws.OPEN) return;
     if (event.type === 'output' && tooSlow(ws)) return;
-    ws.send(encodeStreamEvent(event));
+    ws.send(encodeStreamEvent(event), flow);
+    flow();
     if (event.type === 'exit') {
       finished = true;
       ws.close(1000, 'exit');

@@ -7,7 +7,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import type net from 'node:net';
 import { CodedError, fail, ok, type Fail, type Result } from '../../core/result.js';
 
-export const DESCRIPTOR_PROTOCOL_VERSION = 1;
+export const DESCRIPTOR_PROTOCOL_VERSION = 2;
 export const DESCRIPTOR_LIMITS = {
   maxBytes: 65536,
   maxLineBytes: 4095,
@@ -15,12 +15,15 @@ export const DESCRIPTOR_LIMITS = {
   maxEnv: 256,
   maxPaths: 64,
   maxProtect: 64,
+  maxHide: 32,
+  minTmpSize: 1 << 20,
+  maxTmpSize: 2 ** 40,
   maxHostname: 64,
   maxId: 4294967294,
   maxRlimitExclusive: 10n ** 18n,
 } as const;
 
-export type HelperOp = 'probe' | 'launch' | 'view' | 'kill' | 'reclaim';
+export type HelperOp = 'probe' | 'launch' | 'view' | 'kill';
 export type HelperRlimitName = 'nproc' | 'data' | 'fsize' | 'nofile';
 export type HelperProfile = 'governed' | 'strict';
 export type HelperProtectMode = 'read_only' | 'mask_file' | 'mask_directory';
@@ -46,29 +49,27 @@ export interface HelperDescriptor {
   profile?: HelperProfile;
   /** The view's workspace root: writable in governed, read-only in strict. */
   workspace?: string;
-  /**
-   * The turn temp directory, writable in both profiles. At launch the helper chowns it to the
-   * worker uid when the caller owns it and it lies beneath a temp_root; reclaim gives it back.
-   */
-  temp?: string;
-  /** The turn's egress proxy socket, kept reachable (read-only) at its own path. */
-  socket?: string;
+  /** Bytes of the view's own /tmp (also at /var/tmp) and /dev/shm tmpfs each. */
+  tmpSize?: number;
+  /** Host paths the view never shows (absolute): an empty mask where the view has them. */
+  hide?: string[];
+  /** launch: `uid` is where the helper's search for a free uid of the range starts. */
+  uidSearch?: boolean;
   protect?: HelperProtectRule[];
 }
 
 export type HelperLaunchDescriptor = Omit<HelperDescriptor, 'op' | 'paths'> & {
-  uid: number;
-  gid: number;
   cwd: string;
   profile: HelperProfile;
   workspace: string;
-  temp: string;
 };
 
 export interface HelperLocation {
   path: string;
-  /** Passed as `--config PATH`; the helper honours it only for a real-uid-0 caller. */
+  /** Passed as `--config PATH`; the helper honours it only for a real-uid-0 caller, or in shared mode. */
   configPath: string | null;
+  /** Shared mode (`--shared`): workers keep the caller's own uid; the helper lends no privilege. */
+  shared?: boolean;
 }
 
 /** Exit codes of the helper, by stable reason. */
@@ -88,7 +89,7 @@ export const HELPER_EXIT_CODES = {
   internal: 76,
   cwd_unusable: 77,
   view_refused: 78,
-  temp_refused: 79,
+  uid_in_use: 80,
 } as const;
 
 export type HelperRefusalReason = keyof typeof HELPER_EXIT_CODES;
@@ -124,18 +125,18 @@ const OP_KEYS: Record<HelperOp, { allowed: ReadonlySet<string>; required: readon
       'env',
       'profile',
       'workspace',
-      'temp',
-      'socket',
+      'tmpSize',
       'protect',
+      'hide',
+      'uidSearch',
     ]),
-    required: ['uid', 'gid', 'cwd', 'profile', 'workspace', 'temp'],
+    required: ['cwd', 'profile', 'workspace'],
   },
   view: {
-    allowed: new Set(['uid', 'paths', 'profile', 'workspace', 'temp', 'protect']),
+    allowed: new Set(['uid', 'paths', 'profile', 'workspace', 'tmpSize', 'protect', 'hide']),
     required: ['profile', 'paths'],
   },
   kill: { allowed: new Set(['uid']), required: ['uid'] },
-  reclaim: { allowed: new Set(['uid', 'temp']), required: ['uid', 'temp'] },
 };
 
 const RLIMIT_NAMES: readonly HelperRlimitName[] = ['nproc', 'data', 'fsize', 'nofile'];
@@ -199,10 +200,25 @@ function protectLines(rules: unknown): string[] {
   });
 }
 
-function viewPathLine(key: 'workspace' | 'temp' | 'socket', value: unknown): string {
+function viewPathLine(key: string, value: unknown): string {
   const checked = checkPath(key, value);
   if (checked === '/') refuse(key, 'must not be /');
   return `${key} ${checked}`;
+}
+
+function hideLines(paths: unknown): string[] {
+  if (!Array.isArray(paths) || paths.length > DESCRIPTOR_LIMITS.maxHide) {
+    refuse('hide', `must be a list of at most ${DESCRIPTOR_LIMITS.maxHide} paths`);
+  }
+  return paths.map((path, index) => viewPathLine(`hide[${index}]`, path).replace(/^hide\[\d+\]/, 'hide'));
+}
+
+function tmpSizeLine(size: unknown): string {
+  const { minTmpSize, maxTmpSize } = DESCRIPTOR_LIMITS;
+  if (typeof size !== 'number' || !Number.isSafeInteger(size) || size < minTmpSize || size > maxTmpSize) {
+    refuse('tmpSize', `must be a whole number of bytes from ${minTmpSize} to ${maxTmpSize}`);
+  }
+  return `tmp_size ${size}`;
 }
 
 function checkPathList(field: string, values: unknown, max: number): string[] {
@@ -240,7 +256,7 @@ function envLines(env: HelperDescriptor['env']): string[] {
 function checkOpKeys(d: HelperDescriptor): void {
   const rules = OP_KEYS[d.op];
   // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- the descriptor is checked whatever its type says
-  if (rules === undefined) refuse('op', 'must be probe, launch, view, kill or reclaim');
+  if (rules === undefined) refuse('op', 'must be probe, launch, view or kill');
   for (const [key, value] of Object.entries(d)) {
     if (key !== 'op' && value !== undefined && !rules.allowed.has(key)) refuse(key, `not valid for op ${d.op}`);
   }
@@ -255,6 +271,10 @@ function descriptorLines(d: HelperDescriptor): string[] {
   if (d.uid !== undefined) lines.push(`uid ${checkId('uid', d.uid)}`);
   if (d.gid !== undefined) lines.push(`gid ${checkId('gid', d.gid)}`);
   if (d.op === 'launch' && d.gid !== d.uid) refuse('gid', 'must equal uid');
+  if (d.uidSearch === true) {
+    if (d.uid === undefined) refuse('uidSearch', 'needs the uid the search starts at');
+    lines.push('uid_search yes');
+  }
   for (const cgroup of checkPathList('cgroups', d.cgroups ?? [], DESCRIPTOR_LIMITS.maxCgroups))
     lines.push(`cgroup ${cgroup}`);
   if (d.rlimits !== undefined) lines.push(...rlimitLines(d.rlimits));
@@ -271,12 +291,11 @@ function descriptorLines(d: HelperDescriptor): string[] {
     lines.push(`profile ${d.profile}`);
   }
   if (d.workspace !== undefined) lines.push(viewPathLine('workspace', d.workspace));
-  if (d.temp !== undefined) lines.push(viewPathLine('temp', d.temp));
-  if (d.socket !== undefined) lines.push(viewPathLine('socket', d.socket));
+  if (d.tmpSize !== undefined) lines.push(tmpSizeLine(d.tmpSize));
   if (d.protect !== undefined) lines.push(...protectLines(d.protect));
-  const tempNeedsView = d.temp !== undefined && d.op !== 'reclaim';
-  if ((d.protect !== undefined || tempNeedsView) && d.workspace === undefined)
-    refuse('workspace', 'required with protect or temp');
+  if (d.hide !== undefined) lines.push(...hideLines(d.hide));
+  if ((d.protect !== undefined || d.hide !== undefined || d.tmpSize !== undefined) && d.workspace === undefined)
+    refuse('workspace', 'required with protect, hide or tmpSize');
   if (d.paths !== undefined) {
     const paths = checkPathList('paths', d.paths, DESCRIPTOR_LIMITS.maxPaths);
     if (paths.length === 0) refuse('paths', 'at least one path');
@@ -316,7 +335,8 @@ export function parseHelperRefusal(exitCode: number | null, stderr: string): Fai
 }
 
 function helperArgs(helper: HelperLocation): string[] {
-  return helper.configPath === null ? [] : ['--config', helper.configPath];
+  const config = helper.configPath === null ? [] : ['--config', helper.configPath];
+  return helper.shared === true ? ['--shared', ...config] : config;
 }
 
 function protocolSocket(child: ChildProcess): net.Socket {
@@ -407,22 +427,31 @@ function decimalField(receipt: Record<string, string>, key: string): number | nu
   return text !== undefined && /^(0|[1-9][0-9]{0,9})$/.test(text) ? Number(text) : null;
 }
 
-/** The separate_uid receipt checks, repeated here so a wrong helper cannot claim it. */
-function probeMismatch(receipt: Record<string, string>, workerUid: number): string | null {
-  for (const key of ['worker_ruid', 'worker_euid', 'worker_suid', 'worker_rgid', 'worker_egid', 'worker_sgid']) {
+/**
+ * The receipt checks, repeated here so a wrong helper cannot claim an identity: every id the
+ * worker's, no capability in any set, no_new_privs, no supplementary groups (except in a user
+ * namespace, where the kernel keeps the caller's).
+ */
+function probeMismatch(receipt: Record<string, string>, workerUid: number, workerGid: number): string | null {
+  for (const key of ['worker_ruid', 'worker_euid', 'worker_suid']) {
     if (decimalField(receipt, key) !== workerUid) return `${key} is not ${workerUid}`;
   }
+  for (const key of ['worker_rgid', 'worker_egid', 'worker_sgid']) {
+    if (decimalField(receipt, key) !== workerGid) return `${key} is not ${workerGid}`;
+  }
   const expected: Record<string, string> = {
-    worker_groups: '0',
     worker_no_new_privs: '1',
     worker_cap_bnd: '0000000000000000',
     worker_cap_eff: '0000000000000000',
+    worker_cap_prm: '0000000000000000',
   };
+  if (receipt.user_namespace !== 'yes') expected.worker_groups = '0';
   for (const [key, value] of Object.entries(expected)) {
     if (receipt[key] !== value) return `${key} is ${receipt[key] ?? 'missing'}, must be ${value}`;
   }
   const versions = (receipt.protocol_versions ?? '').split(' ');
-  if (!versions.includes(String(DESCRIPTOR_PROTOCOL_VERSION))) return 'helper does not speak protocol 1';
+  if (!versions.includes(String(DESCRIPTOR_PROTOCOL_VERSION)))
+    return `helper does not speak protocol ${DESCRIPTOR_PROTOCOL_VERSION}`;
   return null;
 }
 
@@ -433,7 +462,10 @@ export interface HelperProbeReceipt {
   receipt: Record<string, string>;
 }
 
-/** Proves the helper can switch to a worker identity; the only source of a `separate_uid` claim. */
+/**
+ * Proves the helper can switch to a worker identity of its range; the only source of a
+ * `separate_uid` claim.
+ */
 export async function runHelperProbe(
   helper: HelperLocation,
   uid?: number,
@@ -445,17 +477,53 @@ export async function runHelperProbe(
   const [first, count] = (receipt.uid_range ?? '').split(' ').map(Number);
   const helperVersion = receipt.helper_version;
   if (
+    receipt.identity !== 'separate' ||
     workerUid === null ||
     workerUid === 0 ||
     first === undefined ||
     count === undefined ||
     helperVersion === undefined
   ) {
-    return fail('helper_output_invalid', 'probe receipt lacks worker_uid, uid_range or helper_version');
+    return fail(
+      'helper_output_invalid',
+      'probe receipt lacks identity separate, worker_uid, uid_range or helper_version',
+    );
   }
-  const mismatch = probeMismatch(receipt, workerUid);
+  const mismatch = probeMismatch(receipt, workerUid, workerUid);
   if (mismatch !== null) return fail('probe_mismatch', mismatch);
   return ok({ workerUid, uidRange: { first, count }, helperVersion, receipt });
+}
+
+export interface SharedProbeReceipt {
+  workerUid: number;
+  /** The worker lives in a user namespace of its own (any supervisor but root). */
+  userNamespace: boolean;
+  helperVersion: string;
+  receipt: Record<string, string>;
+}
+
+/**
+ * Proves the shared-mode launcher can give a worker the supervisor's own uid with no
+ * capabilities (in a user namespace unless the supervisor is root): the only source of a
+ * `shared_uid` claim.
+ */
+export async function runSharedProbe(
+  launcher: HelperLocation,
+): Promise<Result<SharedProbeReceipt, HelperFailureReason>> {
+  const run = await runOperation(launcher, { op: 'probe' });
+  if (!run.ok) return run;
+  const receipt = parseReceipt(run.stdout);
+  const workerUid = decimalField(receipt, 'worker_uid');
+  const helperVersion = receipt.helper_version;
+  const uid = process.getuid?.() ?? -1;
+  const gid = process.getgid?.() ?? -1;
+  if (receipt.identity !== 'shared' || workerUid === null || helperVersion === undefined) {
+    return fail('helper_output_invalid', 'probe receipt lacks identity shared, worker_uid or helper_version');
+  }
+  if (workerUid !== uid) return fail('probe_mismatch', `worker_uid is ${workerUid}, not the supervisor's uid ${uid}`);
+  const mismatch = probeMismatch(receipt, uid, gid);
+  if (mismatch !== null) return fail('probe_mismatch', mismatch);
+  return ok({ workerUid, userNamespace: receipt.user_namespace === 'yes', helperVersion, receipt });
 }
 
 export interface HelperViewEntry {
@@ -471,10 +539,11 @@ export interface HelperViewRequest {
   uid?: number;
   profile: HelperProfile;
   paths: string[];
-  /** With a workspace the helper builds the launch view first (profile, temp, protect). */
+  /** With a workspace the helper builds the launch view first (profile, protect, hide, tmpSize). */
   workspace?: string;
-  temp?: string;
   protect?: HelperProtectRule[];
+  hide?: string[];
+  tmpSize?: number;
 }
 
 const VIEW_LINE = /^path (\/.*) read (yes|no) write (yes|no) exists (yes|no) empty (yes|no|unknown)$/;
@@ -524,25 +593,6 @@ export async function runHelperKill(
   if (workerUid === null || signalled === null)
     return fail('helper_output_invalid', 'kill answer lacks worker_uid or killed');
   return ok({ workerUid, signalled });
-}
-
-/**
- * Gives the turn temp tree back to the caller: every entry the worker uid owns (never a
- * multi-link file, never through a symlink) and the temp itself. Call only once the worker's
- * processes are dead. `skipped` counts multi-link files and entries left alone.
- */
-export async function runHelperReclaim(
-  helper: HelperLocation,
-  request: { uid: number; temp: string },
-): Promise<Result<{ workerUid: number; reclaimed: number; skipped: number }, HelperFailureReason>> {
-  const run = await runOperation(helper, { op: 'reclaim', uid: request.uid, temp: request.temp });
-  if (!run.ok) return run;
-  const receipt = parseReceipt(run.stdout);
-  const workerUid = decimalField(receipt, 'worker_uid');
-  const counts = /^reclaimed (\d+) skipped (\d+)$/m.exec(run.stdout);
-  if (workerUid === null || counts === null)
-    return fail('helper_output_invalid', 'reclaim answer lacks worker_uid or counts');
-  return ok({ workerUid, reclaimed: Number(counts[1]), skipped: Number(counts[2]) });
 }
 
 /**

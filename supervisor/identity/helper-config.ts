@@ -1,6 +1,7 @@
 /**
- * Renders the identity helper's own config file (grammar: docs/identity-helper-protocol.md).
- * Used by the dev setup and the tests; the packaged helper config is written by postinst.
+ * Renders the identity helper's own config file (grammar: docs/identity-helper-protocol.md):
+ * the root-owned config of a separate-uid helper (the dev setup and the tests; the packaged one
+ * ships in the deb), and the supervisor's own config of the shared-mode launcher.
  */
 import fs from 'node:fs';
 
@@ -12,8 +13,19 @@ export interface HelperConfigSpec {
   workerArgs: string[];
   /** Read-only paths every filesystem view keeps (the worker's program and its modules). */
   viewPaths?: string[];
-  /** Directories beneath which turn temps live; the helper chowns only temps beneath one. */
-  tempRoots?: string[];
+  /** Where the uid lease locks live; the helper's compiled-in default when absent. */
+  uidLockDir?: string;
+}
+
+export type SharedLauncherSpec = Omit<HelperConfigSpec, 'uidRange' | 'callerGroup' | 'uidLockDir'>;
+
+function launchLines(spec: SharedLauncherSpec): string[] {
+  return [
+    ...spec.cgroupRoots.map((root) => `cgroup_root ${root}`),
+    `worker_exec ${spec.workerExec}`,
+    ...spec.workerArgs.map((arg) => `worker_arg ${arg}`),
+    ...(spec.viewPaths ?? []).map((viewPath) => `view_path ${viewPath}`),
+  ];
 }
 
 export function renderHelperConfig(spec: HelperConfigSpec): string {
@@ -21,18 +33,30 @@ export function renderHelperConfig(spec: HelperConfigSpec): string {
     '# turnhost identity helper configuration (root-owned, not group/other writable)',
     `uid_range ${spec.uidRange.first} ${spec.uidRange.count}`,
     `caller_group ${spec.callerGroup}`,
-    ...spec.cgroupRoots.map((root) => `cgroup_root ${root}`),
-    `worker_exec ${spec.workerExec}`,
-    ...spec.workerArgs.map((arg) => `worker_arg ${arg}`),
-    ...(spec.viewPaths ?? []).map((viewPath) => `view_path ${viewPath}`),
-    ...(spec.tempRoots ?? []).map((tempRoot) => `temp_root ${tempRoot}`),
+    ...(spec.uidLockDir === undefined ? [] : [`uid_lock_dir ${spec.uidLockDir}`]),
+    ...launchLines(spec),
   ];
   return lines.join('\n') + '\n';
 }
 
+export function renderSharedLauncherConfig(spec: SharedLauncherSpec): string {
+  return (
+    ["# turnhost shared-mode launcher configuration (the supervisor's own)", ...launchLines(spec)].join('\n') + '\n'
+  );
+}
+
+function writeAtomically(file: string, text: string, mode: number): void {
+  const temp = `${file}.${process.pid}.tmp`;
+  fs.writeFileSync(temp, text, { mode, flag: 'wx' });
+  fs.renameSync(temp, file);
+}
+
 /** Writes the config 0644 root-owned (the caller must be root), replacing it atomically. */
 export function writeHelperConfig(file: string, spec: HelperConfigSpec): void {
-  const temp = `${file}.${process.pid}.tmp`;
-  fs.writeFileSync(temp, renderHelperConfig(spec), { mode: 0o644, flag: 'wx' });
-  fs.renameSync(temp, file);
+  writeAtomically(file, renderHelperConfig(spec), 0o644);
+}
+
+/** Writes the shared-mode launcher's config 0600, owned by this process, replacing it atomically. */
+export function writeSharedLauncherConfig(file: string, spec: SharedLauncherSpec): void {
+  writeAtomically(file, renderSharedLauncherConfig(spec), 0o600);
 }

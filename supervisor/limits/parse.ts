@@ -14,6 +14,7 @@ export const LIMIT_UNITS: Readonly<Record<LimitName, LimitUnit>> = {
   memory: 'bytes',
   data: 'bytes',
   file_size: 'bytes',
+  tmp_size: 'bytes',
   cpu: 'cpus',
   pids: 'count',
   processes: 'count',

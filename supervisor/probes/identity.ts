@@ -1,11 +1,13 @@
 /**
- * Worker identity: which uid workers will run as, established afresh by every probe.
+ * Worker identity: which uid workers will run as, established afresh by every probe, and
+ * claimed only from a receipt of this probe run.
  *
- * No helper configured → `shared_uid`. A configured helper must qualify (see
- * `qualifyIdentityHelper`) and then answer its own probe with a receipt naming the nonzero uid
- * it will use; only then is the identity `separate_uid`. A configured helper that fails either
- * step leaves the identity `separate_uid` without a `workerUid` and a requirement that makes
- * every mode unavailable: never a silent fallback to `shared_uid`.
+ * A configured helper must qualify (see `qualifyIdentityHelper`) and answer its own probe with
+ * a receipt naming the nonzero uid of its range a worker switched to; only then is the
+ * identity `separate_uid`. No helper configured: the shared_uid launcher must answer its probe
+ * with a worker of the supervisor's own uid holding no capability; only then is the identity
+ * `shared_uid`. Anything less gives no identity at all (the field is omitted) and a requirement
+ * that makes every mode unavailable: never a silent fallback from one mode to the other.
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -26,8 +28,19 @@ export interface HelperReceipt {
 
 export type HelperProbe = () => Promise<Result<HelperReceipt>>;
 
+export interface SharedReceipt {
+  workerUid: number;
+  userNamespace: boolean;
+  helperVersion: string;
+}
+
+export type SharedProbe = () => Promise<Result<SharedReceipt>>;
+
 export interface IdentityProbe {
-  identity: IdentityMode;
+  /** Present only with a verified receipt from this probe run. */
+  identity?: IdentityMode;
+  /** shared_uid: the worker lives in a user namespace of its own (any supervisor but root). */
+  userNamespace?: boolean;
   /** Present only with a verified receipt from this probe run. */
   workerUid?: number;
   /** The helper's verified uid range, from the same receipt. */
@@ -152,24 +165,33 @@ function receiptRequirement(receipt: HelperReceipt, ids: SupervisorIds): string 
   return null;
 }
 
+async function probeSharedIdentity(ids: SupervisorIds, sharedProbe: SharedProbe | undefined): Promise<IdentityProbe> {
+  const helper = {
+    available: false,
+    detail: 'no identity helper configured: workers run as the supervisor uid',
+    path: null,
+    qualified: false,
+  };
+  const unestablished = (why: string): IdentityProbe => ({
+    requirement: `shared_uid workers cannot be started: ${why}`,
+    helper,
+  });
+  if (sharedProbe === undefined) return unestablished('no shared_uid launcher is available');
+  const receipt = await sharedProbe().catch((error: unknown) => fail('shared_probe_threw', String(error)));
+  if (!receipt.ok) return unestablished(receipt.detail);
+  if (receipt.workerUid !== ids.euid)
+    return unestablished(`the launcher's worker ran as uid ${receipt.workerUid}, not ${ids.euid}`);
+  return { identity: 'shared_uid', workerUid: receipt.workerUid, userNamespace: receipt.userNamespace, helper };
+}
+
 export async function probeIdentity(
   helperPath: string | null,
   ids: SupervisorIds,
   helperProbe: HelperProbe | undefined,
+  sharedProbe?: SharedProbe,
 ): Promise<IdentityProbe> {
-  if (helperPath === null) {
-    return {
-      identity: 'shared_uid',
-      helper: {
-        available: false,
-        detail: 'no identity helper configured: workers run as the supervisor uid',
-        path: null,
-        qualified: false,
-      },
-    };
-  }
+  if (helperPath === null) return probeSharedIdentity(ids, sharedProbe);
   const unestablished = (requirement: string, qualified: boolean): IdentityProbe => ({
-    identity: 'separate_uid',
     requirement,
     helper: { available: false, detail: requirement, path: helperPath, qualified },
   });

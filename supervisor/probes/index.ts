@@ -9,10 +9,18 @@ import type { CgroupLayout } from '../../cgroup/types.js';
 import type { Logger } from '../../core/log.js';
 import type { TurnhostConfig } from '../config/types.js';
 import { probeLandlock, probeNetworkNamespaces, probeSeccomp } from './facilities.js';
-import { probeIdentity, type HelperProbe, type IdentityProbe, type SupervisorIds } from './identity.js';
+import {
+  probeIdentity,
+  type HelperProbe,
+  type IdentityProbe,
+  type SharedProbe,
+  type SupervisorIds,
+} from './identity.js';
 import { probeLimits } from './limits.js';
 import { rootServerWarning, supervisorIsRoot } from './root.js';
-import { probeMaskedView, type HelperViewProbe } from './view.js';
+import { probeMaskedView, type HelperViewProbe, type ViewFacts } from './view.js';
+import { supervisorStateInWorkspace } from './state.js';
+import { hiddenHostPaths, supervisorStatePaths } from '../turns/view-descriptor.js';
 import type {
   BoundaryFacilities,
   GovernedStatus,
@@ -34,11 +42,16 @@ export interface ProbeContext {
   helperProbe?: HelperProbe;
   /** Runs the helper's `view`; when given, each mode's masked view is verified on a sentinel tree. */
   helperView?: HelperViewProbe;
+  /** No helper configured: runs the shared_uid launcher's probe, the only source of a shared_uid claim. */
+  sharedProbe?: SharedProbe;
+  /** No helper configured: runs the shared_uid launcher's `view` (same verification). */
+  sharedView?: HelperViewProbe;
 }
 
 export interface ModeProbe {
   availability: ModeAvailability;
-  identity: IdentityMode;
+  /** Absent when no identity was established (then the mode is unavailable). */
+  identity?: IdentityMode;
   workerUid?: number;
   /** The verified worker uid range (separate_uid only): each concurrent turn takes one uid from it. */
   uidRange?: { first: number; count: number };
@@ -54,8 +67,12 @@ interface BoundaryFacts {
   networkNamespaces: BoundaryFacilities['networkNamespaces'];
   landlock: BoundaryFacilities['landlock'];
   limits: WorkerLimitsStatus;
-  /** Per mode, why its masked view does not hold (absent: holds or not checked). */
+  /** Per mode, why its masked view does not hold (absent: holds). */
   viewRequirement: Partial<Record<WorkerMode, string>>;
+  /** What the last view probe saw a worker able to do (for the root-server warning). */
+  viewFacts: ViewFacts | null;
+  /** The supervisor's own state inside a workspace root, when it is. */
+  stateInWorkspace: string | undefined;
 }
 
 function contextIds(ctx: ProbeContext): SupervisorIds {
@@ -64,21 +81,36 @@ function contextIds(ctx: ProbeContext): SupervisorIds {
 
 const PROFILE_OF: Record<WorkerMode, 'governed' | 'strict'> = { ordinary: 'governed', restricted: 'strict' };
 
-/** The masked views are verified only with a helper view runner and an established worker uid. */
+/**
+ * Each mode's masked view, verified on a sentinel tree by the program that will build the
+ * turns' views (the helper, or the shared_uid launcher). No established identity: nothing to
+ * verify (the identity's requirement stands). No view runner: the view is unverified, and a
+ * view nobody verified is not claimed.
+ */
 async function probeViews(
   ctx: ProbeContext,
   identity: IdentityProbe,
   modes: readonly WorkerMode[],
-): Promise<BoundaryFacts['viewRequirement']> {
-  const { helperView } = ctx;
-  const workerUid = identity.workerUid;
-  if (helperView === undefined || workerUid === undefined) return {};
+): Promise<Pick<BoundaryFacts, 'viewRequirement' | 'viewFacts'>> {
   const requirements: BoundaryFacts['viewRequirement'] = {};
+  if (identity.identity === undefined) return { viewRequirement: requirements, viewFacts: null };
+  const shared = identity.identity === 'shared_uid';
+  const run = shared ? ctx.sharedView : ctx.helperView;
+  let viewFacts: ViewFacts | null = null;
   for (const mode of modes) {
-    const requirement = await probeMaskedView(helperView, PROFILE_OF[mode], workerUid);
-    if (requirement !== undefined) requirements[mode] = requirement;
+    if (run === undefined) {
+      requirements[mode] = `the ${PROFILE_OF[mode]} worker view is unverified: no view probe can run here`;
+      continue;
+    }
+    const probed = await probeMaskedView(run, PROFILE_OF[mode], {
+      ...(shared || identity.workerUid === undefined ? {} : { workerUid: identity.workerUid }),
+      hide: hiddenHostPaths(ctx.config),
+      ownState: supervisorStatePaths(ctx.config),
+    });
+    if (probed.requirement !== undefined) requirements[mode] = probed.requirement;
+    viewFacts ??= probed.facts;
   }
-  return requirements;
+  return { viewRequirement: requirements, viewFacts };
 }
 
 async function probeBoundary(ctx: ProbeContext, modes: readonly WorkerMode[]): Promise<BoundaryFacts> {
@@ -86,14 +118,16 @@ async function probeBoundary(ctx: ProbeContext, modes: readonly WorkerMode[]): P
   const { config } = ctx;
   const layout = discoverCgroupLayout(config.probeRoots);
   const [identity, networkNamespaces] = await Promise.all([
-    probeIdentity(config.identityHelper.path, ids, ctx.helperProbe),
+    probeIdentity(config.identityHelper.path, ids, ctx.helperProbe, ctx.sharedProbe),
     probeNetworkNamespaces(supervisorIsRoot(ids)),
   ]);
+  const shared = config.identityHelper.path === null;
   const limits = probeLimits({
     config,
     env: ctx.env ?? process.env,
     layout,
-    workersRunAsRoot: identity.identity === 'shared_uid' && supervisorIsRoot(ids),
+    workersRunAsRoot: shared && supervisorIsRoot(ids),
+    workersShareUid: shared,
   });
   return {
     ids,
@@ -103,7 +137,8 @@ async function probeBoundary(ctx: ProbeContext, modes: readonly WorkerMode[]): P
     networkNamespaces,
     landlock: probeLandlock(),
     limits,
-    viewRequirement: await probeViews(ctx, identity, modes),
+    ...(await probeViews(ctx, identity, modes)),
+    stateInWorkspace: supervisorStateInWorkspace(config),
   };
 }
 
@@ -115,6 +150,7 @@ function cgroupRequirement(layout: CgroupLayout): string | undefined {
 
 /** Requirements in a fixed order; the first missing one is the one reported. */
 function firstMissingRequirement(facts: BoundaryFacts, mode: WorkerMode): string | undefined {
+  if (facts.stateInWorkspace !== undefined) return facts.stateInWorkspace;
   if (!facts.seccomp.available) return facts.seccomp.detail;
   if (!facts.networkNamespaces.available) return facts.networkNamespaces.detail;
   if (facts.identity.requirement !== undefined) return facts.identity.requirement;
@@ -153,7 +189,7 @@ export async function probeMode(ctx: ProbeContext, mode: WorkerMode, trigger: Pr
   const facts = await probeBoundary(ctx, disabled ? [] : [mode]);
   const probe: ModeProbe = {
     availability: modeAvailability(facts, ctx.config, mode, trigger),
-    identity: facts.identity.identity,
+    ...(facts.identity.identity === undefined ? {} : { identity: facts.identity.identity }),
     limits: facts.limits,
     cgroupLayout: facts.layout,
   };
@@ -178,11 +214,11 @@ function governedStatus(config: TurnhostConfig, facts: BoundaryFacts, ordinary: 
       mode: rule.mode,
       reason: rule.reason,
     })),
-    identity: facts.identity.identity,
+    ...(facts.identity.identity === undefined ? {} : { identity: facts.identity.identity }),
     egress: { active: true, detail: egressDetail(config) },
   };
   if (!ordinary.available) {
-    governed.reason = 'worker_host_unavailable';
+    governed.reason = facts.stateInWorkspace === undefined ? 'worker_host_unavailable' : 'database_in_workspace';
     governed.detail = ordinary.requirement ?? 'worker host unavailable';
   }
   if (facts.identity.workerUid !== undefined) governed.workerUid = facts.identity.workerUid;
@@ -227,7 +263,7 @@ export async function runWorkerHostProbes(ctx: ProbeContext, trigger: ProbeTrigg
   const status: WorkerHostStatus = {
     ordinary,
     ...(config.modes.restricted.enabled ? { restricted: modeAvailability(facts, config, 'restricted', trigger) } : {}),
-    identity: facts.identity.identity,
+    ...(facts.identity.identity === undefined ? {} : { identity: facts.identity.identity }),
     limits: facts.limits,
     governed: governedStatus(config, facts, ordinary),
     boundary: {
@@ -239,7 +275,7 @@ export async function runWorkerHostProbes(ctx: ProbeContext, trigger: ProbeTrigg
     },
   };
   if (facts.identity.workerUid !== undefined) status.workerUid = facts.identity.workerUid;
-  const warning = rootServerWarning(facts.ids, facts.identity);
+  const warning = rootServerWarning(facts.ids, facts.identity, facts.viewFacts);
   if (warning !== undefined) status.rootServer = { warning };
   if (trigger === 'boot') logBootProbe(ctx.logger, status);
   return status;

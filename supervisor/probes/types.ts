@@ -3,7 +3,7 @@
  * host. Shapes follow the reference contract ("Worker host status", "Root server warning",
  * "Verified worker identity", "Worker resource limits", "Governed availability").
  */
-import type { LimitName } from '../../core/limits.js';
+import type { LimitName, LimitSource } from '../../core/limits.js';
 import type { IdentityMode } from '../../core/modes.js';
 
 export type ProbeTrigger = 'boot' | 'turn' | 'check';
@@ -18,8 +18,8 @@ export interface ModeAvailability {
 
 export interface LimitEnforced {
   limit: LimitName;
-  source: 'rlimit' | 'cgroup';
-  /** bytes for data, file_size and memory; CPUs for cpu; a count otherwise. */
+  source: LimitSource;
+  /** bytes for data, file_size, memory and tmp_size; CPUs for cpu; a count otherwise. */
   value: number;
   /** Which cgroup backend enforces it (cgroup limits only). */
   backend?: 'cgroup_v2' | 'cgroup_v1';
@@ -27,7 +27,7 @@ export interface LimitEnforced {
 
 export interface LimitAbsent {
   limit: LimitName;
-  source: 'rlimit' | 'cgroup';
+  source: LimitSource;
   reason: string;
 }
 
@@ -46,12 +46,14 @@ export interface ProtectedPath {
 
 export interface GovernedStatus {
   available: boolean;
-  reason?: 'worker_host_unavailable';
+  /** database_in_workspace: the supervisor's own state lies beneath a workspace root. */
+  reason?: 'worker_host_unavailable' | 'database_in_workspace';
   detail?: string;
   hostExecution: 'worker' | 'host';
   profile: 'governed';
   protectedPaths: ProtectedPath[];
-  identity: IdentityMode;
+  /** Omitted when no probe of this run established it (docs/probes.md, "Receipts only from proof"). */
+  identity?: IdentityMode;
   workerUid?: number;
   egress: { active: boolean; detail: string };
 }
@@ -79,7 +81,8 @@ export interface WorkerHostStatus {
   ordinary?: ModeAvailability;
   restricted?: ModeAvailability;
   rootServer?: { warning: string };
-  identity: IdentityMode;
+  /** Omitted when no probe of this run established it (docs/probes.md, "Receipts only from proof"). */
+  identity?: IdentityMode;
   /** The nonzero uid verified by the identity helper's own probe in this check. */
   workerUid?: number;
   limits: WorkerLimitsStatus;

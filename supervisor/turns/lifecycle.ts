@@ -47,11 +47,16 @@ import { fail, type Result } from '../../core/result.js';
 import { createTurnCgroup } from '../../cgroup/turn-cgroup.js';
 import { startTurnProxy } from '../../proxy/server.js';
 import { profileFor } from '../../core/modes.js';
-import { openRoot } from '../fs/guard.js';
-import { runHelperKill } from '../identity/helper-client.js';
+import { openRoot, type RootHandle } from '../fs/guard.js';
+import type { HelperLocation } from '../identity/helper-client.js';
 import { probeMode } from '../probes/index.js';
 import type { LaunchEnvironment } from './launch-environment.js';
-import { closeChannelEnd, openListenerChannel, receiveWorkerListener } from './listener-channel.js';
+import {
+  closeChannelEnd,
+  openListenerChannel,
+  receiveLaunchReport,
+  receiveWorkerListener,
+} from './listener-channel.js';
 import type { OutputChannel } from './output.js';
 import { preparedWorkerName, type PreparedWorkerPool } from './prepared-workers.js';
 import { hostRefusal, Turn, type LaunchFailure, type LaunchOutcome } from './running-turn.js';
@@ -60,11 +65,11 @@ import { commandEnv, resolveWorkerSpec, workerKey, type WorkerSpec } from './tur
 import type { TurnRequest } from './types.js';
 import { leaseUid } from './uid-pool.js';
 import { turnViewKeys, viewFingerprint } from './view-descriptor.js';
-import { attestWorker } from './worker-attestation.js';
+import { attestWorker, type AttestationExpectation } from './worker-attestation.js';
 import { WorkerConnection } from './worker-connection.js';
 import { DisposalScope } from './disposal-scope.js';
 import { helperLocation, helperStamp, spawnWorker } from './worker-process.js';
-import { createWorkerTemp } from './worker-temp.js';
+import { holdTurnTmp, TURN_TMP_PATH } from './turn-tmp.js';
 
 /** A worker that hangs in its boot must not hold a uid (and the pool's close) for ever. */
 const READY_TIMEOUT_MS = 60_000;
@@ -104,6 +109,8 @@ interface WorkerState {
   readied(result: Result): void;
   exited(): void;
   connection: WorkerConnection | null;
+  /** The turn's /tmp (its own tmpfs), once the helper reported it. */
+  tmp: RootHandle | null;
   /** The turn the worker serves, once claimed. */
   turn: Turn | null;
 }
@@ -132,6 +139,7 @@ export function startWorker(
       for (const listener of endListeners.splice(0)) listener();
     },
     connection: null,
+    tmp: null,
     turn: null,
   };
   const ready = new Promise<Result>((resolve) => (readied = resolve));
@@ -184,33 +192,25 @@ async function workerLifecycle(env: LaunchEnvironment, w: WorkerState): Promise<
   if (!probe.availability.available)
     return refuse(hostRefusal(probe.availability.requirement ?? 'the worker boundary is unavailable'));
   if (!env.cgroupSubtree.ok) return refuse(hostRefusal(`turn cgroups are unavailable: ${env.cgroupSubtree.detail}`));
-  const helper = probe.identity === 'separate_uid' ? helperLocation(deps.config) : null;
+  const identity = probe.identity;
+  if (identity === undefined) return refuse(hostRefusal('the probe established no worker identity'));
+  const separate = identity === 'separate_uid';
+  const helper = separate ? helperLocation(deps.config) : env.sharedLauncher;
+  if (!helper) return refuse(hostRefusal(env.sharedLauncherProblem ?? 'no identity helper to launch the worker'));
   const stampAtProbe = helperStamp(helper);
 
-  // 2. Acquire: the worker uid, its temp, its cgroup leaf, its proxy, its view, its listener channel.
-  let uid = process.getuid?.() ?? 0;
-  if (probe.identity === 'separate_uid') {
-    if (!helper || !probe.uidRange) return refuse(hostRefusal('the identity helper gave no verified uid range'));
+  // 2. Acquire: a uid to start the helper's search at, the cgroup leaf, the view, the listener channel.
+  let uidHint: number | null = null;
+  if (separate) {
+    if (!probe.uidRange) return refuse(hostRefusal('the identity helper gave no verified uid range'));
     let lease = leaseUid(env.uidPools, probe.uidRange);
     // Idle prepared workers hold uids too; a turn that arrives comes first.
     if (!lease.ok && w.makeRoom && (await w.makeRoom())) lease = leaseUid(env.uidPools, probe.uidRange);
     if (!lease.ok) return refuse({ ok: false, reason: 'capacity_exhausted', detail: lease.detail });
     const held = lease;
     scope.defer(() => held.release());
-    uid = lease.uid;
+    uidHint = lease.uid;
   }
-  const temp = createWorkerTemp({
-    parentDir: env.turnTempParent,
-    name,
-    uid,
-    helper: env.supervisorIsRoot ? null : helper,
-    events: deps.events,
-    logger,
-    turnOf: () => w.turn?.attribution ?? null,
-  });
-  if (!temp.ok) return refuse(hostRefusal(temp.detail));
-  // Before the cgroup's release: the temp is reclaimed and purged after the cgroup is killed.
-  scope.defer(() => temp.dispose());
   const leaf = createTurnCgroup(env.cgroupSubtree.subtree, name, spec.limits);
   if (!leaf.ok) return refuse(hostRefusal(`the turn cgroup could not be created: ${leaf.detail}`));
   const cgroup = leaf.cgroup;
@@ -218,6 +218,60 @@ async function workerLifecycle(env: LaunchEnvironment, w: WorkerState): Promise<
     cgroup.kill();
     cgroup.remove();
   });
+  const view = turnViewKeys(deps.config, spec.cwd);
+  if (!view.ok) return refuse(hostRefusal(`the worker filesystem view: ${view.detail}`));
+  const fingerprint = viewFingerprint(view);
+  const channel = openListenerChannel();
+  if (!channel.ok) return refuse(hostRefusal(`the listener channel: ${channel.detail}`));
+  scope.defer(() => closeChannelEnd(channel.supervisorFd));
+
+  // 3. Start the worker: the helper (separate_uid) or the shared_uid launcher, in the turn's
+  //    cgroup, namespaces and view. The process this supervisor holds is the helper's monitor.
+  const spawned = spawnWorker({
+    helper,
+    uidHint,
+    cgroupPaths: cgroup.paths,
+    limits: spec.limits,
+    cwd: spec.cwd,
+    profile: profileFor(spec.mode),
+    view: view,
+    listenerChannelFd: channel.workerFd,
+  });
+  // The helper holds its end now (or never will).
+  closeChannelEnd(channel.workerFd);
+  if (!spawned.ok) return refuse(hostRefusal(spawned.detail));
+  const monitorUid = separate ? 0 : (process.getuid?.() ?? 0);
+  const connection = new WorkerConnection(spawned, monitorUid, () => cgroup.kill());
+  w.connection = connection;
+  connection.child.once('exit', () => w.exited());
+  const killWorker = (): void => {
+    const killed = cgroup.kill();
+    if (killed.ok) return;
+    logger.warn('cgroup kill incomplete; killing the worker through its monitor', { detail: killed.detail });
+    connection.stop();
+  };
+
+  // 4. Ready: booted, fds checked, seccomp installed, egress listener handed over. Before the
+  //    worker existed the helper reported the uid it got and the turn's /tmp (its own tmpfs).
+  let ready = await connection.ready(READY_TIMEOUT_MS);
+  const report = ready.ok ? receiveLaunchReport(channel.supervisorFd) : null;
+  if (report && !report.ok) ready = report;
+  let uid = report?.ok ? report.uid : (uidHint ?? process.getuid?.() ?? 0);
+  if (report?.ok) {
+    const turnTmp = holdTurnTmp(report.tmpFd, {
+      events: deps.events,
+      logger,
+      turnOf: () => w.turn?.attribution ?? null,
+    });
+    // Disposed once the worker's processes are dead: nothing writes the tmpfs while it is measured.
+    scope.defer(() => turnTmp.dispose());
+    w.tmp = turnTmp.root;
+    const expected = separate ? probe.uidRange && uidInRange(uid, probe.uidRange) : uid === process.getuid?.();
+    if (!expected)
+      ready = fail('launch_report_refused', `the helper reported uid ${uid}, outside what the probe verified`);
+  } else {
+    uid = uidHint ?? process.getuid?.() ?? 0;
+  }
   const runtimeDir = path.join(env.runtimeDir, name);
   fs.mkdirSync(runtimeDir, { mode: 0o711 });
   scope.defer(() => fs.rmSync(runtimeDir, { recursive: true, force: true }));
@@ -236,49 +290,8 @@ async function workerLifecycle(env: LaunchEnvironment, w: WorkerState): Promise<
     turn: { sessionId: '', turnId: name, profile: profileFor(spec.mode), model: null },
     logger: logger.child({ component: 'proxy' }),
   });
-  if (!proxy.ok) return refuse(hostRefusal(`egress proxy: ${proxy.detail}`));
-  scope.defer(() => proxy.close());
-  const view = turnViewKeys(deps.config, spec.cwd);
-  if (!view.ok) return refuse(hostRefusal(`the worker filesystem view: ${view.detail}`));
-  const fingerprint = viewFingerprint(view);
-  const channel = openListenerChannel();
-  if (!channel.ok) return refuse(hostRefusal(`the listener channel: ${channel.detail}`));
-  let listenerChannelOpen = true;
-  scope.defer(() => {
-    if (listenerChannelOpen) closeChannelEnd(channel.supervisorFd);
-  });
-
-  // 3. Start the worker: the helper's launch, or the shared_uid worker.
-  const spawned = spawnWorker({
-    identity: probe.identity,
-    helper,
-    uid,
-    cgroupPaths: cgroup.paths,
-    limits: spec.limits,
-    cwd: spec.cwd,
-    profile: profileFor(spec.mode),
-    view,
-    tempPath: temp.temp.path,
-    proxySocket: proxy.socketPath,
-    listenerChannelFd: channel.workerFd,
-    worker: deps.worker,
-  });
-  // The worker holds its end now (or never will).
-  closeChannelEnd(channel.workerFd);
-  if (!spawned.ok) return refuse(hostRefusal(spawned.detail));
-  const connection = new WorkerConnection(spawned, uid, () => cgroup.kill());
-  w.connection = connection;
-  connection.child.once('exit', () => w.exited());
-  const killWorker = (): void => {
-    const killed = cgroup.kill();
-    if (killed.ok) return;
-    logger.warn('cgroup kill incomplete; falling back to the helper kill', { detail: killed.detail });
-    if (helper) void runHelperKill(helper, uid);
-    connection.stop();
-  };
-
-  // 4. Ready: booted, fds checked, seccomp installed, egress listener handed over.
-  const ready = await connection.ready(READY_TIMEOUT_MS);
+  if (!proxy.ok) ready = fail('proxy_failed', `egress proxy: ${proxy.detail}`);
+  else scope.defer(() => proxy.close());
   w.readied(ready);
 
   // 5. The claim: a direct launch is claimed already; a prepared worker waits here for a turn.
@@ -289,8 +302,11 @@ async function workerLifecycle(env: LaunchEnvironment, w: WorkerState): Promise<
   const usable =
     ready.ok && turn
       ? checkClaim(connection, {
-          identity: probe.identity,
+          monitorPid: connection.pid ?? -1,
+          identity,
           uid,
+          gid: separate ? uid : (process.getgid?.() ?? 0),
+          groupsMayStay: !separate && uid !== 0,
           cgroupPaths: cgroup.paths,
           helper,
           stampAtProbe,
@@ -298,36 +314,27 @@ async function workerLifecycle(env: LaunchEnvironment, w: WorkerState): Promise<
           fingerprint,
         })
       : ready;
-  if (!turn || (ready.ok && !usable.ok)) {
+  if (!turn || (ready.ok && !usable.ok) || !proxy.ok) {
     // The worker may have left its leaf (one way its attestation fails); it also ends itself
     // when its protocol fd closes, which covers a worker this supervisor may not signal.
     killWorker();
     connection.stop();
     await connection.closed();
     await scope.dispose();
-    if (turn) w.outcome({ kind: 'unusable', detail: usable.ok ? 'unused' : usable.detail });
+    if (turn) w.outcome({ kind: 'unusable', detail: usable.ok ? (proxy.ok ? 'unused' : proxy.detail) : usable.detail });
     return;
   }
 
   // 7. Bind the turn: its record names this worker; its timeout runs; its output flows.
   w.turn = turn;
   proxy.attribute(turn.attribution, logger.child({ turnId: turn.record.id, component: 'proxy' }));
-  turn.bind({
-    identity: probe.identity,
-    uid,
-    cgroupPaths: cgroup.paths,
-    temp: temp.temp,
-    connection,
-    kill: killWorker,
-  });
+  turn.bind({ identity, uid, cgroupPaths: cgroup.paths, temp: w.tmp, connection, kill: killWorker });
   w.outcome({ kind: 'bound' });
   let refusal: string | null = null;
 
   // 8. Serve the egress listener the worker handed over, then 9. launch the command.
   if (ready.ok && !turn.stoppedFor()) {
-    listenerChannelOpen = false;
     const received = receiveWorkerListener(channel.supervisorFd);
-    closeChannelEnd(channel.supervisorFd);
     const served = received.ok ? await proxy.serveWorkerListener(received.fd) : received;
     if (served.ok) {
       connection.launch({
@@ -335,7 +342,7 @@ async function workerLifecycle(env: LaunchEnvironment, w: WorkerState): Promise<
         v: 1,
         argv: turn.request.argv,
         cwd: turn.request.cwd,
-        env: { ...commandEnv(deps.config, deps.env ?? process.env, turn.request), TMPDIR: temp.temp.path },
+        env: { ...commandEnv(deps.config, deps.env ?? process.env, turn.request), TMPDIR: TURN_TMP_PATH },
         tty: turn.request.tty ?? null,
         egress: true,
       });
@@ -352,16 +359,16 @@ async function workerLifecycle(env: LaunchEnvironment, w: WorkerState): Promise<
 
   // 11. Exit. Background processes die with the turn, whatever the command did; a process that
   //     holds the output pipes open would otherwise keep them from draining.
-  const report = await connection.exited();
+  const report_ = await connection.exited();
   turn.workerExited();
   killWorker();
   await connection.closed();
   const result = buildResult({
     stopReason: turn.stoppedFor(),
-    exitMessage: report.exit,
-    workerError: report.error,
-    refusal: refusal ?? report.helperRefusal,
-    workerExitCode: report.processExitCode,
+    exitMessage: report_.exit,
+    workerError: report_.error ?? (ready.ok ? null : ready.detail),
+    refusal: refusal ?? report_.helperRefusal,
+    workerExitCode: report_.processExitCode,
     stats: cgroup.stats(),
     durationMs: turn.elapsedMs(),
   });
@@ -372,11 +379,12 @@ async function workerLifecycle(env: LaunchEnvironment, w: WorkerState): Promise<
   turn.finish(result);
 }
 
-interface ClaimFacts {
-  identity: 'separate_uid' | 'shared_uid';
-  uid: number;
-  cgroupPaths: readonly string[];
-  helper: ReturnType<typeof helperLocation>;
+function uidInRange(uid: number, range: { first: number; count: number }): boolean {
+  return uid >= range.first && uid < range.first + range.count;
+}
+
+interface ClaimFacts extends Omit<AttestationExpectation, 'procRoot'> {
+  helper: HelperLocation;
   stampAtProbe: string;
   view: Parameters<typeof viewFingerprint>[0];
   fingerprint: string;
@@ -386,21 +394,15 @@ interface ClaimFacts {
 function checkClaim(connection: WorkerConnection, facts: ClaimFacts): Result {
   if (viewFingerprint(facts.view) !== facts.fingerprint)
     return fail('view_changed', 'the workspace or a protected path changed since the worker was launched');
-  const pid = connection.pid;
-  if (pid === undefined || connection.ended)
+  if (connection.pid === undefined || connection.ended)
     return fail('worker_attestation_failed', 'worker attestation: the worker is no longer running');
-  if (helperStamp(facts.helper) !== facts.stampAtProbe)
+  if (helperStamp(facts.helper) !== facts.stampAtProbe) {
     return fail(
       'worker_attestation_failed',
       'worker attestation: the identity helper or its config changed since the worker was launched',
     );
-  return attestWorker({
-    pid,
-    identity: facts.identity,
-    uid: facts.uid,
-    gid: facts.uid,
-    cgroupPaths: facts.cgroupPaths,
-  });
+  }
+  return attestWorker(facts);
 }
 
 /** Starts a worker for the pool and waits until it is ready; null (logged) when it cannot be. */

@@ -13,7 +13,13 @@
  *
  * Unlike copying the fd out of the worker (pidfd_getfd), this needs no privilege over the
  * worker: it works for the packaged non-root supervisor and workers of other uids.
+ *
+ * Before the worker exists, the identity helper sends one message of its own on the same
+ * channel: the launch report (`launched <uid>` with the view's /tmp, a tmpfs of the turn's
+ * own). It comes first, because it is sent before the worker is exec'd; nothing the worker
+ * does can precede it.
  */
+import fs from 'node:fs';
 import { AF_INET, boundInet4 } from '../../core/inet4.js';
 import { errnoName, lastErrno, libc } from '../../core/libc.js';
 import { fail, ok, type Result } from '../../core/result.js';
@@ -149,4 +155,39 @@ export function receiveWorkerListener(supervisorFd: number): Result<{ fd: number
     return checked;
   }
   return ok({ fd, port: checked.port });
+}
+
+const LAUNCH_REPORT = /^launched (0|[1-9][0-9]{0,9})$/;
+const TMPFS_MAGIC = 0x01021994;
+
+export interface LaunchReport {
+  /** The uid the helper gave the worker. */
+  uid: number;
+  /** The root of the view's /tmp (close-on-exec, owned by this process from now on). */
+  tmpFd: number;
+}
+
+/**
+ * The identity helper's launch report, read when the worker is ready (never waits): the
+ * payload must be exactly `launched <uid>` and the fd the root directory of a tmpfs.
+ */
+export function receiveLaunchReport(supervisorFd: number): Result<LaunchReport, 'launch_report_refused'> {
+  const received = receiveFd(supervisorFd);
+  if (!received.ok) return fail('launch_report_refused', `the helper's launch report: ${received.detail}`);
+  const { fd, payload } = received;
+  const match = LAUNCH_REPORT.exec(payload.toString('latin1'));
+  const refuse = (detail: string): Result<never, 'launch_report_refused'> => {
+    bindings().close(fd);
+    return fail('launch_report_refused', `the helper's launch report: ${detail}`);
+  };
+  if (match === null) return refuse('the message is not a launch report');
+  let kind: { dir: boolean; tmpfs: boolean };
+  try {
+    const st = fs.fstatSync(fd);
+    kind = { dir: st.isDirectory(), tmpfs: fs.statfsSync(`/proc/self/fd/${fd}`).type === TMPFS_MAGIC };
+  } catch (error) {
+    return refuse(`its /tmp cannot be read: ${(error as Error).message}`);
+  }
+  if (!kind.dir || !kind.tmpfs) return refuse('its /tmp is not the root of a tmpfs');
+  return ok({ uid: Number(match[1]), tmpFd: fd });
 }

@@ -133,6 +133,8 @@ function finishedAttachment(record: TurnRecord): TurnAttachment {
     write: () => undefined,
     resize: () => undefined,
     signal: () => undefined,
+    pauseOutput: () => undefined,
+    resumeOutput: () => undefined,
     detach: () => undefined,
   };
 }

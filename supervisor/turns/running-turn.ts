@@ -47,7 +47,8 @@ export interface ServingWorker {
   identity: IdentityMode;
   uid: number;
   cgroupPaths: readonly string[];
-  temp: RootHandle;
+  /** The turn's /tmp; null when the worker never got as far as the helper's launch report. */
+  temp: RootHandle | null;
   connection: WorkerConnection;
   /** Ends every process of the worker (its cgroup). */
   kill(): void;
@@ -207,6 +208,11 @@ export class Turn implements RunningTurn {
 
   attach(): TurnAttachment {
     let unsubscribe: (() => void) | null = null;
+    let releaseOutput: (() => void) | null = null;
+    const resumeOutput = (): void => {
+      releaseOutput?.();
+      releaseOutput = null;
+    };
     return {
       onEvent: (listener) => {
         unsubscribe?.();
@@ -215,7 +221,12 @@ export class Turn implements RunningTurn {
       write: (data) => this.worker?.connection.writeInput(data),
       resize: (cols, rows) => this.worker?.connection.send({ type: 'resize', cols, rows }),
       signal: (signal) => this.worker?.connection.send({ type: 'signal', signal: signal as ForwardableSignal }),
+      pauseOutput: () => {
+        releaseOutput ??= this.worker?.connection.holdOutput() ?? null;
+      },
+      resumeOutput,
       detach: () => {
+        resumeOutput();
         unsubscribe?.();
         unsubscribe = null;
       },

@@ -48,6 +48,7 @@ export function buildResult(inputs: ResultInputs): TurnResult {
     status = 'internal_error';
     detail = inputs.workerError ?? `the worker exited (code ${inputs.workerExitCode}) without reporting a result`;
   }
+  const fromReport = status === 'ok' || status === 'nonzero_exit' || status === 'signaled';
   return {
     status,
     exitCode: exitMessage?.exitCode ?? null,
@@ -56,6 +57,7 @@ export function buildResult(inputs: ResultInputs): TurnResult {
     usage,
     limitHits,
     ...(detail ? { detail } : {}),
+    source: fromReport ? 'worker_report' : 'supervisor',
   };
 }
 
@@ -74,6 +76,7 @@ export function finishedWithoutRun(
     usage: emptyUsage(),
     limitHits: [],
     detail,
+    source: 'supervisor',
   };
   return { ...turn, state: 'finished', endedAt, result };
 }

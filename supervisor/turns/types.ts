@@ -62,6 +62,13 @@ export interface TurnResult {
   limitHits: LimitHit[];
   /** For launch_refused / internal_error: the requirement or the failure, in words. */
   detail?: string;
+  /**
+   * Where status, exitCode and signal come from: `supervisor` when from its own facts (its stop,
+   * the cgroup's OOM count, a refusal, a lost worker), `worker_report` when only the worker's
+   * report of the command's wait status says so (the command cannot reach the worker, but the
+   * supervisor does not see that wait status itself). Absent in records of earlier versions.
+   */
+  source?: 'supervisor' | 'worker_report';
 }
 
 export interface TurnRecord {
@@ -88,6 +95,12 @@ export interface TurnAttachment {
   write(data: Buffer): void;
   resize(cols: number, rows: number): void;
   signal(signal: 'SIGINT' | 'SIGTERM' | 'SIGHUP' | 'SIGQUIT'): void;
+  /**
+   * Backpressure: while any attachment paused, the command's output is not read and the
+   * command blocks writing it. Pauses lapse when the command has ended, and with detach.
+   */
+  pauseOutput(): void;
+  resumeOutput(): void;
   detach(): void;
 }
 
@@ -129,9 +142,10 @@ export interface TurnManagerDeps {
   runtimeParent?: string;
   /** Name of the turn-cgroup subtree under the supervisor's own cgroup(s); tests use unique names. */
   cgroupSubtreeName?: string;
-  /**
-   * Default: euid is 0. Chooses only the turn temp's ownership path (worker-temp.ts); a test sets
-   * false to run the non-root path (helper chown at launch, helper reclaim before the purge).
-   */
+  /** Default: euid is 0. Chooses how the proxy sockets are owned (a test sets false for the non-root path). */
   supervisorIsRoot?: boolean;
+  /** Read-only paths the shared_uid launcher keeps in every view (default: the package root). */
+  sharedViewPaths?: string[];
+  /** The shared_uid launcher binary (default: the helper this installation ships). */
+  sharedLauncherBinary?: string;
 }

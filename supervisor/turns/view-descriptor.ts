@@ -1,25 +1,92 @@
 /**
- * The masked worker view: what the turn manager tells the identity helper about the
- * worker's filesystem view. The workspace is the configured workspace root the turn's cwd
- * lies beneath (the longest one); the protected paths are the `fs.protectedPaths` rules
- * configured for exactly that root. Decisions: docs/filesystem-view.md.
+ * The masked worker view: what the turn manager tells the identity helper about the worker's
+ * filesystem view, the same in both identity modes. The workspace is the configured workspace
+ * root the turn's cwd lies beneath (the longest one); the protected paths are the
+ * `fs.protectedPaths` rules configured for exactly that root; the hidden paths are the
+ * supervisor's own state and the host's secrets. Decisions: docs/filesystem-view.md.
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import { fail, ok, type Result } from '../../core/result.js';
 import type { TurnhostConfig } from '../config/types.js';
 import { DESCRIPTOR_LIMITS, isCanonicalRelativePath, type HelperProtectRule } from '../identity/helper-client.js';
+import { tokenFilePath } from '../http/token.js';
+
+/**
+ * Host files no worker reads, whatever uid it runs as: the password and group shadows, sudo's
+ * rules, root's home and the host's ssh keys. Under a root supervisor without a helper the
+ * worker is uid 0, and uid 0 may read what root owns even without capabilities.
+ */
+const HOST_SECRETS: readonly string[] = [
+  '/etc/shadow',
+  '/etc/shadow-',
+  '/etc/gshadow',
+  '/etc/gshadow-',
+  '/etc/sudoers',
+  '/etc/sudoers.d',
+  '/root',
+  '/etc/ssl/private',
+];
+
+/** The path with every existing component's symlinks resolved (the helper refuses a link on the way). */
+function resolveExisting(file: string): string {
+  const missing: string[] = [];
+  let current = path.resolve(file);
+  for (;;) {
+    try {
+      return path.join(fs.realpathSync(current), ...missing);
+    } catch {
+      const parent = path.dirname(current);
+      if (parent === current) return path.resolve(file);
+      missing.unshift(path.basename(current));
+      current = parent;
+    }
+  }
+}
+
+function hostSshKeys(): string[] {
+  try {
+    return fs
+      .readdirSync('/etc/ssh')
+      .filter((name) => /^ssh_host_.*_key$/.test(name))
+      .map((name) => path.join('/etc/ssh', name));
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * What the view never shows: the supervisor's data directory (database, token, fallback log),
+ * a token file or helper config kept elsewhere, and the host's secrets. At most
+ * DESCRIPTOR_LIMITS.maxHide entries; the supervisor's own state comes first.
+ */
+/** The supervisor's own state a worker must never see or change: data directory, token, helper config. */
+export function supervisorStatePaths(config: TurnhostConfig): string[] {
+  return [config.dataDir, tokenFilePath(config.dataDir), config.identityHelper.configPath].filter(
+    (entry): entry is string => entry !== null,
+  );
+}
+
+export function hiddenHostPaths(config: TurnhostConfig): string[] {
+  const hidden = [...supervisorStatePaths(config), ...HOST_SECRETS, ...hostSshKeys()]
+    .map(resolveExisting)
+    .filter((entry) => entry !== '/');
+  return [...new Set(hidden)].slice(0, DESCRIPTOR_LIMITS.maxHide);
+}
 
 function contains(root: string, dir: string): boolean {
   const rel = path.relative(root, dir);
   return rel === '' || (!rel.startsWith('..') && !path.isAbsolute(rel));
 }
 
-/** The view's workspace and protect rules for a turn whose cwd is `cwd` (absolute). */
-export function turnViewKeys(
-  config: TurnhostConfig,
-  cwd: string,
-): Result<{ workspace: string; protect: HelperProtectRule[] }> {
+export interface TurnView {
+  workspace: string;
+  protect: HelperProtectRule[];
+  hide: string[];
+}
+
+/** The view's workspace, protect rules and hidden paths for a turn whose cwd is `cwd` (absolute). */
+export function turnViewKeys(config: TurnhostConfig, cwd: string): Result<TurnView> {
   const roots = config.turns.workspaceRoots.map((root) => path.resolve(root)).filter((root) => contains(root, cwd));
   const workspace = roots.sort((a, b) => b.length - a.length)[0];
   if (workspace === undefined)
@@ -40,7 +107,7 @@ export function turnViewKeys(
       'protected_path_invalid',
       `more than ${DESCRIPTOR_LIMITS.maxProtect} fs.protectedPaths rules for ${workspace}`,
     );
-  return ok({ workspace, protect });
+  return ok({ workspace, protect, hide: hiddenHostPaths(config) });
 }
 
 function entryIdentity(file: string): string {

@@ -56,6 +56,9 @@ export class WorkerConnection {
   private readonly exitPromise: Promise<number | null>;
   private readonly closePromise: Promise<void>;
   private processExited = false;
+  /** Attached readers that asked to stop reading output (backpressure); see holdOutput. */
+  private outputHolds = 0;
+  private outputPaused = false;
 
   /**
    * `ownerUid` is the worker's uid (a non-root supervisor may signal only its own); `killWorker`
@@ -69,6 +72,7 @@ export class WorkerConnection {
     this.exitPromise = new Promise((resolve) =>
       this.child.on('exit', (code) => {
         this.processExited = true;
+        this.applyOutputFlow();
         this.wake();
         resolve(code);
       }),
@@ -150,6 +154,35 @@ export class WorkerConnection {
     this.child.stdout?.on('data', (data: Buffer) => sink({ stream: 'stdout', data }));
   }
 
+  /**
+   * Stops reading the worker's output while held: its pipe fills and the command blocks in
+   * write, so a reader that cannot keep up slows the command instead of growing anyone's memory.
+   * The returned function lets go. Holds end once the worker reported or exited: a finished
+   * command's last output is always read, so the turn's disposal never waits on a reader.
+   */
+  holdOutput(): () => void {
+    this.outputHolds += 1;
+    this.applyOutputFlow();
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.outputHolds -= 1;
+      this.applyOutputFlow();
+    };
+  }
+
+  private applyOutputFlow(): void {
+    const pause = this.outputHolds > 0 && this.phase !== 'reported' && !this.ended;
+    if (pause === this.outputPaused) return;
+    this.outputPaused = pause;
+    for (const stream of [this.child.stdout, this.child.stderr]) {
+      if (stream === null) continue;
+      if (pause) stream.pause();
+      else stream.resume();
+    }
+  }
+
   send(message: SupervisorMessage): void {
     const encoded = encodeMessage(message);
     if (encoded.ok && !this.protocol.destroyed) this.protocol.write(encoded.line);
@@ -210,6 +243,7 @@ export class WorkerConnection {
     } else if (message.type === 'exit' && this.phase === 'started') {
       this.exitMessage = message;
       this.phase = 'reported';
+      this.applyOutputFlow();
       // The report is complete; the worker's own teardown (Node's exit) adds nothing to wait for.
       this.killProcess();
     } else {

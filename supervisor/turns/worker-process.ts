@@ -1,23 +1,19 @@
 /**
- * Starting the worker process: the identity helper's launch (separate_uid), or the same worker
- * entry run by this process under new namespaces (shared_uid). Either way the worker gets its
- * stdio on 0-2, the protocol socket on 3 and the listener channel on 4, and nothing else.
+ * Starting the worker process: the identity helper's launch, by the configured helper
+ * (separate_uid) or by the shared_uid launcher (the same helper in shared mode). Either way
+ * the worker gets its stdio on 0-2, the protocol socket on 3 and the listener channel on 4,
+ * and nothing else, in the same view and namespaces.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import type net from 'node:net';
-import path from 'node:path';
 import { listOpenFds, markCloseOnExec } from '../../core/fds.js';
 import type { ResolvedLimits } from '../../core/limits.js';
-import type { IdentityMode, WorkerProfile } from '../../core/modes.js';
+import type { WorkerProfile } from '../../core/modes.js';
 import { fail, ok, type Result } from '../../core/result.js';
-import {
-  spawnHelperLaunch,
-  type HelperLocation,
-  type HelperProtectRule,
-  type HelperRlimitName,
-} from '../identity/helper-client.js';
+import { spawnHelperLaunch, type HelperLocation, type HelperRlimitName } from '../identity/helper-client.js';
 import type { TurnhostConfig } from '../config/types.js';
+import type { TurnView } from './view-descriptor.js';
 
 export const DEFAULT_COMMAND_PATH = '/usr/local/bin:/usr/bin:/bin';
 
@@ -56,7 +52,7 @@ export function helperStamp(helper: HelperLocation | null): string {
 
 /**
  * Whatever this process inherited without close-on-exec (a service manager's or a CI harness's
- * fds) must never reach a worker: shared_uid workers are spawned by this process directly.
+ * fds) must never reach a helper or a worker.
  */
 export function markInheritedFdsCloseOnExec(): Result {
   const listed = listOpenFds();
@@ -68,94 +64,63 @@ export function markInheritedFdsCloseOnExec(): Result {
 }
 
 export interface WorkerLaunch {
-  identity: IdentityMode;
-  helper: HelperLocation | null;
-  uid: number;
+  /** The helper: a separate-uid helper, or the shared_uid launcher (`shared: true`). */
+  helper: HelperLocation;
+  /** separate_uid: where the helper's search for a free uid of its range starts. */
+  uidHint: number | null;
   cgroupPaths: readonly string[];
   limits: ResolvedLimits;
   cwd: string;
   profile: WorkerProfile;
-  view: { workspace: string; protect: HelperProtectRule[] };
-  tempPath: string;
-  proxySocket: string;
+  view: TurnView;
   listenerChannelFd: number;
-  /** The compiled worker entry and the node that runs it (shared_uid runs it directly). */
-  worker: { node: string; entry: string };
 }
 
 export type SpawnedWorker = { child: ChildProcess; protocol: net.Socket };
 
-/** Starts the worker process; its fd 4 is `listenerChannelFd`, which the caller closes afterwards. */
+/**
+ * Starts the worker process through the helper; its fd 4 is `listenerChannelFd`, which the
+ * caller closes afterwards. The process the caller holds is the helper's monitor: it exits with
+ * the worker's status (docs/identity-helper-protocol.md, "Processes of a launch").
+ */
 export function spawnWorker(launch: WorkerLaunch): Result<SpawnedWorker, 'spawn_failed'> {
+  // The helper closes every fd above 4 itself, but fds can appear after the start-up pass
+  // (libraries, a test runner's hooks): nothing of ours may reach it open.
+  const marked = markInheritedFdsCloseOnExec();
+  if (!marked.ok) return fail('spawn_failed', marked.detail);
+  const separate = launch.helper.shared !== true && launch.uidHint !== null;
   try {
-    const spawned =
-      launch.identity === 'separate_uid' && launch.helper
-        ? spawnHelperLaunch(
-            launch.helper,
-            {
-              uid: launch.uid,
-              gid: launch.uid,
-              cgroups: [...launch.cgroupPaths],
-              rlimits: helperRlimits(launch.limits),
-              hostname: 'turnhost',
-              cwd: launch.cwd,
-              env: WORKER_ENV,
-              profile: launch.profile,
-              workspace: launch.view.workspace,
-              temp: launch.tempPath,
-              socket: launch.proxySocket,
-              protect: launch.view.protect,
-            },
-            { listenerChannelFd: launch.listenerChannelFd },
-          )
-        : spawnSharedWorker(launch);
-    if (launch.identity !== 'separate_uid') {
-      const joined = joinCgroupDirect(launch.cgroupPaths, spawned.child.pid);
-      if (!joined.ok) {
-        spawned.child.kill('SIGKILL');
-        return fail('spawn_failed', joined.detail);
-      }
-    }
-    return ok(spawned);
+    return ok(
+      spawnHelperLaunch(
+        launch.helper,
+        {
+          ...(separate ? { uid: launch.uidHint ?? 0, gid: launch.uidHint ?? 0, uidSearch: true } : {}),
+          cgroups: [...launch.cgroupPaths],
+          rlimits: helperRlimits(launch.limits, launch.helper.shared === true),
+          hostname: 'turnhost',
+          cwd: launch.cwd,
+          env: WORKER_ENV,
+          profile: launch.profile,
+          workspace: launch.view.workspace,
+          ...(launch.limits.tmp_size === undefined ? {} : { tmpSize: launch.limits.tmp_size }),
+          protect: launch.view.protect,
+          hide: launch.view.hide,
+        },
+        { listenerChannelFd: launch.listenerChannelFd },
+      ),
+    );
   } catch (error) {
     return fail('spawn_failed', `worker spawn: ${(error as Error).message}`);
   }
 }
 
-function helperRlimits(limits: ResolvedLimits): Partial<Record<HelperRlimitName, number>> {
+/** A shared_uid worker gets no RLIMIT_NPROC: it would count every process of the supervisor's uid. */
+function helperRlimits(limits: ResolvedLimits, shared: boolean): Partial<Record<HelperRlimitName, number>> {
   const rlimits: Partial<Record<HelperRlimitName, number>> = {};
   for (const [limit, helperName] of Object.entries(RLIMIT_FOR)) {
+    if (shared && limit === 'processes') continue;
     const value = limits[limit as keyof typeof RLIMIT_FOR];
     if (value !== undefined) rlimits[helperName] = value;
   }
   return rlimits;
-}
-
-/** shared_uid: the same worker entry, as the supervisor's uid, in new net/ipc/uts namespaces. */
-function spawnSharedWorker(launch: WorkerLaunch): SpawnedWorker {
-  // No helper closes fds here, and fds can appear after the start-up pass (libraries, a test
-  // runner's hooks): mark again right before the spawn.
-  const marked = markInheritedFdsCloseOnExec();
-  if (!marked.ok) throw new Error(marked.detail);
-  const asRoot = process.geteuid?.() === 0;
-  const unshare = asRoot ? ['--net', '--ipc', '--uts'] : ['--user', '--map-current-user', '--net', '--ipc', '--uts'];
-  const child = spawn(
-    'unshare',
-    [...unshare, '--', '/bin/sh', '-c', 'ip link set lo up && exec "$0" "$@"', launch.worker.node, launch.worker.entry],
-    { stdio: ['pipe', 'pipe', 'pipe', 'pipe', launch.listenerChannelFd], cwd: launch.cwd, env: WORKER_ENV },
-  );
-  const protocol = child.stdio[3] as net.Socket;
-  return { child, protocol };
-}
-
-function joinCgroupDirect(cgroupPaths: readonly string[], pid: number | undefined): Result {
-  if (pid === undefined) return fail('spawn_failed', 'the worker did not start');
-  for (const dir of cgroupPaths) {
-    try {
-      fs.writeFileSync(path.join(dir, 'cgroup.procs'), `${pid}\n`);
-    } catch (error) {
-      return fail('cgroup_join_failed', `joining ${dir}: ${(error as Error).message}`);
-    }
-  }
-  return ok({});
 }

@@ -38,14 +38,7 @@ t.teardown(() => {
 });
 
 function launchLines(extra: string[], launchUid = uid): string {
-  return descriptorText([
-    'op launch',
-    `uid ${launchUid}`,
-    `gid ${launchUid}`,
-    'cwd /',
-    ...viewLines(dir, launchUid),
-    ...extra,
-  ]);
+  return descriptorText(['op launch', `uid ${launchUid}`, `gid ${launchUid}`, 'cwd /', ...viewLines(dir), ...extra]);
 }
 
 function expectRefusal(
@@ -74,7 +67,7 @@ t.test('uid outside the range is refused (above, below, zero)', async (t) => {
 });
 
 t.test('gid different from uid is refused', async (t) => {
-  const text = descriptorText(['op launch', `uid ${uid}`, `gid ${uid + 1}`, 'cwd /', ...viewLines(dir, uid)]);
+  const text = descriptorText(['op launch', `uid ${uid}`, `gid ${uid + 1}`, 'cwd /', ...viewLines(dir)]);
   expectRefusal(t, runHelperRaw(configPath, text, dir), HELPER_EXIT_CODES.uid_out_of_range, /gid .* must equal uid/);
 });
 
@@ -123,7 +116,7 @@ t.test('malformed descriptors are refused', async (t) => {
   const malformed: Array<[string, string | Buffer, RegExp]> = [
     ['empty', '', /end of input/],
     ['no header', 'op probe\nend\n', /first line/],
-    ['no end', 'turnhost-descriptor 1\nop probe\n', /end of input/],
+    ['no end', 'turnhost-descriptor 2\nop probe\n', /end of input/],
     ['missing op', descriptorText([]), /missing required key 'op'/],
     ['missing cwd', descriptorText(['op launch', `uid ${uid}`, `gid ${uid}`]), /missing required key 'cwd'/],
     ['duplicate uid', descriptorText(['op probe', `uid ${uid}`, `uid ${uid}`]), /duplicate key 'uid'/],
@@ -165,10 +158,20 @@ t.test('malformed descriptors are refused', async (t) => {
       /need a workspace/,
     ],
     [
-      'socket for view',
-      descriptorText(['op view', 'profile governed', 'socket /run/x.sock', 'path /']),
+      'uid_search for view',
+      descriptorText(['op view', 'profile governed', 'uid_search yes', 'path /']),
       /not valid for op view/,
     ],
+    [
+      'hide without workspace',
+      descriptorText(['op view', 'profile governed', 'hide /var/lib/turnhost', 'path /']),
+      /need a workspace/,
+    ],
+    ['hide relative', launchLines(['hide var/lib/turnhost']), /hide: must be a canonical absolute path other than \//],
+    ['hide /', launchLines(['hide /']), /hide: must be a canonical absolute path other than \//],
+    ['tmp_size too small', launchLines(['tmp_size 4096']), /tmp_size: bytes from/],
+    ['tmp_size leading zero', launchLines(['tmp_size 0134217728']), /tmp_size: bytes from/],
+    ['uid_search other than yes', launchLines(['uid_search no']), /uid_search: the only value is yes/],
   ];
   for (const [name, text, pattern] of malformed) {
     t.test(name, async (t) =>
@@ -197,11 +200,14 @@ t.test('oversized descriptors are refused', async (t) => {
 
 t.test('unknown keys, versions, operations, rlimits and profiles are refused', async (t) => {
   const unknown: Array<[string, string, RegExp]> = [
-    ['version 2', 'turnhost-descriptor 2\nop probe\nend\n', /unknown protocol version 2/],
+    ['version 1', 'turnhost-descriptor 1\nop probe\nend\n', /unknown protocol version 1/],
+    ['version 3', 'turnhost-descriptor 3\nop probe\nend\n', /unknown protocol version 3/],
     ['version 0', 'turnhost-descriptor 0\nop probe\nend\n', /unknown protocol version 0/],
     ['unknown key', descriptorText(['op probe', 'exec /bin/sh']), /unknown key 'exec'/],
     ['worker program key', launchLines(['worker_exec /bin/sh']), /unknown key 'worker_exec'/],
     ['unknown op', descriptorText(['op shell']), /unknown operation/],
+    ['retired op reclaim', descriptorText(['op reclaim', `uid ${uid}`]), /unknown operation/],
+    ['retired key temp', launchLines(['temp /run/turnhost/turn-temp/t1']), /unknown key 'temp'/],
     ['unknown rlimit', launchLines(['rlimit core 0']), /unknown name/],
     ['unknown profile', descriptorText(['op view', 'profile open', 'path /']), /unknown profile/],
     ['unknown protect mode', launchLines(['protect hide .env']), /protect: unknown mode/],

@@ -54,7 +54,7 @@ plantSentinels();
 const TRY_WRITE =
   'w() { if (echo probe >> "$1") 2>/dev/null; then echo "write $1 yes"; else echo "write $1 no"; fi; }; ';
 
-t.test('host paths outside the workspace are read-only', async (t) => {
+t.test("host paths outside the workspace are read-only; /var/tmp and /dev/shm are the turn's own", async (t) => {
   const run = await runTurn(harness, {
     argv: [
       '/bin/sh',
@@ -63,9 +63,12 @@ t.test('host paths outside the workspace are read-only', async (t) => {
     ],
   });
   t.equal(run.result.status, 'ok', run.result.detail ?? run.stderr);
-  for (const target of ['/etc/turnhost-escape', '/usr/turnhost-escape', varTmpProbe, '/dev/shm/turnhost-escape'])
+  for (const target of ['/etc/turnhost-escape', '/usr/turnhost-escape'])
     t.match(run.stdout, `write ${target} no`, `${target} refused`);
-  t.notOk(fs.existsSync(varTmpProbe), 'nothing landed in world-writable /var/tmp');
+  for (const target of [varTmpProbe, '/dev/shm/turnhost-escape'])
+    t.match(run.stdout, `write ${target} yes`, `${target} is in the turn's own tmpfs`);
+  t.notOk(fs.existsSync(varTmpProbe), "nothing landed in the host's world-writable /var/tmp");
+  t.notOk(fs.existsSync('/dev/shm/turnhost-escape'), "nothing landed in the host's /dev/shm");
 });
 
 t.test('the workspace and the turn temp are writable (control)', async (t) => {

@@ -9,9 +9,14 @@ import { until } from './until.js';
 export type WorkerProcess = LiveProcess;
 
 /** Every live process whose real uid lies in the harness's worker uid range. */
-export function workerProcesses(harness: Pick<TurnHarness, 'uidRange'>): WorkerProcess[] {
+export function workerUidProcesses(harness: Pick<TurnHarness, 'uidRange'>): WorkerProcess[] {
   const { first, count } = harness.uidRange;
   return liveProcesses().filter(({ uid }) => uid >= first && uid < first + count);
+}
+
+/** The workers among them: each is pid 2 of its turn's pid namespace, beneath the turn's init. */
+export function workerProcesses(harness: Pick<TurnHarness, 'uidRange'>): WorkerProcess[] {
+  return workerUidProcesses(harness).filter((process) => process.innermostPid === 2);
 }
 
 // A bound on a hang, not a timing assertion: a prepared worker is ready within a second or two.
@@ -40,6 +45,6 @@ export async function preparedWorker(harness: TurnHarness, replacing?: number): 
 export async function noPreparedWorker(harness: TurnHarness): Promise<void> {
   await waitUntil(() => {
     const counts = harness.turns.preparedWorkers();
-    return counts.ready === 0 && counts.starting === 0 && workerProcesses(harness).length === 0;
+    return counts.ready === 0 && counts.starting === 0 && workerUidProcesses(harness).length === 0;
   }, 'no prepared worker is left');
 }

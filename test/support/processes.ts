@@ -4,6 +4,8 @@ export interface LiveProcess {
   pid: number;
   /** Real uid. */
   uid: number;
+  /** The innermost pid: 1 for a turn's init, 2 for its worker, the host pid otherwise. */
+  innermostPid: number;
 }
 
 /** Live processes. A zombie has already died (it holds no memory, runs nothing) and waits only for its reaper. */
@@ -14,7 +16,9 @@ export function liveProcesses(): LiveProcess[] {
     try {
       const status = fs.readFileSync(`/proc/${entry}/status`, 'utf8');
       const real = /^Uid:\s+(\d+)/m.exec(status)?.[1];
-      if (real !== undefined && !/^State:\s+Z/m.test(status)) found.push({ pid: Number(entry), uid: Number(real) });
+      const innermost = /^NSpid:.*?(\d+)\s*$/m.exec(status)?.[1];
+      if (real !== undefined && !/^State:\s+Z/m.test(status))
+        found.push({ pid: Number(entry), uid: Number(real), innermostPid: Number(innermost ?? entry) });
     } catch {
       // exited while we looked
     }

@@ -15,7 +15,9 @@ import { defaultConfig } from '../../supervisor/config/load.js';
 import type { TurnhostConfig } from '../../supervisor/config/types.js';
 import { openDatabase } from '../../supervisor/db/open.js';
 import { openEventStore } from '../../supervisor/events/store.js';
-import { runHelperProbe, runHelperView } from '../../supervisor/identity/helper-client.js';
+import { runHelperProbe, runHelperView, runSharedProbe } from '../../supervisor/identity/helper-client.js';
+import { prepareSharedLauncher } from '../../supervisor/identity/shared-launcher.js';
+import type { ProbeContext } from '../../supervisor/probes/index.js';
 import { writeHelperConfig } from '../../supervisor/identity/helper-config.js';
 import { createTurnManager } from '../../supervisor/turns/manager.js';
 import type { TurnManager } from '../../supervisor/turns/types.js';
@@ -76,8 +78,7 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
   const config = defaultConfig({ installed: false, cwd: base });
   config.dataDir = path.join(base, 'data');
   config.turns.workspaceRoots = [workspace];
-  config.turns.tempRoot = path.join(base, 'turn-temp');
-  config.limits = { processes: 256, open_files: 1024, memory: '512M', pids: 128, cpu: 1 };
+  config.limits = { processes: 256, open_files: 1024, memory: '512M', pids: 128, cpu: 1, tmp_size: '64M' };
   config.egress.allowAddressRanges = [];
 
   const layout = discoverCgroupLayout(config.probeRoots);
@@ -92,7 +93,6 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
       workerExec: process.execPath,
       workerArgs: [options.workerEntry ?? WORKER_ENTRY],
       viewPaths: [REPO_ROOT], // the worker entry, its modules and the native test programs
-      tempRoots: [config.turns.tempRoot],
     });
     // A copy in the root-owned helper dir: the probe refuses a helper below a group- or
     // world-writable directory, and a checkout may live under /tmp.
@@ -116,6 +116,7 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
   const helper = config.identityHelper.path
     ? { path: config.identityHelper.path, configPath: config.identityHelper.configPath }
     : null;
+  const worker = { node: process.execPath, entry: options.workerEntry ?? WORKER_ENTRY };
   const turns = await createTurnManager({
     config,
     logger,
@@ -127,11 +128,13 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
       env: {},
       ...(helper
         ? { helperProbe: () => runHelperProbe(helper), helperView: (request) => runHelperView(helper, request) }
-        : {}),
+        : sharedProbes(helperDir, worker)),
     },
-    worker: { node: process.execPath, entry: options.workerEntry ?? WORKER_ENTRY },
+    worker,
     env: {},
     cgroupSubtreeName: subtreeName,
+    sharedViewPaths: [REPO_ROOT],
+    sharedLauncherBinary: HELPER_PATH,
     ...(options.supervisorIsRoot === undefined ? {} : { supervisorIsRoot: options.supervisorIsRoot }),
   });
   return {
@@ -149,6 +152,23 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
       removeCgroupSubtree(prepared.subtree);
       fs.rmSync(base, { recursive: true, force: true });
     },
+  };
+}
+
+/** The shared_uid launcher's probes, as the daemon wires them (its config in `dir`). */
+function sharedProbes(
+  dir: string,
+  worker: { node: string; entry: string },
+): Pick<ProbeContext, 'sharedProbe' | 'sharedView'> {
+  const prepared = prepareSharedLauncher(
+    dir,
+    { cgroupRoots: [], workerExec: worker.node, workerArgs: [worker.entry], viewPaths: [REPO_ROOT] },
+    HELPER_PATH,
+  );
+  if (!prepared.ok) throw new Error(prepared.detail);
+  return {
+    sharedProbe: () => runSharedProbe(prepared.launcher),
+    sharedView: (request) => runHelperView(prepared.launcher, request),
   };
 }
 

@@ -175,25 +175,20 @@ export function parseReport(stdout: string): Map<string, string[]> {
 }
 
 export function descriptorText(lines: string[]): string {
-  return ['turnhost-descriptor 1', ...lines, 'end'].join('\n') + '\n';
+  return ['turnhost-descriptor 2', ...lines, 'end'].join('\n') + '\n';
 }
 
 /**
- * The view keys every launch now carries (docs/filesystem-view.md): a governed view of a
- * shared workspace under `dir` and a turn temp owned by `uid`, created on first use.
+ * The view keys every launch carries (docs/filesystem-view.md): a governed view of a shared
+ * workspace under `dir`, created on first use.
  */
-export function viewKeys(dir: string, uid: number): { profile: 'governed'; workspace: string; temp: string } {
+export function viewKeys(dir: string): { profile: 'governed'; workspace: string } {
   const workspace = path.join(dir, 'view-workspace');
-  const temp = path.join(dir, `view-temp-${uid}`);
   fs.mkdirSync(workspace, { recursive: true, mode: 0o777 });
-  if (!fs.existsSync(temp)) {
-    fs.mkdirSync(temp, { mode: 0o700 });
-    fs.chownSync(temp, uid, uid);
-  }
-  return { profile: 'governed', workspace, temp };
+  return { profile: 'governed', workspace };
 }
 
-export function viewLines(dir: string, uid: number): string[] {
-  const keys = viewKeys(dir, uid);
-  return [`profile ${keys.profile}`, `workspace ${keys.workspace}`, `temp ${keys.temp}`];
+export function viewLines(dir: string): string[] {
+  const keys = viewKeys(dir);
+  return [`profile ${keys.profile}`, `workspace ${keys.workspace}`];
 }

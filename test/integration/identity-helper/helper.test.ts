@@ -40,8 +40,8 @@ t.teardown(() => {
   fs.rmSync(dir, { recursive: true, force: true });
 });
 
-function launchAndCollect(descriptor: Omit<HelperLaunchDescriptor, 'profile' | 'workspace' | 'temp'>): Promise<RawRun> {
-  return runHelperLaunch(helper, { ...viewKeys(dir, descriptor.uid), ...descriptor });
+function launchAndCollect(descriptor: Omit<HelperLaunchDescriptor, 'profile' | 'workspace'>): Promise<RawRun> {
+  return runHelperLaunch(helper, { ...viewKeys(dir), ...descriptor });
 }
 
 t.test('probe proves the switch to the first uid of the range', async (t) => {
@@ -53,7 +53,8 @@ t.test('probe proves the switch to the first uid of the range', async (t) => {
   t.equal(probe.receipt.worker_groups, '0');
   t.equal(probe.receipt.worker_no_new_privs, '1');
   t.equal(probe.receipt.worker_cap_bnd, '0000000000000000');
-  t.equal(probe.receipt.protocol_versions, '1');
+  t.equal(probe.receipt.protocol_versions, '2');
+  t.equal(probe.receipt.identity, 'separate');
 });
 
 t.test('probe with an explicit uid reports that uid', async (t) => {
@@ -112,7 +113,7 @@ t.test('fd 3 stays the protocol socket: the worker reads what the caller writes 
   const uid = uidRange.first + 2;
   const { child, protocol } = spawnHelperLaunch(
     { path: asanHelper, configPath: catConfig },
-    { uid, gid: uid, cwd: '/', ...viewKeys(dir, uid) },
+    { uid, gid: uid, cwd: '/', ...viewKeys(dir) },
   );
   let stdout = '';
   child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
@@ -201,7 +202,7 @@ t.test('the helper never reads past the final end line of fd 3', async (t) => {
     'cat-file.conf',
   );
   const uid = uidRange.first + 2;
-  const descriptor = descriptorText([`op launch`, `uid ${uid}`, `gid ${uid}`, 'cwd /', ...viewLines(dir, uid)]);
+  const descriptor = descriptorText([`op launch`, `uid ${uid}`, `gid ${uid}`, 'cwd /', ...viewLines(dir)]);
   const run = runHelperRaw(catConfig, descriptor + 'bytes after end reach the worker\n', dir);
   t.equal(run.code, 0, run.stderr);
   t.equal(run.stdout, 'bytes after end reach the worker\n');

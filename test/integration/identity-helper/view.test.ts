@@ -47,7 +47,6 @@ t.teardown(() => {
 });
 
 const workspace = path.join(dir, 'workspace');
-const temp = path.join(dir, 'temp');
 const outsideSecret = path.join(dir, 'outside-secret.txt');
 
 function writable(file: string, content: string): void {
@@ -66,8 +65,6 @@ function makeSentinelTree(): void {
 }
 
 makeSentinelTree();
-fs.mkdirSync(temp, { mode: 0o700 });
-fs.chownSync(temp, uid, uid);
 writable(outsideSecret, 'outside-sentinel\n');
 
 const protect: HelperProtectRule[] = [
@@ -78,7 +75,7 @@ const protect: HelperProtectRule[] = [
 ];
 
 async function view(profile: HelperProfile, paths: string[], rules = protect) {
-  const answer = await runHelperView(helper, { uid, profile, paths, workspace, temp, protect: rules });
+  const answer = await runHelperView(helper, { uid, profile, paths, workspace, protect: rules });
   if (!answer.ok) throw new Error(`${answer.reason}: ${answer.detail}`);
   t.ok(answer.viewBuilt);
   return new Map(answer.entries.map((entry) => [entry.path, entry]));
@@ -93,14 +90,15 @@ t.test('governed view: workspace writable, protected paths masked or read-only, 
     ws('secretdir'),
     ws('secretdir/key.pem'),
     ws('locked.txt'),
-    temp,
     '/usr',
     '/etc',
     '/var/tmp',
     '/dev/shm',
+    '/dev/log',
+    '/run/systemd',
     '/tmp',
     hostTmpSentinel,
-    '/proc/1',
+    `/proc/${process.pid}`,
     '/proc/self/status',
     '/home',
   ]);
@@ -114,17 +112,19 @@ t.test('governed view: workspace writable, protected paths masked or read-only, 
     { read: true, write: false, empty: false },
     'read_only keeps content, refuses writes',
   );
-  t.match(seen.get(temp), { read: true, write: true }, 'turn temp writable');
-  for (const hostPath of ['/usr', '/etc', '/var/tmp', '/dev/shm'])
+  for (const hostPath of ['/usr', '/etc'])
     t.match(seen.get(hostPath), { exists: true, write: false }, `${hostPath} read-only`);
-  t.match(seen.get('/tmp'), { write: true }, 'fresh /tmp is writable');
+  for (const own of ['/tmp', '/var/tmp', '/dev/shm'])
+    t.match(seen.get(own), { write: true }, `${own} is the turn's own`);
   t.match(seen.get(hostTmpSentinel), { exists: false }, "the host's /tmp is not visible");
-  t.match(seen.get('/proc/1'), { exists: false }, "another user's process is invisible in /proc");
+  t.match(seen.get('/dev/log'), { exists: false }, "the host's /dev (and its log socket) is not visible");
+  t.match(seen.get('/run/systemd'), { exists: false }, "the host's /run is not visible");
+  t.match(seen.get(`/proc/${process.pid}`), { exists: false }, 'a process outside the turn is invisible in /proc');
   t.match(seen.get('/proc/self/status'), { exists: true, read: true }, 'own processes stay visible');
   t.match(seen.get('/home'), { exists: true }, 'governed keeps the host tree (read-only)');
 });
 
-t.test('strict view: minimal system, no /home or /etc/shadow, workspace read-only, temp writable', async (t) => {
+t.test('strict view: minimal system, no /home or /etc/shadow, workspace read-only, /tmp writable', async (t) => {
   const ws = (name: string) => path.join(workspace, name);
   const seen = await view('strict', [
     workspace,
@@ -132,7 +132,7 @@ t.test('strict view: minimal system, no /home or /etc/shadow, workspace read-onl
     ws('.env'),
     ws('secretdir'),
     ws('locked.txt'),
-    temp,
+    '/dev/shm',
     '/usr/bin/env',
     '/bin/sh',
     '/etc/passwd',
@@ -144,17 +144,17 @@ t.test('strict view: minimal system, no /home or /etc/shadow, workspace read-onl
     '/dev/urandom',
     '/tmp',
     path.join(repoRoot, 'dist'),
-    '/proc/1',
+    `/proc/${process.pid}`,
   ]);
   t.match(seen.get(workspace), { read: true, write: false }, 'workspace read-only');
   t.match(seen.get(ws('open')), { write: false });
   t.match(seen.get(ws('.env')), { empty: true, write: false }, 'masks hold in strict too');
   t.match(seen.get(ws('secretdir')), { empty: true });
-  t.match(seen.get(temp), { write: true }, 'turn temp writable');
+  t.match(seen.get('/dev/shm'), { write: true }, "the turn's own /dev/shm");
   t.match(seen.get('/usr/bin/env'), { exists: true, read: true, write: false });
   t.match(seen.get('/bin/sh'), { exists: true }, 'merged-usr symlinks recreated');
   t.match(seen.get('/etc/passwd'), { exists: true, write: false });
-  for (const absent of ['/etc/shadow', '/home', '/root', '/var', '/proc/1'])
+  for (const absent of ['/etc/shadow', '/home', '/root', '/var', `/proc/${process.pid}`])
     t.match(seen.get(absent), { exists: false }, `${absent} absent`);
   t.match(seen.get('/dev/null'), { read: true, write: true });
   t.match(seen.get('/dev/urandom'), { read: true });
@@ -205,7 +205,6 @@ t.test('a protected path that is or crosses a symlink refuses the view', async (
       profile: 'governed',
       paths: [workspace],
       workspace,
-      temp,
       protect: [rule],
     });
     t.equal(answer.ok ? 'ok' : answer.reason, 'view_refused', name);
@@ -222,18 +221,19 @@ t.test('a mask_file with a second hard link is refused', async (t) => {
     profile: 'governed',
     paths: [workspace],
     workspace,
-    temp,
     protect,
   });
   t.equal(answer.ok ? 'ok' : answer.reason, 'view_refused');
   if (!answer.ok) t.match(answer.detail, /hard links/);
 });
 
-t.test('workspace, temp and view paths are refused when they are links or the wrong kind', async (t) => {
+t.test('workspace, hidden and view paths are refused when they are links or the wrong kind', async (t) => {
   const linkedWorkspace = path.join(dir, 'workspace-link');
   fs.symlinkSync(workspace, linkedWorkspace);
-  const notOwnedTemp = path.join(dir, 'temp-root-owned');
-  fs.mkdirSync(notOwnedTemp, { mode: 0o777 });
+  // Outside the /tmp the view replaces, so the view still shows it.
+  const linkedHidden = path.join(repoRoot, `.turnhost-hide-link-${process.pid}`);
+  fs.symlinkSync(path.join(repoRoot, 'docs'), linkedHidden);
+  t.teardown(() => fs.rmSync(linkedHidden, { force: true }));
   const cases: Array<[string, Parameters<typeof runHelperView>[1], RegExp]> = [
     [
       'workspace link',
@@ -246,9 +246,9 @@ t.test('workspace, temp and view paths are refused when they are links or the wr
       /workspace .* is not a directory/,
     ],
     [
-      'temp not owned by the worker',
-      { uid, profile: 'governed', paths: ['/'], workspace, temp: notOwnedTemp },
-      /must be owned by the worker uid/,
+      'a hidden path through a link',
+      { uid, profile: 'governed', paths: ['/'], workspace, hide: [path.join(linkedHidden, 'architecture.md')] },
+      /hide .* symbolic link/,
     ],
     [
       'mask_directory on a file',
@@ -276,7 +276,12 @@ t.test('workspace, temp and view paths are refused when they are links or the wr
   t.equal(answer.ok ? 'ok' : answer.reason, 'view_refused', 'a view_path through a link');
 });
 
-function launchShell(profile: HelperProfile, script: string, rules = protect): Promise<RawRun> {
+function launchShell(
+  profile: HelperProfile,
+  script: string,
+  rules = protect,
+  extra: { hide?: string[]; tmpSize?: number } = {},
+): Promise<RawRun> {
   return runHelperLaunch(
     { path: asanHelper, configPath: shellConfig },
     {
@@ -285,9 +290,9 @@ function launchShell(profile: HelperProfile, script: string, rules = protect): P
       cwd: workspace,
       profile,
       workspace,
-      temp,
       protect: rules,
-      env: { PATH: '/usr/bin:/bin', VIEW_SCRIPT: script, WS: workspace, TEMPDIR: temp },
+      ...extra,
+      env: { PATH: '/usr/bin:/bin', VIEW_SCRIPT: script, WS: workspace, TEMPDIR: '/tmp' },
     },
   );
 }
@@ -313,14 +318,15 @@ t.test('a governed worker: real writes, reads and /proc', async (t) => {
     ].join('; ');
   const run = await launchShell('governed', script);
   t.equal(run.code, 0, run.stderr);
-  for (const refused of ['/etc/turnhost-probe', varTmpProbe, '$WS/.env', '$WS/locked.txt', '$WS/secretdir/new'])
+  for (const refused of ['/etc/turnhost-probe', '$WS/.env', '$WS/locked.txt', '$WS/secretdir/new'])
     t.match(run.stdout, `write ${refused.replace('$WS', workspace)} no`, `${refused} refused`);
-  for (const allowed of ['$WS/open/new', '$WS/new', '$TEMPDIR/new', '/tmp/new'])
+  for (const allowed of ['$WS/open/new', '$WS/new', '$TEMPDIR/new', '/tmp/new', varTmpProbe])
     t.match(
       run.stdout,
-      `write ${allowed.replace('$WS', workspace).replace('$TEMPDIR', temp)} yes`,
+      `write ${allowed.replace('$WS', workspace).replace('$TEMPDIR', '/tmp')} yes`,
       `${allowed} writable`,
     );
+  t.notOk(fs.existsSync(varTmpProbe), "the /var/tmp write stayed in the turn's own tmpfs");
   t.match(run.stdout, 'env []', 'masked file reads empty');
   t.match(run.stdout, 'secretdir []', 'masked directory is empty');
   t.match(run.stdout, 'locked [locked]');
@@ -350,7 +356,6 @@ t.test('a strict worker cannot write its workspace and sees no /home', async (t)
   t.equal(run.code, 0, run.stderr);
   t.match(run.stdout, `write ${workspace}/new-strict no`);
   t.match(run.stdout, `write ${workspace}/open/new-strict no`);
-  t.match(run.stdout, `write ${temp}/strict yes`);
   t.match(run.stdout, 'write /tmp/strict yes');
   t.match(run.stdout, 'home absent');
   t.match(run.stdout, 'shadow absent');
@@ -369,18 +374,62 @@ t.test('a launch whose protected path was swapped for a symlink runs nothing', a
 });
 
 t.test('the probe verifies both profiles on its own sentinel tree', async (t) => {
+  const options = { workerUid: uid, hide: [], ownState: [] };
   for (const profile of ['governed', 'strict'] as const) {
-    t.equal(
-      await probeMaskedView((request) => runHelperView(helper, request), profile, uid),
-      undefined,
-      `${profile} holds`,
-    );
+    const probed = await probeMaskedView((request) => runHelperView(helper, request), profile, options);
+    t.equal(probed.requirement, undefined, `${profile} holds`);
   }
   const broken = writeConfig(dir, { uidRange, viewPaths: ['/nonexistent-turnhost-view-path'] }, 'broken-view.conf');
-  const requirement = await probeMaskedView(
+  const probed = await probeMaskedView(
     (request) => runHelperView({ path: asanHelper, configPath: broken }, request),
     'governed',
-    uid,
+    options,
   );
-  t.match(requirement, /the governed worker view cannot be built: view: view_path \/nonexistent-turnhost-view-path/);
+  t.match(
+    probed.requirement,
+    /the governed worker view cannot be built: view: view_path \/nonexistent-turnhost-view-path/,
+  );
+});
+
+t.test('hidden host paths show empty in the view; an absent one is skipped; the host copy is untouched', async (t) => {
+  // Outside /tmp, which the view replaces anyway; beneath the checkout, a view path of strict.
+  const hiddenDir = path.join(repoRoot, `.turnhost-hide-test-${process.pid}`);
+  const hiddenFile = `${hiddenDir}-file`;
+  fs.mkdirSync(hiddenDir, { recursive: true });
+  fs.writeFileSync(path.join(hiddenDir, 'database'), 'sentinel-state\n');
+  writable(hiddenFile, 'api-token\n');
+  t.teardown(() => fs.rmSync(hiddenDir, { recursive: true, force: true }));
+  t.teardown(() => fs.rmSync(hiddenFile, { force: true }));
+  const hide = [hiddenDir, hiddenFile, path.join(repoRoot, '.turnhost-never-created')];
+  for (const profile of ['governed', 'strict'] as const) {
+    const script =
+      TRY_WRITE +
+      `echo "dir [$(ls -A ${hiddenDir} 2>&1)]"; echo "file [$(cat ${hiddenFile} 2>&1)]"; w ${hiddenDir}/x; w ${hiddenFile}`;
+    const run = await launchShell(profile, script, protect, { hide });
+    t.equal(run.code, 0, run.stderr);
+    t.match(run.stdout, `dir []`, `${profile}: a hidden directory is empty`);
+    t.match(run.stdout, `write ${hiddenDir}/x no`, `${profile}: and read-only`);
+    t.match(run.stdout, 'file []', `${profile}: a hidden file reads empty`);
+    t.match(run.stdout, `write ${hiddenFile} no`, `${profile}: and refuses writes`);
+  }
+  t.equal(fs.readFileSync(path.join(hiddenDir, 'database'), 'utf8'), 'sentinel-state\n');
+  t.equal(fs.readFileSync(hiddenFile, 'utf8'), 'api-token\n');
+});
+
+t.test("tmp_size bounds the turn's /tmp and /dev/shm; the host's /tmp is untouched", async (t) => {
+  const MiB = 1024 * 1024;
+  const script = [
+    'df -k /tmp /dev/shm | tail -2',
+    'if dd if=/dev/zero of=/tmp/fill bs=1M count=8 2>/dev/null; then echo "tmp filled"; else echo "tmp full"; fi',
+    'if dd if=/dev/zero of=/dev/shm/fill bs=1M count=8 2>/dev/null; then echo "shm filled"; else echo "shm full"; fi',
+    'du -k /tmp/fill',
+  ].join('; ');
+  const run = await launchShell('governed', script, protect, { tmpSize: 4 * MiB });
+  t.equal(run.code, 0, run.stderr);
+  t.match(run.stdout, /\s4096\s+0\s+4096\s+0% \/tmp$/m, '/tmp is a 4 MiB tmpfs');
+  t.match(run.stdout, /\s4096\s+0\s+4096\s+0% \/dev\/shm$/m, '/dev/shm is another of 4 MiB');
+  t.match(run.stdout, 'tmp full', 'writing 8 MiB into a 4 MiB /tmp stops');
+  t.match(run.stdout, 'shm full', 'so does /dev/shm');
+  t.match(run.stdout, /^4096\s+\/tmp\/fill$/m, 'the file stopped at the bound');
+  t.notOk(fs.existsSync('/tmp/fill'), "nothing reached the host's /tmp");
 });

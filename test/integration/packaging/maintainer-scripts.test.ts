@@ -156,7 +156,7 @@ t.test('the installed helper runs workers under the reserved range, for group tu
   t.equal(root.run(`${DPKG_INSTALL} /mnt/turnhost.deb`).code, 0, 'dpkg -i installs');
   const range = rangeOf(root.state()['subuid']);
   const probe = (user: string, group: string): ReturnType<Root['run']> =>
-    root.run(`printf 'turnhost-descriptor 1\\nop probe\\nend\\n' > /tmp/probe
+    root.run(`printf 'turnhost-descriptor 2\\nop probe\\nend\\n' > /tmp/probe
       exec setpriv --reuid=${user} --regid=${group} --init-groups /usr/lib/turnhost/identity-helper 3</tmp/probe`);
   const asTurnhost = probe('turnhost', 'turnhost');
   t.equal(asTurnhost.code, 0, 'group turnhost runs the helper probe', { stderr: asTurnhost.stderr });

@@ -27,6 +27,10 @@ const cli = path.join(outDir, 'supervisor', 'cli', 'main.js');
 if (!fs.existsSync(cli)) throw new Error(`tsc did not produce ${cli}`);
 
 const dataDir = path.join(tmp, 'data');
+// The turns' workspace root: beside the data directory, never around it.
+const workspace = path.join(tmp, 'workspace');
+fs.mkdirSync(workspace, { mode: 0o777 });
+fs.chmodSync(workspace, 0o777);
 const socket = path.join(tmp, 'api.sock');
 const server = `unix:${socket}`;
 // The CLI runs as operators run it: without tap's loader options (NODE_OPTIONS) or TURNHOST_* settings.
@@ -35,6 +39,7 @@ const cleanEnv = Object.fromEntries(
     ([name]) => !name.startsWith('TURNHOST_') && !/^(NODE_OPTIONS|TAP|_TAPJS)/.test(name),
   ),
 );
+cleanEnv.TURNHOST_WORKSPACE_ROOTS = workspace;
 
 function turnhost(
   args: string[],
@@ -294,7 +299,7 @@ t.test('a second serve is refused: same data dir, or same socket', async (t) => 
   ]);
   t.equal(sameDir.code, 1);
   t.match(sameDir.stderr, /data_dir_in_use: .* another turnhost supervisor uses this data directory/);
-  const local = turnhost(['run', '--local', '--data-dir', dataDir, '--cwd', tmp, '--', '/bin/true']);
+  const local = turnhost(['run', '--local', '--data-dir', dataDir, '--cwd', workspace, '--', '/bin/true']);
   t.equal(local.code, 1, 'run --local refuses a data dir a server holds');
   t.match(local.stderr, /another turnhost supervisor/);
   const sameSocket = turnhost([
@@ -313,7 +318,7 @@ t.test('a second serve is refused: same data dir, or same socket', async (t) => 
 
 t.test('run through the server and --local', async (t) => {
   const run = (args: string[], input?: string) =>
-    turnhost(['run', '--server', server, '--data-dir', dataDir, '--cwd', tmp, ...args], { input });
+    turnhost(['run', '--server', server, '--data-dir', dataDir, '--cwd', workspace, ...args], { input });
 
   // The command waits a little so the attach stream is up before it prints.
   const echo = run(['--', '/bin/sh', '-c', 'sleep 1; echo hello from a turn']);
@@ -339,7 +344,7 @@ t.test('run through the server and --local', async (t) => {
     '--data-dir',
     dataDir,
     '--cwd',
-    tmp,
+    workspace,
     '--turn-id',
     'bad id!',
     '--',
@@ -354,7 +359,7 @@ t.test('run through the server and --local', async (t) => {
     '--data-dir',
     path.join(tmp, 'local-data'),
     '--cwd',
-    tmp,
+    workspace,
     '--',
     '/bin/sh',
     '-c',

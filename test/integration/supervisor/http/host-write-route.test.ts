@@ -1,6 +1,7 @@
 /**
  * Host writes through the real HTTP app into a real running turn (shared_uid mode), and the
- * turn temp lifecycle: TMPDIR, purge without following links, the `turn_temp_purge` receipt.
+ * turn temp: TMPDIR is the turn's own tmpfs, host writes land in it, it is measured at the end
+ * with a `turn_temp_purge` receipt.
  */
 import t from 'tap';
 import { stopTapInjectingIntoChildren } from '../../../support/no-tap-inject.js';
@@ -13,6 +14,7 @@ import path from 'node:path';
 import { createMemoryLogger } from '../../../../core/log.js';
 import { createApp } from '../../../../supervisor/http/app.js';
 import { createTurnHarness, runTurn, type TurnHarness } from '../../../support/turn-harness.js';
+import { until } from '../../../support/until.js';
 
 const TOKEN = 'host-write-test-token-0123456789';
 const MAX_BYTES = 4096;
@@ -93,20 +95,27 @@ function eventsOf(h: TurnHarness, turnId: string, kind: string): Array<Record<st
   return page.events.map((e) => e.payload);
 }
 
-/** Starts a turn that prints its TMPDIR and then waits; resolves once the path is printed. */
-async function startWaitingTurn(): Promise<{ id: string; tmpdir: string }> {
+/**
+ * Starts a turn that prints its TMPDIR, then prints what the host writes into its temp once it
+ * appears, then waits; resolves once the path is printed, with the output so far.
+ */
+async function startWaitingTurn(): Promise<{ id: string; tmpdir: string; output: () => string }> {
   const created = await harness.turns.create({
     sessionId: 'session-hw',
     mode: 'ordinary',
     cwd: harness.workspace,
-    argv: ['/bin/sh', '-c', 'echo "$TMPDIR"; exec sleep 300'],
+    argv: [
+      '/bin/sh',
+      '-c',
+      'echo "$TMPDIR"; while [ ! -e "$TMPDIR/from-host/in.txt" ]; do sleep 0.05; done; echo "seen [$(cat "$TMPDIR/from-host/in.txt")]"; exec sleep 300',
+    ],
   });
   if (!created.ok) throw new Error(`turn refused: ${created.reason}: ${created.detail}`);
   const id = created.turn.id;
   const attached = harness.turns.attach(id);
   if (!attached.ok) throw new Error(attached.detail);
+  let out = '';
   const tmpdir = await new Promise<string>((resolve, reject) => {
-    let out = '';
     attached.attachment.onEvent((event) => {
       if (event.type === 'exit') reject(new Error(`turn ended early: ${JSON.stringify(event.result)}`));
       else if (event.stream !== 'stderr') {
@@ -115,13 +124,12 @@ async function startWaitingTurn(): Promise<{ id: string; tmpdir: string }> {
       }
     });
   });
-  return { id, tmpdir };
+  return { id, tmpdir, output: () => out };
 }
 
 t.test('host writes into a running turn', async (t) => {
-  const { id, tmpdir } = await startWaitingTurn();
-  t.ok(tmpdir.startsWith('/') && fs.statSync(tmpdir).isDirectory(), `TMPDIR ${tmpdir} is the turn temp`);
-  t.equal(fs.statSync(tmpdir).mode & 0o777, 0o700, 'turn temp is 0700');
+  const { id, tmpdir, output } = await startWaitingTurn();
+  t.equal(tmpdir, '/tmp', "TMPDIR is the view's /tmp, the turn's own tmpfs");
 
   const created = await put(id, 'path=sub/a.txt&mode=create', 'first');
   t.equal(created.status, 201);
@@ -190,7 +198,8 @@ t.test('host writes into a running turn', async (t) => {
 
   const inTemp = await put(id, 'path=from-host/in.txt&mode=create&root=temp', 'temp data');
   t.equal(inTemp.status, 201);
-  t.equal(fs.readFileSync(path.join(tmpdir, 'from-host/in.txt'), 'utf8'), 'temp data');
+  t.ok(await until(() => output().includes('seen [temp data]'), 60_000), 'the command read what the host wrote');
+  t.notOk(fs.existsSync('/tmp/from-host/in.txt'), "the write went to the turn's tmpfs, not the host's /tmp");
 
   t.equal((await put('turn_unknown', 'path=a&mode=create', 'x')).status, 404);
 
@@ -223,11 +232,11 @@ t.test('host writes into a running turn', async (t) => {
   const finished = await put(id, 'path=late.txt&mode=create', 'x');
   t.equal(finished.status, 409);
   t.equal(finished.json.code, 'turn_finished');
-  t.notOk(fs.existsSync(tmpdir), 'the turn temp is removed at turn end');
+  t.equal(eventsOf(harness, id, 'turn_temp_purge').length, 1, 'the turn temp is measured and let go at turn end');
 });
 
-t.test('turn temp: purged at turn end without following links, with a receipt', async (t) => {
-  const hostFile = path.join(outside, 'hard-target.txt');
+t.test('turn temp: no hard link reaches a host file from it; measured at the end with a receipt', async (t) => {
+  const hostFile = path.join(harness.workspace, 'hard-target.txt');
   fs.writeFileSync(hostFile, 'keep me');
   const script = [
     'echo "$TMPDIR"',
@@ -235,34 +244,32 @@ t.test('turn temp: purged at turn end without following links, with a receipt', 
     'mkdir "$TMPDIR/d" && echo world > "$TMPDIR/d/b.txt"',
     'ln -s /etc "$TMPDIR/etc-link"',
     'ln -s "$1" "$TMPDIR/host-link"',
-    `ln "$1" "$TMPDIR/hard"`,
+    '{ if ln "$1" "$TMPDIR/hard" 2>/dev/null; then echo "hard link made"; else echo "no hard link across filesystems"; fi; }',
     'mkfifo "$TMPDIR/fifo"',
+    'echo "entries $(find "$TMPDIR" -xdev -mindepth 1 | wc -l)"',
   ].join(' && ');
   const run = await runTurn(harness, { argv: ['/bin/sh', '-c', script, 'sh', hostFile] });
   t.equal(run.result.status, 'ok', run.result.detail ?? run.stderr);
-  const tmpdir = run.stdout.split('\n')[0]!;
-  t.match(tmpdir, /^\/.+/, 'the command saw TMPDIR');
-  t.notOk(fs.existsSync(tmpdir), 'the turn temp is gone');
-  t.equal(fs.readFileSync(hostFile, 'utf8'), 'keep me', 'the hard-linked outside file is untouched');
-  t.equal(fs.statSync(hostFile).nlink, 1, 'only the link inside the temp was removed');
+  t.equal(run.stdout.split('\n')[0], '/tmp', 'the command saw TMPDIR');
+  t.match(run.stdout, 'no hard link across filesystems', "a workspace file cannot be linked into the turn's tmpfs");
+  t.equal(fs.readFileSync(hostFile, 'utf8'), 'keep me', 'the workspace file is untouched');
   t.ok(fs.existsSync('/etc/passwd'), '/etc is untouched');
-  t.same(eventsOf(harness, run.id, 'turn_temp_purge'), [
-    { files: 2, bytes: 12, linkedFiles: 1, specialFiles: 3, outcome: 'purged' },
-  ]);
+  const [receipt] = eventsOf(harness, run.id, 'turn_temp_purge');
+  t.equal(receipt?.['outcome'], 'purged');
+  t.equal(receipt?.['inodes'], Number(/^entries (\d+)$/m.exec(run.stdout)?.[1]), 'every entry counted');
+  t.ok((receipt?.['bytes'] as number) > 0, 'the bytes it held');
 });
 
-t.test('separate uid: the worker uid owns and reaches its turn temp', async (t) => {
+t.test('separate uid: the worker uid writes its turn temp', async (t) => {
   const separate = await createTurnHarness({ slot: 43 });
   t.teardown(() => separate.close());
   const run = await runTurn(separate, {
-    argv: ['/bin/sh', '-c', 'id -u; stat -c %u:%a "$TMPDIR"; echo x > "$TMPDIR/f" && echo wrote'],
+    argv: ['/bin/sh', '-c', 'id -u; stat -c %u:%a "$TMPDIR"; echo x > "$TMPDIR/f" && stat -c %u "$TMPDIR/f"'],
   });
   t.equal(run.result.status, 'ok', run.result.detail ?? run.stderr);
   t.equal(run.record.identity, 'separate_uid', 'the turn ran as a separate uid');
-  const [uid, owner, wrote] = run.stdout.trim().split('\n');
-  t.equal(owner, `${uid}:700`, 'the turn temp is 0700 and owned by the worker uid');
-  t.equal(wrote, 'wrote');
-  t.same(eventsOf(separate, run.id, 'turn_temp_purge'), [
-    { files: 1, bytes: 2, linkedFiles: 0, specialFiles: 0, outcome: 'purged' },
-  ]);
+  const [uid, root, owner] = run.stdout.trim().split('\n');
+  t.equal(root, '0:1777', "the turn's tmpfs root is sticky and world-writable, like any /tmp");
+  t.equal(owner, uid, 'what the worker writes there is its own');
+  t.equal(eventsOf(separate, run.id, 'turn_temp_purge').length, 1);
 });

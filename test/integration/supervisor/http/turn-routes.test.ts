@@ -33,6 +33,7 @@ function fakeTurns(): {
   mode: { next: string | null };
 } {
   const config = defaultConfig({ installed: false, cwd: '/work' });
+  config.turns.workspaceRoots = ['/work'];
   const records = new Map<string, TurnRecord>();
   const channels = new Map<string, OutputChannel>();
   const inputs: string[] = [];
@@ -97,6 +98,8 @@ function fakeTurns(): {
         },
         resize: (cols, rows) => void resizes.push([cols, rows]),
         signal: (signal) => void signals.push(signal),
+        pauseOutput: () => undefined,
+        resumeOutput: () => undefined,
         detach: () => unsubscribe(),
       };
       return ok({ attachment });

@@ -4,6 +4,7 @@
  * files), so the test asserts that the probe agrees with the machine, whatever its layout.
  */
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
 import { discoverCgroupLayout } from '../../../../cgroup/discover.js';
@@ -11,6 +12,9 @@ import type { CgroupController } from '../../../../cgroup/types.js';
 import { createMemoryLogger } from '../../../../core/log.js';
 import { runWorkerHostProbes } from '../../../../supervisor/probes/index.js';
 import { probeConfig } from '../../../support/probe-tree.js';
+import { HELPER_PATH, REPO_ROOT, WORKER_ENTRY } from '../../../support/turn-harness.js';
+import { runHelperView, runSharedProbe } from '../../../../supervisor/identity/helper-client.js';
+import { prepareSharedLauncher } from '../../../../supervisor/identity/shared-launcher.js';
 
 const REAL_ROOTS = { proc: '/proc', sysFsCgroup: '/sys/fs/cgroup' };
 const CONTROLLERS: readonly CgroupController[] = ['memory', 'pids', 'cpu'];
@@ -135,10 +139,48 @@ t.test('the worker host status agrees with the layout and the kernel facilities'
   }
   t.equal(process.geteuid?.(), 0, 'these tests run as root');
   t.match(status.rootServer?.warning, /runs as root/, 'a root supervisor is warned about');
-  t.equal(status.identity, 'shared_uid', 'no helper configured: shared_uid');
+  t.equal(status.identity, undefined, 'no helper and no launcher probed: no identity is claimed');
+  t.match(status.ordinary?.requirement, /shared_uid workers cannot be started: no shared_uid launcher/);
   t.match(
     status.limits.absent.find((a) => a.limit === 'processes')?.reason,
     /^uid 0 for processes/,
     'RLIMIT_NPROC does not bind uid 0',
   );
 });
+
+t.test(
+  "shared_uid is claimed only from the launcher's probe; its views verified, the root warning from what they showed",
+  async (t) => {
+    const { logger } = createMemoryLogger();
+    const config = probeConfig(REAL_ROOTS, { limits: { memory: '512M', pids: 256, cpu: '1' } });
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-probe-shared-'));
+    t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+    const prepared = prepareSharedLauncher(
+      dir,
+      { cgroupRoots: [], workerExec: process.execPath, workerArgs: [WORKER_ENTRY], viewPaths: [REPO_ROOT] },
+      HELPER_PATH,
+    );
+    if (!prepared.ok) throw new Error(prepared.detail);
+    const status = await runWorkerHostProbes(
+      {
+        config,
+        logger,
+        env: {},
+        sharedProbe: () => runSharedProbe(prepared.launcher),
+        sharedView: (request) => runHelperView(prepared.launcher, request),
+      },
+      'check',
+    );
+    t.equal(status.identity, 'shared_uid');
+    t.equal(status.workerUid, 0, 'the receipt names the supervisor uid, verified');
+    t.match(status.ordinary, { available: true }, status.ordinary?.requirement ?? '');
+    t.match(status.governed, { available: true, identity: 'shared_uid' });
+    t.match(status.rootServer?.warning, /no capabilities and no_new_privs/);
+    t.match(
+      status.rootServer?.warning,
+      /found the host tree read-only to them/,
+      'the warning says what the view probe proved',
+    );
+    t.match(status.rootServer?.warning, /able to read a root-owned 0600 file/, 'and what it did not prevent');
+  },
+);

@@ -8,7 +8,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
 import { createTurnHarness, runTurn } from '../../../support/turn-harness.js';
-import { noPreparedWorker, preparedWorker, workerProcesses } from '../../../support/prepared-workers.js';
+import {
+  noPreparedWorker,
+  preparedWorker,
+  workerProcesses,
+  workerUidProcesses,
+} from '../../../support/prepared-workers.js';
 
 const harness = await createTurnHarness({ slot: 72 });
 t.teardown(() => harness.close());
@@ -32,7 +37,7 @@ t.test('the first turn starts its own worker; the next claims the one prepared a
   t.equal(Number(uid), prepared.uid, 'the command ran in the prepared worker');
   t.equal(second.record.workerUid, prepared.uid, 'the record names that uid');
   t.equal(second.record.identity, 'separate_uid');
-  t.match(tmpdir, /\/prepared_[A-Za-z0-9_-]+$/, 'its turn temp is the one made for the worker');
+  t.equal(tmpdir, '/tmp', 'its turn temp is the tmpfs made for the worker');
 
   const launch = eventsOf(second.id, 'worker_launch');
   t.equal(launch.length, 1, 'worker_launch is recorded for the claiming turn');
@@ -110,7 +115,7 @@ t.test('closing the manager stops prepared workers', async (t) => {
   t.equal(run.result.status, 'ok', run.result.detail ?? run.stderr);
   await preparedWorker(closing);
   await closing.close();
-  t.same(workerProcesses(closing), [], 'no worker process is left after close');
+  t.same(workerUidProcesses(closing), [], 'no worker process is left after close');
 });
 
 t.test('a turn that finds every uid held stops an idle prepared worker instead of being refused', async (t) => {
@@ -139,7 +144,7 @@ t.test('turns.preparedWorkers 0 prepares nothing', async (t) => {
   const run = await runTurn(off, { argv: ['/bin/true'] });
   t.equal(run.result.status, 'ok', run.result.detail ?? run.stderr);
   t.same(off.turns.preparedWorkers(), { ready: 0, starting: 0 });
-  t.same(workerProcesses(off), []);
+  t.same(workerUidProcesses(off), []);
 });
 
 t.test('a client cannot name a turn like a prepared worker', async (t) => {

@@ -237,6 +237,18 @@ t.test('unknown keys are refused at every depth', async (t) => {
   t.match(refusal(load({ file: { constructor: 1 } })), /: constructor: unknown key$/);
 });
 
+t.test('a retired key is refused with why it went and what replaces it', async (t) => {
+  t.match(
+    refusal(load({ file: { turns: { tempRoot: '/run/turnhost/turn-temp' } } })),
+    /: turns\.tempRoot: no longer read: each turn's \/tmp is a tmpfs of its own in its view, sized by limits\.tmp_size; remove it$/,
+  );
+});
+
+t.test("tmp_size cannot be disabled: the turn's /tmp always has a size", async (t) => {
+  t.match(refusal(load({ file: { limitsDisabled: ['tmp_size'] } })), /limitsDisabled: tmp_size cannot be disabled/);
+  t.match(refusal(load({ file: { limits: { tmp_size: 'lots' } } })), /limits\.tmp_size/);
+});
+
 t.test('a non-loopback listen address needs listen.allowNonLoopback', async (t) => {
   t.match(
     refusal(load({ file: { listen: { tcp: '0.0.0.0:7707' } } })),

@@ -19,20 +19,22 @@ t.test('encodes a launch descriptor in the documented grammar', async (t) => {
     env: { PATH: '/usr/bin:/bin', NOTE: 'two  spaces' },
     profile: 'governed',
     workspace: '/srv/work',
-    temp: '/run/turnhost/temp/t1',
-    socket: '/run/turnhost/t1/proxy.sock',
+    tmpSize: 64 * 1024 * 1024,
+    uidSearch: true,
     protect: [
       { mode: 'mask_file', path: '.env' },
       { mode: 'read_only', path: '.git/hooks' },
     ],
+    hide: ['/var/lib/turnhost', '/etc/shadow'],
   });
   t.equal(
     bytes.toString(),
     [
-      'turnhost-descriptor 1',
+      'turnhost-descriptor 2',
       'op launch',
       'uid 100001',
       'gid 100001',
+      'uid_search yes',
       'cgroup /sys/fs/cgroup/pids/turnhost/t1',
       'rlimit nofile 1024',
       'rlimit data 1099511627776',
@@ -42,10 +44,11 @@ t.test('encodes a launch descriptor in the documented grammar', async (t) => {
       'env NOTE=two  spaces',
       'profile governed',
       'workspace /srv/work',
-      'temp /run/turnhost/temp/t1',
-      'socket /run/turnhost/t1/proxy.sock',
+      'tmp_size 67108864',
       'protect mask_file .env',
       'protect read_only .git/hooks',
+      'hide /var/lib/turnhost',
+      'hide /etc/shadow',
       'end',
       '',
     ].join('\n'),
@@ -53,16 +56,16 @@ t.test('encodes a launch descriptor in the documented grammar', async (t) => {
 });
 
 t.test('encodes probe, view and kill', async (t) => {
-  t.equal(encodeDescriptor({ op: 'probe' }).toString(), 'turnhost-descriptor 1\nop probe\nend\n');
+  t.equal(encodeDescriptor({ op: 'probe' }).toString(), 'turnhost-descriptor 2\nop probe\nend\n');
   t.equal(
     encodeDescriptor({ op: 'view', profile: 'strict', paths: ['/etc', '/tmp'] }).toString(),
-    'turnhost-descriptor 1\nop view\nprofile strict\npath /etc\npath /tmp\nend\n',
+    'turnhost-descriptor 2\nop view\nprofile strict\npath /etc\npath /tmp\nend\n',
   );
-  t.equal(encodeDescriptor({ op: 'kill', uid: 5 }).toString(), 'turnhost-descriptor 1\nop kill\nuid 5\nend\n');
+  t.equal(encodeDescriptor({ op: 'kill', uid: 5 }).toString(), 'turnhost-descriptor 2\nop kill\nuid 5\nend\n');
   t.equal(
-    encodeDescriptor({ op: 'reclaim', uid: 5, temp: '/run/turnhost/turn-temp/t1' }).toString(),
-    'turnhost-descriptor 1\nop reclaim\nuid 5\ntemp /run/turnhost/turn-temp/t1\nend\n',
-    'reclaim carries a temp without a workspace',
+    encodeDescriptor({ op: 'launch', cwd: '/w', profile: 'strict', workspace: '/w' }).toString(),
+    'turnhost-descriptor 2\nop launch\ncwd /w\nprofile strict\nworkspace /w\nend\n',
+    "a shared-mode launch names no uid: the launcher uses its caller's",
   );
 });
 
@@ -73,7 +76,6 @@ const launch: HelperDescriptor = {
   cwd: '/',
   profile: 'governed',
   workspace: '/srv/work',
-  temp: '/run/turnhost/temp/t1',
 };
 
 t.test('refuses what the helper would refuse, naming the field', async (t) => {
@@ -108,16 +110,20 @@ t.test('refuses what the helper would refuse, naming the field', async (t) => {
     ['view without paths', { op: 'view', profile: 'strict', paths: [] }, 'paths'],
     ['view profile', { op: 'view', profile: 'open' as 'strict', paths: ['/'] }, 'profile'],
     ['kill without uid', { op: 'kill' }, 'uid'],
-    ['reclaim without uid', { op: 'reclaim', temp: '/t/x' }, 'uid'],
-    ['reclaim without temp', { op: 'reclaim', uid: 5 }, 'temp'],
-    ['reclaim with workspace', { op: 'reclaim', uid: 5, temp: '/t/x', workspace: '/w' }, 'workspace'],
-    ['reclaim relative temp', { op: 'reclaim', uid: 5, temp: 't/x' }, 'temp'],
+    ['reclaim is gone', { op: 'reclaim' as 'kill', uid: 5 }, 'op'],
     ['launch without profile', { ...launch, profile: undefined }, 'profile'],
     ['launch without workspace', { ...launch, workspace: undefined }, 'workspace'],
-    ['launch without temp', { ...launch, temp: undefined }, 'temp'],
     ['workspace /', { ...launch, workspace: '/' }, 'workspace'],
-    ['relative temp', { ...launch, temp: 'tmp' }, 'temp'],
-    ['socket for view', { op: 'view', profile: 'strict', paths: ['/'], socket: '/s' }, 'socket'],
+    ['uid search without uid', { ...launch, uid: undefined, gid: undefined, uidSearch: true }, 'uidSearch'],
+    ['uid search for a probe', { op: 'probe', uid: 5, uidSearch: true }, 'uidSearch'],
+    ['tmp size too small', { ...launch, tmpSize: 4096 }, 'tmpSize'],
+    ['tmp size fractional', { ...launch, tmpSize: 2 ** 20 + 0.5 }, 'tmpSize'],
+    ['tmp size too large', { ...launch, tmpSize: 2 ** 41 }, 'tmpSize'],
+    ['hide relative', { ...launch, hide: ['var/lib'] }, 'hide[0]'],
+    ['hide /', { ...launch, hide: ['/'] }, 'hide[0]'],
+    ['hide dotdot', { ...launch, hide: ['/a/../etc'] }, 'hide[0]'],
+    ['hide count', { ...launch, hide: Array.from({ length: 33 }, (_, i) => `/h${i}`) }, 'hide'],
+    ['hide without workspace', { op: 'view', profile: 'strict', paths: ['/'], hide: ['/x'] }, 'workspace'],
     ['protect mode', { ...launch, protect: [{ mode: 'hide' as 'read_only', path: 'x' }] }, 'protect[0].mode'],
     ['protect absolute', { ...launch, protect: [{ mode: 'read_only', path: '/etc' }] }, 'protect[0].path'],
     ['protect dotdot', { ...launch, protect: [{ mode: 'read_only', path: 'a/../../etc' }] }, 'protect[0].path'],
@@ -151,6 +157,12 @@ t.test('parses refusals by exit code and the identity-helper line', async (t) =>
     reason: 'uid_out_of_range',
     detail: 'uid 5 is outside the worker range 100+10',
   });
+  t.same(parseHelperRefusal(80, 'identity-helper: uid 5 is leased to another worker or has live processes\n'), {
+    ok: false,
+    reason: 'uid_in_use',
+    detail: 'uid 5 is leased to another worker or has live processes',
+  });
+  t.equal(parseHelperRefusal(79, 'identity-helper: x\n'), null, 'the retired temp code is no refusal any more');
   t.equal(parseHelperRefusal(0, ''), null);
   t.equal(parseHelperRefusal(1, 'worker output'), null, 'a worker exit code is not a refusal');
   t.equal(parseHelperRefusal(null, ''), null);

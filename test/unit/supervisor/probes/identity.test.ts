@@ -149,11 +149,33 @@ t.test('symbolic links: every directory reached through a link is checked', asyn
 
 const receipt = { workerUid: 200_001, uidRange: { first: 200_000, count: 100 }, helperVersion: '1' };
 
-t.test('no helper configured: shared_uid', async (t) => {
-  const probe = await probeIdentity(null, ROOT_IDS, undefined);
-  t.equal(probe.identity, 'shared_uid');
-  t.equal(probe.requirement, undefined);
-  t.equal(probe.workerUid, undefined);
+t.test("no helper configured: shared_uid only with the launcher's receipt from this probe", async (t) => {
+  const unprobed = await probeIdentity(null, ROOT_IDS, undefined);
+  t.equal(unprobed.identity, undefined, 'no launcher probe, no identity claimed');
+  t.match(unprobed.requirement, /shared_uid workers cannot be started: no shared_uid launcher is available/);
+
+  const failed = await probeIdentity(null, ROOT_IDS, undefined, async () => fail('exec_failed', 'launcher exited 5'));
+  t.equal(failed.identity, undefined);
+  t.match(failed.requirement, /launcher exited 5/);
+
+  const threw = await probeIdentity(null, ROOT_IDS, undefined, async () => {
+    throw new Error('spawn ENOENT');
+  });
+  t.match(threw.requirement, /Error: spawn ENOENT/);
+
+  const otherUid = await probeIdentity(null, USER_IDS, undefined, async () =>
+    ok({ workerUid: 0, userNamespace: true, helperVersion: '2' }),
+  );
+  t.equal(otherUid.identity, undefined);
+  t.match(otherUid.requirement, /worker ran as uid 0, not 998/);
+
+  const verified = await probeIdentity(null, USER_IDS, undefined, async () =>
+    ok({ workerUid: USER_IDS.euid, userNamespace: true, helperVersion: '2' }),
+  );
+  t.equal(verified.identity, 'shared_uid');
+  t.equal(verified.requirement, undefined);
+  t.equal(verified.workerUid, USER_IDS.euid);
+  t.equal(verified.userNamespace, true);
 });
 
 t.test('an unqualified helper never falls back to shared_uid', async (t) => {
@@ -165,7 +187,7 @@ t.test('an unqualified helper never falls back to shared_uid', async (t) => {
     return ok(receipt);
   });
   t.equal(probed, false, 'an unqualified helper is never run');
-  t.equal(probe.identity, 'separate_uid');
+  t.equal(probe.identity, undefined, 'neither separate_uid nor shared_uid is claimed');
   t.equal(probe.workerUid, undefined);
   t.match(probe.requirement, /must not be writable by group or others/);
   t.equal(probe.helper.qualified, false);

@@ -5,15 +5,31 @@ import { createMemoryLogger } from '../../../../core/log.js';
 import { ok } from '../../../../core/result.js';
 import { probeMode, runWorkerHostProbes, type ProbeContext } from '../../../../supervisor/probes/index.js';
 import type { TurnhostConfig } from '../../../../supervisor/config/types.js';
+import { fakeViewHelper } from '../../../support/fake-view-helper.js';
 import { hybridTree, probeConfig, v2DelegatedTree, type ProbeTree } from '../../../support/probe-tree.js';
 
 const ROOT_IDS = { uid: 0, euid: 0 };
 const USER_IDS = { uid: 998, euid: 998 };
 const receipt = { workerUid: 200_001, uidRange: { first: 200_000, count: 100 }, helperVersion: '1' };
 
+/**
+ * A context whose launchers answer like the real ones on a host where they work: the shared
+ * launcher's worker runs as the supervisor's uid, and every view holds. Tests that need a
+ * launcher to fail override it.
+ */
 function context(tree: ProbeTree, overrides: Partial<TurnhostConfig> = {}, extra: Partial<ProbeContext> = {}) {
   const { logger, lines } = createMemoryLogger();
-  const ctx: ProbeContext = { config: probeConfig(tree, overrides), logger, ids: ROOT_IDS, env: {}, ...extra };
+  const ids = extra.ids ?? ROOT_IDS;
+  const ctx: ProbeContext = {
+    config: probeConfig(tree, overrides),
+    logger,
+    ids,
+    env: {},
+    sharedProbe: async () => ok({ workerUid: ids.euid, userNamespace: ids.euid !== 0, helperVersion: '2' }),
+    sharedView: fakeViewHelper().run,
+    helperView: fakeViewHelper().run,
+    ...extra,
+  };
   return { ctx, lines };
 }
 
@@ -52,7 +68,7 @@ t.test('v2 delegated host, shared uid, root supervisor: available, warned, proce
   t.equal(status.identity, 'shared_uid');
   t.match(
     status.rootServer?.warning,
-    /runs as root .*workers run as uid 0 too.*read root-owned files.*root-owned Unix sockets/,
+    /runs as root .*workers run as uid 0 with no capabilities.*able to read a root-owned 0600 file.*root-owned unix sockets the view leaves visible/,
   );
   t.same(status.limits.absent, [
     {
@@ -136,7 +152,8 @@ t.test('malformed TURNHOST_WORKER_LIMITS makes every limit absent with that reas
   t.equal(reasons.cpu, 'disabled by the operator');
   t.equal(reasons.memory, 'malformed TURNHOST_WORKER_LIMITS: pids must be a positive integer, got "many"');
   t.equal(reasons.open_files, reasons.memory);
-  t.equal(status.limits.absent.length, 7);
+  t.equal(reasons.tmp_size, reasons.memory);
+  t.equal(status.limits.absent.length, 8);
 });
 
 t.test('TURNHOST_WORKER_LIMITS wins over the config; unconfigured and disabled are named', async (t) => {
@@ -149,9 +166,11 @@ t.test('TURNHOST_WORKER_LIMITS wins over the config; unconfigured and disabled a
   t.same(
     status.limits.enforced.map((e) => [e.limit, e.value]),
     [
+      ['tmp_size', 512 * 1024 ** 2],
       ['memory', 256 * 1024 ** 2],
       ['pids', 100],
     ],
+    'tmp_size is always enforced: unconfigured, it is the default size',
   );
   const reasons = Object.fromEntries(status.limits.absent.map((a) => [a.limit, a.reason]));
   t.same(reasons, {
@@ -173,11 +192,11 @@ t.test('unqualified helper: modes unavailable with that requirement, never share
     { ids: USER_IDS, helperProbe: async () => ok(receipt) },
   );
   const status = await runWorkerHostProbes(ctx, 'check');
-  t.equal(status.identity, 'separate_uid');
+  t.equal(status.identity, undefined, 'no identity is claimed without a receipt');
   t.equal(status.workerUid, undefined);
   t.match(status.ordinary?.requirement, /must be setuid root/);
   t.match(status.boundary.identityHelper, { qualified: false, path: helper, available: false });
-  t.equal(status.governed.identity, 'separate_uid');
+  t.equal(status.governed.identity, undefined);
 });
 
 t.test('verified helper: separate uid with its workerUid, processes enforced', async (t) => {
@@ -192,7 +211,10 @@ t.test('verified helper: separate uid with its workerUid, processes enforced', a
   t.equal(status.identity, 'separate_uid');
   t.equal(status.workerUid, 200_001);
   t.equal(status.governed.workerUid, 200_001);
-  t.same(status.limits.enforced, [{ limit: 'processes', source: 'rlimit', value: 64 }]);
+  t.same(status.limits.enforced, [
+    { limit: 'processes', source: 'rlimit', value: 64 },
+    { limit: 'tmp_size', source: 'tmpfs', value: 512 * 1024 ** 2 },
+  ]);
   t.match(status.rootServer?.warning, /separate uid 200001, not root/);
 });
 
@@ -219,7 +241,10 @@ t.test('probeMode re-reads every time: a pass is never cached', async (t) => {
   const first = await probeMode(ctx, 'ordinary', 'turn');
   t.match(first.availability, { available: true, trigger: 'turn' });
   t.equal(first.cgroupLayout.backendFor.pids, 'cgroup_v2');
-  t.same(first.limits.enforced, [{ limit: 'pids', source: 'cgroup', value: 10, backend: 'cgroup_v2' }]);
+  t.same(first.limits.enforced, [
+    { limit: 'tmp_size', source: 'tmpfs', value: 512 * 1024 ** 2 },
+    { limit: 'pids', source: 'cgroup', value: 10, backend: 'cgroup_v2' },
+  ]);
   fs.writeFileSync(path.join(built.proc, 'self/cgroup'), '0::/elsewhere\n');
   const second = await probeMode(ctx, 'ordinary', 'turn');
   t.equal(second.availability.available, false);

@@ -64,6 +64,22 @@ t.test('each status, and which fact wins when several hold', async (t) => {
   for (const [name, given, status] of cases) t.equal(buildResult(inputs(given)).status, status, name);
 });
 
+t.test("an exit status only the worker's report gives is marked so; the supervisor's own facts are not", async (t) => {
+  const cases: Array<[Partial<ResultInputs>, string]> = [
+    [{ exitMessage: exitWith(0) }, 'worker_report'],
+    [{ exitMessage: exitWith(3) }, 'worker_report'],
+    [{ exitMessage: exitWith(null, 'SIGTERM') }, 'worker_report'],
+    [{ exitMessage: exitWith(null, 'SIGKILL'), stats: oomStats }, 'supervisor'],
+    [{ stopReason: 'timeout', exitMessage: exitWith(0) }, 'supervisor'],
+    [{ refusal: 'refused' }, 'supervisor'],
+    [{ workerError: 'protocol: bad line' }, 'supervisor'],
+  ];
+  for (const [given, source] of cases) {
+    const result = buildResult(inputs(given));
+    t.equal(result.source, source, result.status);
+  }
+});
+
 t.test('details: a refusal and an internal error say why; other statuses carry none', async (t) => {
   t.equal(buildResult(inputs({ refusal: 'the reason' })).detail, 'the reason');
   t.equal(buildResult(inputs({ workerError: 'protocol: bad line' })).detail, 'protocol: bad line');
@@ -103,7 +119,13 @@ t.test('a turn that never ran ends finished with no usage', async (t) => {
   };
   const ended = finishedWithoutRun(record, 'interrupted', 'the supervisor stopped');
   t.equal(ended.state, 'finished');
-  t.match(ended.result, { status: 'interrupted', exitCode: null, detail: 'the supervisor stopped', limitHits: [] });
+  t.match(ended.result, {
+    status: 'interrupted',
+    exitCode: null,
+    detail: 'the supervisor stopped',
+    limitHits: [],
+    source: 'supervisor',
+  });
   t.ok((ended.result?.durationMs ?? 0) >= 1000, 'its duration runs from its creation');
   t.equal(record.state, 'starting', 'the record given is not changed');
 });

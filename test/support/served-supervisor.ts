@@ -1,0 +1,277 @@
+/**
+ * A real `turnhost serve` for boundary tests, in any configuration the supervisor allows:
+ * separate_uid through a root-owned helper copy, or shared_uid with no helper, under root or
+ * under a non-root uid. It is driven as an integrator drives it: `turnhost run`, `check` and
+ * `events` over its unix socket. Everything it creates (directories, cgroups, processes) is
+ * removed by `stop`.
+ *
+ * A non-root supervisor gets what an operator would give it: a data directory and workspace of
+ * its own, and its own cgroup directory in each v1 hierarchy (the delegation systemd does on
+ * cgroup v2, done by hand here), which it enters before dropping to its uid. It runs in a
+ * mount namespace of its own where the checkout is bound at a path every uid can traverse, so
+ * a checkout below a private directory (such as /root) still serves.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { discoverCgroupLayout } from '../../cgroup/discover.js';
+import { prepareCgroupSubtree, removeCgroupSubtree, subtreeTurnRoots } from '../../cgroup/turn-cgroup.js';
+import { writeHelperConfig } from '../../supervisor/identity/helper-config.js';
+import { turnSubtreeName } from '../../supervisor/turns/launch-environment.js';
+import { HELPER_PATH, REPO_ROOT } from './turn-harness.js';
+import { until } from './until.js';
+
+const CLI = 'dist/supervisor/cli/main.js';
+/** The v1 hierarchies whose limits and accounting a turn uses. */
+const V1_CONTROLLERS = ['memory', 'pids', 'cpu', 'cpuacct'];
+
+export interface HelperSetup {
+  /** The helper copy and its config, root-owned, in a root-owned directory. */
+  path: string;
+  configPath: string;
+  uidRange: { first: number; count: number };
+  remove(): void;
+}
+
+export interface SupervisorOptions {
+  name: string;
+  /** Absent: the supervisor runs as root. */
+  uid?: number;
+  helper?: HelperSetup;
+  limits?: Record<string, string | number>;
+}
+
+export interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+export interface ServedSupervisor {
+  name: string;
+  uid: number;
+  dataDir: string;
+  workspace: string;
+  configPath: string;
+  /** The checkout as this supervisor's processes see it. */
+  codeRoot: string;
+  pid: number;
+  cli(args: string[], options?: { input?: string }): Promise<CliResult>;
+  /** `turnhost run -- argv` in the workspace, as turn `turnId` when given (for its events). */
+  run(argv: string[], options?: { turnId?: string; extra?: string[] }): Promise<CliResult>;
+  stop(): Promise<void>;
+}
+
+export function cgroupMountOf(controller: string): string | null {
+  for (const line of fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
+    const fields = line.split(' ');
+    const dash = fields.indexOf('-');
+    if (dash < 0 || fields[dash + 1] !== 'cgroup') continue;
+    if ((fields[dash + 3] ?? '').split(',').includes(controller)) return fields[4] ?? null;
+  }
+  return null;
+}
+
+function ownV1Cgroup(controller: string): string | null {
+  for (const line of fs.readFileSync('/proc/self/cgroup', 'utf8').split('\n')) {
+    const [, list, cgroupPath] = line.split(':');
+    if (list !== undefined && list.split(',').includes(controller)) return cgroupPath ?? null;
+  }
+  return null;
+}
+
+/** Removes a cgroup directory tree bottom-up (a cgroup directory holds only control files). */
+function removeCgroupTree(dir: string): void {
+  if (!fs.existsSync(dir)) return;
+  for (const entry of fs.readdirSync(dir, { withFileTypes: true }))
+    if (entry.isDirectory()) removeCgroupTree(path.join(dir, entry.name));
+  try {
+    fs.rmdirSync(dir);
+  } catch {
+    // still populated: the caller's processes have not all exited
+  }
+}
+
+/** One cgroup directory per v1 hierarchy, owned by `uid`, below this process's own. */
+function delegateV1Cgroups(name: string, uid: number): string[] {
+  const dirs: string[] = [];
+  for (const controller of V1_CONTROLLERS) {
+    const mount = cgroupMountOf(controller);
+    const own = ownV1Cgroup(controller);
+    if (mount === null || own === null) continue;
+    const dir = path.join(mount, own, name);
+    if (dirs.includes(dir)) continue;
+    fs.mkdirSync(dir, { recursive: true });
+    for (const file of ['', 'cgroup.procs', 'tasks']) fs.chownSync(path.join(dir, file), uid, uid);
+    dirs.push(dir);
+  }
+  return dirs;
+}
+
+/** A helper copy and config in a root-owned directory, for `supervisors` (their data dirs). */
+export function setUpHelper(dataDirs: string[], uidRange: { first: number; count: number }): HelperSetup {
+  const dir = fs.mkdtempSync('/run/turnhost-esc-helper-');
+  fs.chmodSync(dir, 0o755);
+  const layout = discoverCgroupLayout({ proc: '/proc', sysFsCgroup: '/sys/fs/cgroup' });
+  const subtrees = dataDirs.map((dataDir) => {
+    const name = turnSubtreeName(layout, dataDir);
+    const prepared = prepareCgroupSubtree(layout, name === undefined ? {} : { name });
+    if (!prepared.ok) throw new Error(`helper cgroup roots: ${prepared.detail}`);
+    return prepared.subtree;
+  });
+  const cgroupRoots = subtrees.flatMap((subtree) => subtreeTurnRoots(subtree));
+  const configPath = path.join(dir, 'identity-helper.conf');
+  writeHelperConfig(configPath, {
+    uidRange,
+    callerGroup: 'root',
+    cgroupRoots,
+    workerExec: process.execPath,
+    workerArgs: [path.join(REPO_ROOT, 'dist/worker/main.js')],
+    viewPaths: [REPO_ROOT],
+  });
+  const helperPath = path.join(dir, 'identity-helper');
+  fs.copyFileSync(HELPER_PATH, helperPath);
+  fs.chmodSync(helperPath, 0o755);
+  return {
+    path: helperPath,
+    configPath,
+    uidRange,
+    remove: () => {
+      for (const subtree of subtrees) removeCgroupSubtree(subtree);
+      fs.rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** The directories a supervisor named `name` uses, so a helper config can be written first. */
+export function supervisorBase(name: string): { base: string; dataDir: string; workspace: string } {
+  // Where an installed supervisor keeps its state (/var/lib), visible in the view unless hidden.
+  const base = path.join('/var/lib', `turnhost-esc-${name}-${process.pid}`);
+  return { base, dataDir: path.join(base, 'data'), workspace: path.join(base, 'workspace') };
+}
+
+function collect(child: ChildProcess, input?: string): Promise<CliResult> {
+  const stdout: Buffer[] = [];
+  const stderr: Buffer[] = [];
+  child.stdout?.on('data', (d: Buffer) => stdout.push(d));
+  child.stderr?.on('data', (d: Buffer) => stderr.push(d));
+  if (input !== undefined) child.stdin?.end(input);
+  else child.stdin?.end();
+  return new Promise((resolve) =>
+    child.on('close', (code) =>
+      resolve({
+        code,
+        stdout: Buffer.concat(stdout).toString('utf8'),
+        stderr: Buffer.concat(stderr).toString('utf8'),
+      }),
+    ),
+  );
+}
+
+/** The data directory, workspace and config file of a supervisor, before it runs. */
+export function writeSupervisorConfig(options: SupervisorOptions): {
+  base: string;
+  dataDir: string;
+  workspace: string;
+  socket: string;
+  configPath: string;
+} {
+  const uid = options.uid ?? 0;
+  const { base, dataDir, workspace } = supervisorBase(options.name);
+  fs.mkdirSync(workspace, { recursive: true });
+  fs.chmodSync(base, 0o755);
+  fs.chmodSync(workspace, 0o777);
+  fs.chownSync(base, uid, uid);
+  const socket = path.join(base, 'api.sock');
+  const configPath = path.join(base, 'turnhost.json');
+  fs.writeFileSync(
+    configPath,
+    JSON.stringify({
+      dataDir,
+      listen: { tcp: null, socket },
+      logLevel: 'info',
+      identityHelper: options.helper
+        ? { path: options.helper.path, configPath: options.helper.configPath }
+        : { path: null, configPath: null },
+      limits: options.limits ?? { memory: '512M', pids: 128, cpu: 1, open_files: 1024, tmp_size: '16M' },
+      egress: { allowAddressRanges: [] },
+      turns: { workspaceRoots: [workspace], preparedWorkers: 0 },
+    }),
+  );
+  fs.chmodSync(configPath, 0o644);
+  return { base, dataDir, workspace, socket, configPath };
+}
+
+export async function startSupervisor(options: SupervisorOptions): Promise<ServedSupervisor> {
+  const uid = options.uid ?? 0;
+  const { base, dataDir, workspace, socket, configPath } = writeSupervisorConfig(options);
+
+  const cgroupDirs = uid === 0 ? [] : delegateV1Cgroups(`turnhost-esc-${options.name}-${process.pid}`, uid);
+  // The checkout bound at a path every uid can traverse, in the supervisor's own mount namespace.
+  const codeRoot = uid === 0 ? REPO_ROOT : path.join(base, 'code');
+  if (uid !== 0) fs.mkdirSync(codeRoot);
+  const enter = cgroupDirs.map((dir) => `echo $$ > ${dir}/cgroup.procs`).join('; ');
+  const serve = `${process.execPath} ${path.join(codeRoot, CLI)} serve --config ${configPath}`;
+  const script =
+    uid === 0
+      ? `exec ${serve}`
+      : `${enter}; mount --bind ${REPO_ROOT} ${codeRoot} && exec setpriv --reuid=${uid} --regid=${uid} --clear-groups ${serve}`;
+  const argv =
+    uid === 0 ? ['sh', '-c', script] : ['unshare', '--mount', '--propagation', 'private', 'sh', '-c', script];
+  const child = spawn(argv[0]!, argv.slice(1), {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', HOME: base, LANG: 'C.UTF-8' },
+  });
+  const log: Buffer[] = [];
+  child.stdout.on('data', (d: Buffer) => log.push(d));
+  child.stderr.on('data', (d: Buffer) => log.push(d));
+  const state = { exited: false };
+  child.on('exit', () => (state.exited = true));
+
+  const cli = (args: string[], cliOptions: { input?: string } = {}): Promise<CliResult> =>
+    collect(
+      spawn(
+        process.execPath,
+        [path.join(REPO_ROOT, CLI), args[0] ?? 'status', '--config', configPath, ...args.slice(1)],
+        {
+          stdio: ['pipe', 'pipe', 'pipe'],
+          cwd: workspace,
+        },
+      ),
+      cliOptions.input,
+    );
+
+  const ready = await until(() => state.exited || fs.existsSync(socket), 30_000);
+  if (!ready || state.exited) {
+    throw new Error(`supervisor ${options.name} did not start: ${Buffer.concat(log).toString('utf8')}`);
+  }
+  return {
+    name: options.name,
+    uid,
+    dataDir,
+    workspace,
+    configPath,
+    codeRoot,
+    pid: child.pid ?? -1,
+    cli,
+    run(argv, runOptions = {}) {
+      const id = runOptions.turnId === undefined ? [] : ['--turn-id', runOptions.turnId];
+      return cli(['run', '--cwd', workspace, ...id, ...(runOptions.extra ?? []), '--', ...argv]);
+    },
+    async stop() {
+      if (!state.exited) {
+        const gone = new Promise((resolve) => child.on('exit', resolve));
+        child.kill('SIGTERM');
+        await Promise.race([gone, new Promise((resolve) => setTimeout(resolve, 15_000))]);
+        if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      }
+      for (const dir of cgroupDirs) removeCgroupTree(dir);
+      fs.rmSync(base, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A throwaway uid for a non-root supervisor, outside every test's worker range. */
+export function plainUid(slot: number): number {
+  return 3_400_000 + slot;
+}
