@@ -65,7 +65,7 @@ t.test('lines to the journal carry their syslog priority prefix', async (t) => {
   process.stderr.write = ((chunk: string) => {
     written.push(chunk);
     return true;
-  }) as typeof process.stderr.write;
+  });
   try {
     const journal = createLogger({ level: 'debug', sink: createStderrSink({ journal: true }) });
     journal.debug('d');
