@@ -62,10 +62,10 @@ t.test('stderr is the journal only when JOURNAL_STREAM names fd 2 itself', async
 t.test('lines to the journal carry their syslog priority prefix', async (t) => {
   const written: string[] = [];
   const write = process.stderr.write.bind(process.stderr);
-  process.stderr.write = ((chunk: string) => {
+  process.stderr.write = (chunk: string) => {
     written.push(chunk);
     return true;
-  });
+  };
   try {
     const journal = createLogger({ level: 'debug', sink: createStderrSink({ journal: true }) });
     journal.debug('d');
