@@ -50,6 +50,13 @@ export function createServiceNotifier(options: {
 }): ServiceNotifier {
   const { env, logger } = options;
   const socketName = env['NOTIFY_SOCKET'];
+  const watchdogPid = env['WATCHDOG_PID'];
+  const watchdogUsec = Number(env['WATCHDOG_USEC']);
+  // Read once and removed, as sd_notify's unset_environment does: programs the supervisor starts
+  // (probes, the helper) have no business with the service manager's socket.
+  delete env['NOTIFY_SOCKET'];
+  delete env['WATCHDOG_PID'];
+  delete env['WATCHDOG_USEC'];
   const inactive: ServiceNotifier = {
     active: false,
     watchdogMs: null,
@@ -76,8 +83,6 @@ export function createServiceNotifier(options: {
   const address: SocketAddress = parsed.address;
   const fd = opened.fd;
   const pid = options.pid ?? process.pid;
-  const watchdogPid = env['WATCHDOG_PID'];
-  const watchdogUsec = Number(env['WATCHDOG_USEC']);
   const watchdogMs =
     Number.isSafeInteger(watchdogUsec) && watchdogUsec > 0 && (watchdogPid === undefined || Number(watchdogPid) === pid)
       ? Math.max(1, Math.floor(watchdogUsec / 1000))

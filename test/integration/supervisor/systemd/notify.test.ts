@@ -124,3 +124,16 @@ t.test('the watchdog belongs to another pid: no pings', async (t) => {
   t.equal(notifier.watchdogMs, null);
   notifier.close();
 });
+
+t.test('the variables are taken out of the environment the supervisor passes on', async (t) => {
+  const env: NodeJS.ProcessEnv = {
+    NOTIFY_SOCKET: '@y',
+    WATCHDOG_USEC: '1000000',
+    WATCHDOG_PID: String(process.pid),
+    PATH: '/bin',
+  };
+  const notifier = createServiceNotifier({ env, logger: createMemoryLogger().logger });
+  t.equal(notifier.watchdogMs, 1000);
+  t.same(env, { PATH: '/bin' });
+  notifier.close();
+});
