@@ -352,48 +352,50 @@ export async function startDaemon(
   notifier.ready(readyStatus(latest));
   notifier.startWatchdog();
 
-  let reloading: Promise<ReloadOutcome> | undefined;
-  const reload = (): Promise<ReloadOutcome> => {
-    reloading ??= (async (): Promise<ReloadOutcome> => {
-      notifier.reloading();
-      const next = loadConfig({ configPath: options.configPath, env, overrides: options.overrides });
-      if (!next.ok) {
-        logger.error('configuration reload refused; the running configuration stays in force', {
-          detail: next.detail,
-        });
-        metrics.countReload('refused');
-        notifier.ready(`reload refused (${next.detail}); ${readyStatus(latest)}`);
-        return { ok: false, reason: 'config_invalid', detail: next.detail };
+  const reloadOnce = async (): Promise<ReloadOutcome> => {
+    notifier.reloading();
+    const next = loadConfig({ configPath: options.configPath, env, overrides: options.overrides });
+    if (!next.ok) {
+      logger.error('configuration reload refused; the running configuration stays in force', {
+        detail: next.detail,
+      });
+      metrics.countReload('refused');
+      notifier.ready(`reload refused (${next.detail}); ${readyStatus(latest)}`);
+      return { ok: false, reason: 'config_invalid', detail: next.detail };
+    }
+    const plan = planReload(config, next.config);
+    applyLiveKeys(config, next.config, plan);
+    levelSwitch.level = config.logLevel;
+    syncJournal();
+    if (plan.live.length > 0) configurationView = 'live';
+    if (plan.live.length > 0) {
+      // The probe reports the limits and egress the next turn gets: run it against the new values.
+      try {
+        await probe('check');
+      } catch (error) {
+        logger.error('probe after reload failed', { error: (error as Error).message });
       }
-      const plan = planReload(config, next.config);
-      applyLiveKeys(config, next.config, plan);
-      levelSwitch.level = config.logLevel;
-      syncJournal();
-      if (plan.live.length > 0) configurationView = 'live';
-      if (plan.live.length > 0) {
-        // The probe reports the limits and egress the next turn gets: run it against the new values.
-        try {
-          await probe('check');
-        } catch (error) {
-          logger.error('probe after reload failed', { error: (error as Error).message });
-        }
-      }
-      logger.info('configuration reloaded', {
-        file: next.sources.file,
-        applied: plan.live,
+    }
+    logger.info('configuration reloaded', {
+      file: next.sources.file,
+      applied: plan.live,
+      needsRestart: plan.restart,
+    });
+    if (plan.restart.length > 0)
+      logger.warn('configuration changes wait for a restart (systemctl restart turnhost)', {
         needsRestart: plan.restart,
       });
-      if (plan.restart.length > 0)
-        logger.warn('configuration changes wait for a restart (systemctl restart turnhost)', {
-          needsRestart: plan.restart,
-        });
-      metrics.countReload('applied');
-      notifier.ready(readyStatus(latest));
-      return { ok: true, applied: plan.live, needsRestart: plan.restart };
-    })().finally(() => {
-      reloading = undefined;
-    });
-    return reloading;
+    metrics.countReload('applied');
+    notifier.ready(readyStatus(latest));
+    return { ok: true, applied: plan.live, needsRestart: plan.restart };
+  };
+  // One reload at a time, each reading the file afresh: a SIGHUP sent during a reload (after a
+  // second edit) gets a reload of its own instead of being folded into one that read too early.
+  let reloads: Promise<unknown> = Promise.resolve();
+  const reload = (): Promise<ReloadOutcome> => {
+    const next = reloads.then(reloadOnce);
+    reloads = next.catch(() => undefined);
+    return next;
   };
 
   let closing: Promise<void> | undefined;
