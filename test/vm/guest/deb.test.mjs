@@ -165,8 +165,10 @@ const nodeLines = (args) =>
     .split('\n')
     .filter((line) => line.trim() !== '')
     .map((line) => JSON.parse(line))
-    .filter((entry) => entry._COMM === 'node')
-    .map((entry) => String(entry.MESSAGE));
+    .map((entry) => String(entry.MESSAGE))
+    // The supervisor's own lines are JSON (its comm is the launcher's name, turnhost; systemd's
+    // lines about the unit are plain text).
+    .filter((message) => message.startsWith('{'));
 
 await check('systemctl reload turnhost: same process, still active, a reload line in the journal', async () => {
   const pid = mainPid();
