@@ -196,7 +196,6 @@ export async function startDaemon(
   const { config, sources } = loaded;
   const levelSwitch: LogLevelSwitch = { level: config.logLevel };
   const logger = options.logger ?? createLogger({ level: levelSwitch, fields: { component: 'supervisor' } });
-  const notifier = createServiceNotifier({ env, logger });
   logger.info('configuration loaded', {
     file: sources.file,
     env: sources.env,
@@ -214,6 +213,7 @@ export async function startDaemon(
     return opened;
   }
   const store = opened.store;
+  const notifier = createServiceNotifier({ env, logger });
   const cleanup: Array<() => void | Promise<void>> = [
     () => notifier.close(),
     () => lock.release(),
