@@ -42,6 +42,25 @@ export default tseslint.config(
     },
   },
   {
+    // The status page's browser scripts (ui/): plain JavaScript served as is, outside the
+    // TypeScript project, so without type-aware rules.
+    files: ['ui/**/*.js'],
+    ...tseslint.configs.disableTypeChecked,
+    languageOptions: {
+      sourceType: 'script',
+      parserOptions: { project: false, program: null },
+      globals: {
+        window: 'readonly',
+        document: 'readonly',
+        fetch: 'readonly',
+        WebSocket: 'readonly',
+        Node: 'readonly',
+        setTimeout: 'readonly',
+        setInterval: 'readonly',
+      },
+    },
+  },
+  {
     // tap queues `t.test` subtests itself and checks every assertion; tests index fixed tables
     // they built a line earlier and parse JSON they produced.
     files: ['test/**/*.ts', 'bench/**/*.ts'],

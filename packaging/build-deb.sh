@@ -124,6 +124,13 @@ stage_system_files() {
   gzip -9n < "$packaging/turnhost.8" > "$root/usr/share/man/man8/turnhost.8.gz"
   gzip -9n < "$packaging/debian/changelog" > "$doc/changelog.Debian.gz"
   install -m 0644 "$repo/docs/operator.md" "$doc/operator.md"
+  # The status page's files (supervisor/http/status-page.ts serves them from here).
+  install -d "$code/ui"
+  install -m 0644 "$repo"/ui/*.html "$repo"/ui/*.js "$repo"/ui/*.css "$code/ui/"
+  # Generated from the CLI's own option table (turnhost completion), by the staged code itself.
+  install -d "$root/usr/share/bash-completion/completions"
+  env -i PATH=/usr/bin:/bin node "$code/dist/supervisor/cli/main.js" completion \
+    > "$root/usr/share/bash-completion/completions/turnhost"
   node "$packaging/copyright.mjs" "$code" "$packaging/debian/copyright.in" \
     "$packaging/debian/copyright.tail" > "$doc/copyright"
   install -m 0644 "$packaging/lintian-overrides" "$root/usr/share/lintian/overrides/turnhost"

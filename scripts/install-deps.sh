@@ -30,6 +30,7 @@ APT_PACKAGES=(
   busybox-static    # the VM tier's initramfs
   xz-utils          # the VM tier: unpacking the guest kernel's modules (.ko.xz)
   zstd              # the VM tier: the same for kernels whose modules are .ko.zst
+  chromium          # the status page's browser test (driven by playwright-core; never a downloaded browser)
 )
 
 missing=()

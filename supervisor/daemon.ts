@@ -1,13 +1,16 @@
 /**
  * The supervisor daemon, composed in a fixed order: configuration → logger → data directory →
  * event store (replays the fallback log) → API token → boot probes (a failure is logged once and
- * never refuses boot) → root-server warning → unbound-event pruning → turn manager → HTTP.
+ * never refuses boot) → root-server warning → unbound-event pruning → turn manager → activity,
+ * metrics and the journal copy of events → HTTP → `READY=1` to systemd (supervisor/systemd/).
+ * `reload()` (SIGHUP) re-reads the configuration and applies what can change live
+ * (supervisor/config/reload.ts).
  */
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { createLogger, type Logger } from '../core/log.js';
+import { createLogger, type Logger, type LogLevelSwitch } from '../core/log.js';
 import { fail, ok, type Result } from '../core/result.js';
 import { loadConfig, type ConfigOverrides, type ConfigSources } from './config/load.js';
 import type { TurnhostConfig } from './config/types.js';
@@ -23,6 +26,13 @@ import { packageRoot, softwareIdentity } from './software.js';
 import type { TurnManager } from './turns/types.js';
 import { runHelperProbe, runHelperView, runSharedProbe } from './identity/helper-client.js';
 import { prepareSharedLauncher } from './identity/shared-launcher.js';
+import { applyLiveKeys, planReload } from './config/reload.js';
+import { createActivity } from './observe/activity.js';
+import { createMetrics } from './observe/metrics.js';
+import { startMetricsListener } from './http/metrics-route.js';
+import { createUiSessions } from './http/ui-session.js';
+import { createJournalEventSink, type JournalEventSink } from './systemd/journal.js';
+import { createServiceNotifier } from './systemd/notify.js';
 
 export const DATABASE_FILE = 'turnhost.db';
 export const FALLBACK_LOG_FILE = 'events-fallback.log';
@@ -41,12 +51,22 @@ export interface DaemonOptions {
   runProbes?: (ctx: ProbeContext, trigger: 'boot' | 'check') => Promise<WorkerHostStatus>;
   /** false: serve without turn routes (tests of the status surface). */
   turns?: boolean;
+  /** The journal's native socket (events.journal); tests point it at a socket of their own. */
+  journalSocket?: string;
 }
+
+/** What a reload did: the keys applied live and those that wait for a restart, or why nothing was applied. */
+export type ReloadOutcome =
+  { ok: true; applied: string[]; needsRestart: string[] } | { ok: false; reason: 'config_invalid'; detail: string };
 
 export interface DaemonHandle {
   config: TurnhostConfig;
   sources: ConfigSources;
   http: HttpServerHandle;
+  /** The token-free loopback metrics listener (metrics.listen), or null. */
+  metricsAddress: { host: string; port: number } | null;
+  /** Re-reads the configuration (SIGHUP); a configuration that does not validate changes nothing. */
+  reload(): Promise<ReloadOutcome>;
   close(): Promise<void>;
 }
 
@@ -103,7 +123,10 @@ export function openStore(config: TurnhostConfig, logger: Logger): Result<{ stor
     const store = openEventStore({
       databasePath: path.join(config.dataDir, DATABASE_FILE),
       fallbackLogPath: path.join(config.dataDir, FALLBACK_LOG_FILE),
-      unboundRetentionDays: config.events.unboundRetentionDays,
+      // Read at each pruning, so a reload's new retention applies to the next one.
+      get unboundRetentionDays() {
+        return config.events.unboundRetentionDays;
+      },
       logger: logger.child({ component: 'events' }),
     });
     return ok({ store });
@@ -189,7 +212,8 @@ export async function startDaemon(
   const loaded = loadConfig({ configPath: options.configPath, env, overrides: options.overrides });
   if (!loaded.ok) return loaded;
   const { config, sources } = loaded;
-  const logger = options.logger ?? createLogger({ level: config.logLevel, fields: { component: 'supervisor' } });
+  const levelSwitch: LogLevelSwitch = { level: config.logLevel };
+  const logger = options.logger ?? createLogger({ level: levelSwitch, fields: { component: 'supervisor' } });
   logger.info('configuration loaded', {
     file: sources.file,
     env: sources.env,
@@ -207,7 +231,12 @@ export async function startDaemon(
     return opened;
   }
   const store = opened.store;
-  const cleanup: Array<() => void | Promise<void>> = [() => lock.release(), () => store.close()];
+  const notifier = createServiceNotifier({ env, logger });
+  const cleanup: Array<() => void | Promise<void>> = [
+    () => notifier.close(),
+    () => lock.release(),
+    () => store.close(),
+  ];
   const abort = async <F extends Result<object, DaemonFailure>>(failure: F): Promise<F> => {
     for (const step of cleanup.reverse()) await step();
     return failure;
@@ -221,14 +250,24 @@ export async function startDaemon(
   const probeContext = createProbeContext(config, logger, env);
   const runProbes = options.runProbes ?? runWorkerHostProbes;
   let latest: WorkerHostStatus | null = null;
+  /** `live` once a reload has applied a change: status then describes the reloaded configuration. */
+  let configurationView: 'startup' | 'live' = 'startup';
+  const probe = async (trigger: 'boot' | 'check'): Promise<WorkerHostStatus> => {
+    const status = await runProbes(probeContext, trigger);
+    status.governed.configurationView = configurationView;
+    latest = status;
+    return status;
+  };
   try {
-    latest = await runProbes(probeContext, 'boot');
+    latest = await probe('boot');
   } catch (error) {
     logger.error('boot probe failed; status reports no worker host until a check succeeds', {
       error: (error as Error).message,
     });
   }
   if (isRoot()) logger.warn(latest?.rootServer?.warning ?? ROOT_WARNING_FALLBACK, { rootServer: true });
+
+  notifier.status(`boot probe done: ${probeSummary(latest)}`);
 
   const prune = (): void => {
     try {
@@ -271,20 +310,46 @@ export async function startDaemon(
     }
   }
 
+  const activity = createActivity(store);
+  cleanup.push(() => activity.close());
+  let journal: JournalEventSink | null = null;
+  const journalSocket = options.journalSocket;
+  const syncJournal = (): void => {
+    if (config.events.journal && journal === null)
+      journal = createJournalEventSink({ socketPath: journalSocket, logger: logger.child({ component: 'journal' }) });
+  };
+  syncJournal();
+  const stopJournalCopy = activity.onEvent((event) => {
+    if (config.events.journal) journal?.send(event);
+  });
+  cleanup.push(() => {
+    stopJournalCopy();
+    journal?.close();
+  });
+  const metrics = createMetrics({
+    config,
+    store,
+    activity,
+    latestStatus: () => latest,
+    turns,
+    journalCounts: () => journal?.counts() ?? { sent: 0, failed: 0 },
+  });
+  cleanup.push(() => metrics.close());
+
   const http = await startHttp(
     {
       config,
       logger: logger.child({ component: 'http' }),
       store,
-      probes: async () => {
-        latest = await runProbes(probeContext, 'check');
-        return latest;
-      },
+      probes: () => probe('check'),
       latestStatus: () => latest,
       turns,
       software: softwareIdentity(),
       host: await collectHostFacts(),
       token: token.token,
+      metrics,
+      activity,
+      statusPage: { uiDir: path.join(packageRoot(), 'ui'), sessions: createUiSessions() },
     },
     config.listen,
   );
@@ -292,13 +357,90 @@ export async function startDaemon(
   logger.info('listening', { tcp: http.server.tcp, socket: http.server.socket });
   cleanup.push(() => http.server.close());
 
+  let metricsAddress: DaemonHandle['metricsAddress'] = null;
+  if (config.metrics.listen !== null) {
+    const listener = await startMetricsListener(config.metrics.listen, metrics, logger.child({ component: 'metrics' }));
+    if (!listener.ok) return abort(listener);
+    metricsAddress = listener.listener.address;
+    logger.info('metrics listening', { tcp: metricsAddress });
+    cleanup.push(() => listener.listener.close());
+  }
+
+  // Listeners bound, boot probe done: systemd may now order dependants after this unit.
+  notifier.ready(readyStatus(latest));
+  notifier.startWatchdog();
+
+  const reloadOnce = async (): Promise<ReloadOutcome> => {
+    notifier.reloading();
+    const next = loadConfig({ configPath: options.configPath, env, overrides: options.overrides });
+    if (!next.ok) {
+      logger.error('configuration reload refused; the running configuration stays in force', {
+        detail: next.detail,
+      });
+      metrics.countReload('refused');
+      notifier.ready(`reload refused (${next.detail}); ${readyStatus(latest)}`);
+      return { ok: false, reason: 'config_invalid', detail: next.detail };
+    }
+    const plan = planReload(config, next.config);
+    applyLiveKeys(config, next.config, plan);
+    levelSwitch.level = config.logLevel;
+    syncJournal();
+    if (plan.live.length > 0) configurationView = 'live';
+    if (plan.live.length > 0) {
+      // The probe reports the limits and egress the next turn gets: run it against the new values.
+      try {
+        await probe('check');
+      } catch (error) {
+        logger.error('probe after reload failed', { error: (error as Error).message });
+      }
+    }
+    logger.info('configuration reloaded', {
+      file: next.sources.file,
+      applied: plan.live,
+      needsRestart: plan.restart,
+    });
+    if (plan.restart.length > 0)
+      logger.warn('configuration changes wait for a restart (systemctl restart turnhost)', {
+        needsRestart: plan.restart,
+      });
+    metrics.countReload('applied');
+    notifier.ready(readyStatus(latest));
+    return { ok: true, applied: plan.live, needsRestart: plan.restart };
+  };
+  // One reload at a time, each reading the file afresh: a SIGHUP sent during a reload (after a
+  // second edit) gets a reload of its own instead of being folded into one that read too early.
+  let reloads: Promise<unknown> = Promise.resolve();
+  const reload = (): Promise<ReloadOutcome> => {
+    const next = reloads.then(reloadOnce);
+    reloads = next.catch(() => undefined);
+    return next;
+  };
+
   let closing: Promise<void> | undefined;
   const close = (): Promise<void> => {
     closing ??= (async () => {
+      notifier.stopping();
       for (const step of cleanup.reverse()) await step();
       logger.info('stopped');
     })();
     return closing;
   };
-  return ok({ daemon: { config, sources, http: http.server, close } });
+  return ok({ daemon: { config, sources, http: http.server, metricsAddress, reload, close } });
+}
+
+/** One line for systemd's STATUS=: per mode available or its requirement. */
+export function probeSummary(status: WorkerHostStatus | null): string {
+  if (status === null) return 'worker host unknown (the boot probe failed; run turnhost check)';
+  const mode = (name: 'ordinary' | 'restricted'): string => {
+    const availability = status[name];
+    if (availability === undefined) return `${name} disabled`;
+    return availability.available
+      ? `${name} available`
+      : `${name} UNAVAILABLE: ${availability.requirement ?? 'unknown'}`;
+  };
+  return `${mode('ordinary')}; ${mode('restricted')}; identity ${status.identity}`;
+}
+
+function readyStatus(status: WorkerHostStatus | null): string {
+  return `serving; ${probeSummary(status)}`;
 }

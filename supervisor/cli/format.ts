@@ -8,8 +8,35 @@ function table(rows: Array<[string, string]>): string {
   return rows.map(([label, value]) => `${label.padEnd(width)}  ${value}`).join('\n') + '\n';
 }
 
-function mode(availability: ModeAvailability | undefined): string {
-  if (availability === undefined) return 'not probed';
+/** Bytes as a binary-prefixed size: 2147483648 → "2 GiB", 1536 → "1.5 KiB". */
+export function humanBytes(bytes: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
+  let value = bytes;
+  let unit = 0;
+  while (Math.abs(value) >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  const text = unit === 0 || Number.isInteger(value) ? String(value) : value.toFixed(1).replace(/\.0$/, '');
+  return `${text} ${units[unit]}`;
+}
+
+/** Limits measured in bytes (the others are counts, or CPUs for cpu). */
+const BYTE_LIMITS = new Set(['memory', 'data', 'file_size']);
+
+function limitValue(limit: string, value: number): string {
+  if (BYTE_LIMITS.has(limit)) return humanBytes(value);
+  if (limit === 'cpu') return `${value} CPU${value === 1 ? '' : 's'}`;
+  return String(value);
+}
+
+/**
+ * A mode's line. The probes report `restricted` only when the configuration turns it on, so an
+ * absent `restricted` is a mode the operator disabled, not one that failed to be probed.
+ */
+function mode(availability: ModeAvailability | undefined, name: 'ordinary' | 'restricted'): string {
+  if (availability === undefined)
+    return name === 'restricted' ? 'disabled (modes.restricted.enabled is false)' : 'not probed';
   const when = `(${availability.trigger}, ${availability.checkedAt})`;
   return availability.available
     ? `available ${when}`
@@ -19,8 +46,8 @@ function mode(availability: ModeAvailability | undefined): string {
 export function workerHostRows(status: WorkerHostStatus | null): Array<[string, string]> {
   if (status === null) return [['worker host', 'UNKNOWN: the boot probe failed; run `turnhost check`']];
   const rows: Array<[string, string]> = [
-    ['ordinary', mode(status.ordinary)],
-    ['restricted', mode(status.restricted)],
+    ['ordinary', mode(status.ordinary, 'ordinary')],
+    ['restricted', mode(status.restricted, 'restricted')],
     [
       'identity',
       status.identity === undefined
@@ -32,7 +59,7 @@ export function workerHostRows(status: WorkerHostStatus | null): Array<[string, 
   for (const limit of status.limits.enforced)
     rows.push([
       `limit ${limit.limit}`,
-      `enforced ${limit.value} (${limit.source}${limit.backend ? `, ${limit.backend}` : ''})`,
+      `enforced ${limitValue(limit.limit, limit.value)} (${limit.source}${limit.backend ? `, ${limit.backend}` : ''})`,
     ]);
   for (const limit of status.limits.absent)
     rows.push([`limit ${limit.limit}`, `absent: ${limit.reason} (${limit.source})`]);
@@ -56,6 +83,11 @@ export function workerHostRows(status: WorkerHostStatus | null): Array<[string, 
         : `UNAVAILABLE: ${status.governed.detail ?? status.governed.reason ?? ''}`,
     ],
   );
+  if (status.governed.configurationView !== undefined)
+    rows.push([
+      'configuration',
+      status.governed.configurationView === 'live' ? 'live (reloaded since start)' : 'startup',
+    ]);
   return rows;
 }
 
@@ -86,7 +118,7 @@ export function formatStatus(answer: StatusAnswer): string {
     ['software', `turnhost ${answer.software.release} (commit ${answer.software.sourceCommit})`],
     [
       'host',
-      `${answer.host.distro}, kernel ${answer.host.kernel}, ${answer.host.cpus} CPUs, ${(answer.host.memoryBytes / 2 ** 30).toFixed(1)} GiB`,
+      `${answer.host.distro}, kernel ${answer.host.kernel}, ${answer.host.cpus} CPUs, ${humanBytes(answer.host.memoryBytes)}`,
     ],
     ['uptime', `${Math.round(answer.uptime)} s`],
     [

@@ -14,21 +14,11 @@ import type { TurnRequest } from '../turns/types.js';
 import { apiRequest, expectOk, openWebSocket, resolveConnection, type Connection } from './client.js';
 import { CliExit, EXIT } from './exit-codes.js';
 import { formatEvent, formatStatus, formatWorkerHost } from './format.js';
+import { COMMAND_HELP, USAGE } from './help.js';
+import { bashCompletion } from './completion.js';
 import { runLocal, runRemote } from './run.js';
-
-const USAGE = `usage: turnhost <command> [options]
-
-  serve   [--config FILE] [--listen HOST:PORT] [--socket PATH] [--data-dir DIR] [--log-level L]
-  status  [--json]                       what the running supervisor reports
-  check   [--json]                       re-run the worker-host probes (exit 4 when ordinary is unavailable)
-  events  [--session S] [--turn T] [--kind K] [--after ID] [--limit N] [--follow] [--json]
-  run     [--mode M] [--tty] [--timeout S] [--cwd DIR] [--env K=V]... [--allow HOST]...
-          [--limit NAME=VALUE]... [--session S] [--turn-id ID] [--json] [--local] -- CMD ARGS...
-
-client options: --server URL (http://HOST:PORT or unix:/PATH), --data-dir DIR, --config FILE
-exit codes: 0 ok, 1 failed, 2 usage, 3 not found, 4 unavailable/unauthenticated, 5 no server,
-            6 refused, 7 capacity, 8 conflict; run: the command's code, 128+signal, 124 timeout, 125 cancelled
-`;
+import { EVENT_KINDS } from '../events/kinds.js';
+import { softwareIdentity } from '../software.js';
 
 type Options = ParseArgsConfig['options'];
 const CONFIG_OPTIONS: Options = {
@@ -64,12 +54,34 @@ const COMMAND_OPTIONS: Record<string, Options> = {
     'turn-id': { type: 'string' },
     local: { type: 'boolean' },
   },
+  completion: { help: { type: 'boolean', short: 'h' } },
 };
+
+/** `turnhost completion`: every command's long options, and the values an option takes. */
+export function completionScript(): string {
+  const commands = Object.fromEntries(
+    Object.entries(COMMAND_OPTIONS).map(([command, options]) => [
+      command,
+      Object.keys(options ?? {})
+        .filter((name) => name !== 'help')
+        .map((name) => `--${name}`),
+    ]),
+  );
+  return bashCompletion({
+    commands,
+    values: {
+      '--mode': ['ordinary', 'restricted'],
+      '--log-level': ['debug', 'info', 'warn', 'error'],
+      '--kind': [...EVENT_KINDS.keys()],
+    },
+  });
+}
 
 type Values = Record<string, string | boolean | string[] | undefined>;
 
-function usage(message: string): CliExit {
-  return new CliExit(EXIT.usage, `turnhost: ${message}\n${USAGE}`);
+function usage(message: string, command?: string): CliExit {
+  const help = command === undefined ? undefined : COMMAND_HELP[command];
+  return new CliExit(EXIT.usage, `turnhost: ${message}\n${help ?? USAGE}`);
 }
 
 function str(values: Values, name: string): string | undefined {
@@ -119,9 +131,14 @@ async function serve(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
   }
   const { daemon } = started;
   await new Promise<void>((resolve) => {
+    // SIGHUP (systemctl reload) re-reads the configuration; without this handler Node's default
+    // action for SIGHUP ends the process at once, leaving the socket file and the turns behind.
+    const reload = (): void => void daemon.reload();
     const stop = (): void => {
+      process.off('SIGHUP', reload);
       void daemon.close().then(resolve);
     };
+    process.on('SIGHUP', reload);
     process.once('SIGTERM', stop);
     process.once('SIGINT', stop);
   });
@@ -167,7 +184,7 @@ async function events(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
     if (!json && page.nextAfter !== null) process.stderr.write(`more events: --after ${page.nextAfter}\n`);
     return EXIT.ok;
   }
-  if (values['limit'] !== undefined) throw usage('--limit does not apply to --follow');
+  if (values['limit'] !== undefined) throw usage('--limit does not apply to --follow', 'events');
   const socket = await openWebSocket(
     connection,
     `/api/governance/events/stream${eventParams(values, ['session', 'turn', 'kind', 'after'])}`,
@@ -193,15 +210,16 @@ async function events(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
 function keyValues(entries: string[], flag: string): Array<[string, string]> {
   return entries.map((entry) => {
     const at = entry.indexOf('=');
-    if (at <= 0) throw usage(`${flag} ${entry}: expected NAME=VALUE`);
+    if (at <= 0) throw usage(`${flag} ${entry}: expected NAME=VALUE`, 'run');
     return [entry.slice(0, at), entry.slice(at + 1)];
   });
 }
 
 export function buildTurnRequest(values: Values, argv: string[], cwd: string): TurnRequest {
-  if (argv.length === 0) throw usage('run: missing the command (turnhost run [options] -- CMD ARGS...)');
+  if (argv.length === 0) throw usage('run: missing the command (turnhost run [options] -- CMD ARGS...)', 'run');
   const mode = str(values, 'mode') ?? 'ordinary';
-  if (mode !== 'ordinary' && mode !== 'restricted') throw usage(`--mode: expected ordinary or restricted, not ${mode}`);
+  if (mode !== 'ordinary' && mode !== 'restricted')
+    throw usage(`--mode: expected ordinary or restricted, not ${mode}`, 'run');
   const request: TurnRequest = {
     sessionId: str(values, 'session') ?? `cli-${randomBytes(6).toString('hex')}`,
     mode,
@@ -214,7 +232,7 @@ export function buildTurnRequest(values: Values, argv: string[], cwd: string): T
   const timeout = str(values, 'timeout');
   if (timeout !== undefined) {
     if (!/^[0-9]+(\.[0-9]+)?$/.test(timeout) || Number(timeout) <= 0)
-      throw usage('--timeout: expected a positive number of seconds');
+      throw usage('--timeout: expected a positive number of seconds', 'run');
     request.timeoutSeconds = Number(timeout);
   }
   const env = keyValues(list(values, 'env'), '--env');
@@ -234,7 +252,7 @@ async function run(values: Values, positionals: string[], env: NodeJS.ProcessEnv
   const request = buildTurnRequest(values, positionals, process.cwd());
   const options = { request, json: values['json'] === true };
   if (values['local']) {
-    if (values['server'] !== undefined) throw usage('--local and --server exclude each other');
+    if (values['server'] !== undefined) throw usage('--local and --server exclude each other', 'run');
     return runLocal({ configPath: str(values, 'config'), overrides: configOverrides(values), env }, options);
   }
   return runRemote(connect(values, env), options);
@@ -243,8 +261,14 @@ async function run(values: Values, positionals: string[], env: NodeJS.ProcessEnv
 export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
   const [command, ...rest] = argv;
   if (command === undefined || command === 'help' || command === '--help' || command === '-h') {
-    print(USAGE);
+    const topic = command === 'help' ? rest[0] : undefined;
+    print(topic !== undefined && COMMAND_HELP[topic] !== undefined ? COMMAND_HELP[topic] : USAGE);
     return command === undefined ? EXIT.usage : EXIT.ok;
+  }
+  if (command === '--version' || command === '-V') {
+    const software = softwareIdentity();
+    print(`turnhost ${software.release} (commit ${software.sourceCommit})\n`);
+    return EXIT.ok;
   }
   const options = COMMAND_OPTIONS[command];
   if (options === undefined) throw usage(`unknown command '${command}'`);
@@ -252,13 +276,16 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
   try {
     parsed = parseArgs({ args: rest, options, allowPositionals: command === 'run', strict: true }) as typeof parsed;
   } catch (error) {
-    throw usage((error as Error).message);
+    throw usage((error as Error).message, command);
   }
   if (parsed.values['help']) {
-    print(USAGE);
+    print(COMMAND_HELP[command] ?? USAGE);
     return EXIT.ok;
   }
   switch (command) {
+    case 'completion':
+      print(completionScript());
+      return EXIT.ok;
     case 'serve':
       return serve(parsed.values, env);
     case 'status':

@@ -86,7 +86,8 @@ export function defaultConfig(options: { installed: boolean; cwd: string }): Tur
     listen: { tcp: DEFAULT_LISTEN, socket: null, allowNonLoopback: false },
     apiToken: null,
     logLevel: 'info',
-    events: { unboundRetentionDays: 30 },
+    events: { unboundRetentionDays: 30, journal: false },
+    metrics: { listen: null },
     identityHelper: { path: null, configPath: null },
     modes: { restricted: { enabled: false } },
     limits: { processes: 512, open_files: 4096, file_size: '4G', memory: '2G', pids: 512, cpu: 1, tmp_size: '512M' },
@@ -170,7 +171,8 @@ export const CONFIG_SCHEMA: ObjectSchema = {
         : 'expected 16-512 printable ASCII characters without spaces',
     ),
     logLevel: oneOf('debug', 'info', 'warn', 'error'),
-    events: { fields: { unboundRetentionDays: positiveInteger } },
+    events: { fields: { unboundRetentionDays: positiveInteger, journal: boolean } },
+    metrics: { fields: { listen: orNull(tcpAddress) } },
     identityHelper: { fields: { path: orNull(absolutePath), configPath: orNull(absolutePath) } },
     modes: { fields: { restricted: { fields: { enabled: boolean } } } },
     limits: {
@@ -294,6 +296,8 @@ export const ENV_OVERRIDES: ReadonlyArray<{ name: string; key: string; parse: En
   { name: 'TURNHOST_IDENTITY_HELPER_CONFIG', key: 'identityHelper.configPath', parse: asNullableString },
   { name: 'TURNHOST_RESTRICTED_ENABLED', key: 'modes.restricted.enabled', parse: asBoolean },
   { name: 'TURNHOST_UNBOUND_RETENTION_DAYS', key: 'events.unboundRetentionDays', parse: asInteger },
+  { name: 'TURNHOST_EVENTS_JOURNAL', key: 'events.journal', parse: asBoolean },
+  { name: 'TURNHOST_METRICS_LISTEN', key: 'metrics.listen', parse: asNullableString },
   { name: 'TURNHOST_MAX_CONCURRENT_TURNS', key: 'turns.maxConcurrent', parse: asInteger },
   { name: 'TURNHOST_WORKSPACE_ROOTS', key: 'turns.workspaceRoots', parse: asPathList },
   { name: 'TURNHOST_PROBE_PROC_ROOT', key: 'probeRoots.proc', parse: asString },
@@ -360,6 +364,11 @@ function checkCombination(config: TurnhostConfig): string | null {
     const address = parseHostPort(config.listen.tcp);
     if (address !== null && !isLoopbackHost(address.host) && !config.listen.allowNonLoopback)
       return `listen.tcp: ${config.listen.tcp} is not a loopback address; set listen.allowNonLoopback to true to serve beyond this host`;
+  }
+  if (config.metrics.listen !== null) {
+    const address = parseHostPort(config.metrics.listen);
+    if (address !== null && !isLoopbackHost(address.host))
+      return `metrics.listen: ${config.metrics.listen} is not a loopback address; the metrics listener takes no token and serves this host only`;
   }
   if (config.turns.defaultTimeoutSeconds > config.turns.maxTimeoutSeconds)
     return 'turns.defaultTimeoutSeconds: must not exceed turns.maxTimeoutSeconds';

@@ -35,6 +35,12 @@ export interface TurnhostConfig {
   events: {
     /** Days to keep events with no session. */
     unboundRetentionDays: number;
+    /** Also send each committed event to the systemd journal as a structured entry. */
+    journal: boolean;
+  };
+  metrics: {
+    /** A separate loopback "HOST:PORT" serving only GET /metrics without the token, or null. */
+    listen: string | null;
   };
   identityHelper: {
     /** Absolute path of the identity helper, or null for shared_uid mode. */

@@ -16,6 +16,11 @@ import type { HostFacts } from './host-facts.js';
 import { refuseBody, route } from './routing.js';
 import { registerTurnRoutes } from './turn-routes.js';
 import { registerHostWriteRoute } from './host-write-route.js';
+import type { Activity } from '../observe/activity.js';
+import type { Metrics } from '../observe/metrics.js';
+import { registerMetricsRoute } from './metrics-route.js';
+import { registerStatusPage } from './status-page.js';
+import type { UiSessions } from './ui-session.js';
 
 export interface SoftwareIdentity {
   release: string;
@@ -35,6 +40,12 @@ export interface AppDeps {
   software: SoftwareIdentity;
   host: HostFacts;
   token: string;
+  /** `GET /metrics` is served when given. */
+  metrics?: Metrics;
+  /** `GET /api/activity` (running turns, recent denials and events) is served when given. */
+  activity?: Activity;
+  /** The operator status page: its files' directory and the sign-in sessions. */
+  statusPage?: { uiDir: string; sessions: UiSessions };
 }
 
 /** WebSocket paths answer 426 to plain HTTP. */
@@ -100,8 +111,10 @@ export function createApp(deps: AppDeps): Express {
     },
   });
   app.use(publicRoutes);
+  if (deps.statusPage !== undefined)
+    registerStatusPage(app, { ...deps.statusPage, token: deps.token, logger: deps.logger });
 
-  app.use(requireToken(deps.token));
+  app.use(requireToken(deps.token, deps.statusPage?.sessions));
   // Host writes: ahead of the 1 MiB body cap; the route enforces config.fs.hostWriteMaxBytes itself.
   if (deps.turns !== undefined)
     registerHostWriteRoute(app, {
@@ -150,6 +163,19 @@ export function createApp(deps: AppDeps): Express {
     },
   });
   route(api, '/api/governance/events/stream', { get: upgradeRequired });
+  if (deps.activity !== undefined) {
+    const activity = deps.activity;
+    route(api, '/api/activity', {
+      get: (_req, res) => {
+        res.json({
+          runningTurns: activity.runningTurns(),
+          recentDenials: activity.recentDenials(),
+          recentEvents: activity.recentEvents(),
+        });
+      },
+    });
+  }
+  if (deps.metrics !== undefined) registerMetricsRoute(api, deps.metrics);
   if (deps.turns !== undefined) {
     registerTurnRoutes(api, deps.turns);
     route(api, '/api/turns/:id/attach', { get: upgradeRequired });

@@ -6,6 +6,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import type { RequestHandler } from 'express';
 import { sendError } from './errors.js';
+import { sessionFromCookie, type UiSessions } from './ui-session.js';
 
 const digest = (value: string): Buffer => createHash('sha256').update(value, 'utf8').digest();
 
@@ -29,9 +30,20 @@ export function isAuthorized(headers: IncomingHttpHeaders, expected: string): bo
 export const UNAUTHENTICATED_MESSAGE =
   'a valid bearer token is required (Authorization: Bearer <token from <dataDir>/api-token>)';
 
-export function requireToken(expected: string): RequestHandler {
+/** A status-page session (ui-session.ts) authorizes safe methods only; anything else needs the token. */
+export function sessionAuthorizes(
+  method: string,
+  headers: IncomingHttpHeaders,
+  sessions: UiSessions | undefined,
+): boolean {
+  return (
+    sessions !== undefined && (method === 'GET' || method === 'HEAD') && sessions.valid(sessionFromCookie(headers))
+  );
+}
+
+export function requireToken(expected: string, sessions?: UiSessions): RequestHandler {
   return (req, res, next) => {
-    if (isAuthorized(req.headers, expected)) return next();
+    if (isAuthorized(req.headers, expected) || sessionAuthorizes(req.method, req.headers, sessions)) return next();
     res.setHeader('WWW-Authenticate', 'Bearer');
     sendError(res, 401, 'unauthenticated', UNAUTHENTICATED_MESSAGE);
   };

@@ -8,6 +8,7 @@ import type { Response } from 'express';
 export type ErrorCode =
   | 'invalid_request'
   | 'unauthenticated'
+  | 'forbidden'
   | 'not_found'
   | 'method_not_allowed'
   | 'body_too_large'

@@ -14,7 +14,8 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import type { Logger } from '../../core/log.js';
 import type { EventQuery, EventStore, GovernanceEvent } from '../events/types.js';
 import type { TurnAttachment, TurnManager, TurnStreamEvent } from '../turns/types.js';
-import { isAuthorized, UNAUTHENTICATED_MESSAGE } from './auth.js';
+import { isAuthorized, sessionAuthorizes, UNAUTHENTICATED_MESSAGE } from './auth.js';
+import { sameOrigin, type UiSessions } from './ui-session.js';
 import { MAX_BODY_BYTES, type ErrorCode } from './errors.js';
 import { eventMatches, MAX_EVENT_PAGE, parseEventQuery } from './event-query.js';
 import { TURN_ID_PARAM } from './turn-routes.js';
@@ -33,6 +34,8 @@ export interface UpgradeDeps {
   store: EventStore;
   turns?: TurnManager;
   token: string;
+  /** The status page's sessions may open the event stream, from a page of this origin only. */
+  statusPage?: { sessions: UiSessions };
 }
 
 export interface UpgradeHandler {
@@ -189,7 +192,11 @@ export function createUpgradeHandler(deps: UpgradeDeps): UpgradeHandler {
     handle(req, socket, head) {
       socket.on('error', () => socket.destroy());
       const url = new URL(req.url ?? '/', 'http://localhost');
-      if (!isAuthorized(req.headers, deps.token))
+      const bySession =
+        url.pathname === EVENTS_STREAM_PATH &&
+        sessionAuthorizes(req.method ?? '', req.headers, deps.statusPage?.sessions) &&
+        sameOrigin(req.headers, { required: true });
+      if (!isAuthorized(req.headers, deps.token) && !bySession)
         return rejectUpgrade(socket, 401, 'unauthenticated', UNAUTHENTICATED_MESSAGE);
       if (req.method !== 'GET') return rejectUpgrade(socket, 405, 'method_not_allowed', 'WebSocket upgrades use GET');
 

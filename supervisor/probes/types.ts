@@ -56,6 +56,8 @@ export interface GovernedStatus {
   identity?: IdentityMode;
   workerUid?: number;
   egress: { active: boolean; detail: string };
+  /** Whether this status describes the startup configuration or one a reload changed (set by the daemon). */
+  configurationView?: 'startup' | 'live';
 }
 
 /** One kernel facility the boundary depends on. */

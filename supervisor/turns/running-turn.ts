@@ -163,6 +163,8 @@ export class Turn implements RunningTurn {
         command: path.basename(this.request.argv[0] ?? ''),
         cgroup: details.cgroup,
         limits: details.limits,
+        // From the request to the command started: the metrics' launch latency.
+        launchMs: Date.now() - Date.parse(this.record.createdAt),
       }),
     );
     this.resolveLaunched({ ok: true, turn: this });

@@ -23,9 +23,13 @@ export interface WorkerSpec {
   policy: EgressPolicy;
 }
 
-export function workerKey(spec: Pick<WorkerSpec, 'mode' | 'cwd' | 'limits' | 'egressAdditions'>): string {
+export function workerKey(spec: Pick<WorkerSpec, 'mode' | 'cwd' | 'limits' | 'egressAdditions' | 'policy'>): string {
   const limits = Object.entries(spec.limits).sort(([a], [b]) => a.localeCompare(b));
-  return JSON.stringify([spec.mode, spec.cwd, limits, [...spec.egressAdditions].sort()]);
+  // The policy is part of the key: a worker prepared before a configuration reload changed the
+  // allowlist holds a proxy with the old policy and must not serve a turn resolved under the new one.
+  const { allow, deny, inference, allowAddressRanges } = spec.policy;
+  const policy = [allow, deny, inference, allowAddressRanges].map((entries) => entries.map((entry) => entry.text));
+  return JSON.stringify([spec.mode, spec.cwd, limits, [...spec.egressAdditions].sort(), policy]);
 }
 
 /** The worker spec of a request, or the field that makes it invalid. */

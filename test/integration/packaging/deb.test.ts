@@ -105,6 +105,7 @@ t.test('the package builds with the documented control fields', async (t) => {
   t.match(fields, /^Package: turnhost$/m);
   t.match(fields, /^Depends: .*nodejs \(>= 20\)/m, 'depends on Debian nodejs 20');
   t.match(fields, /^Depends: .*adduser/m);
+  t.match(fields, /^Depends: .*systemd \(>= 254\)/m, 'systemd with DelegateSubgroup= (the unit needs it)');
   t.match(fields, /^Depends: .*libc6 \(>= /m, 'shared-library dependencies from dpkg-shlibdeps');
 });
 
@@ -133,6 +134,13 @@ t.test('files, owners and modes', async (t) => {
     '/usr/share/man/man8/turnhost.8.gz',
     '/usr/share/doc/turnhost/copyright',
     '/usr/share/doc/turnhost/changelog.Debian.gz',
+    '/usr/share/bash-completion/completions/turnhost',
+    '/usr/lib/turnhost/ui/index.html',
+    '/usr/lib/turnhost/ui/login.html',
+    '/usr/lib/turnhost/ui/app.js',
+    '/usr/lib/turnhost/ui/login.js',
+    '/usr/lib/turnhost/ui/app.css',
+    '/usr/lib/turnhost/node_modules/prom-client/package.json',
   ];
   for (const file of mustExist) t.ok(contents.has(file), `${file} is shipped`);
 
@@ -218,6 +226,19 @@ t.test('the launcher runs from the unpacked tree', async (t) => {
   t.match(help.stdout, /usage: turnhost <command>/);
 });
 
+t.test('the shipped bash completion completes commands and options', async (t) => {
+  const script = path.join(tree, 'usr/share/bash-completion/completions/turnhost');
+  const complete = (words: string[]): string[] =>
+    run('bash', [
+      '-c',
+      `source ${script}; COMP_WORDS=(${words.join(' ')}); COMP_CWORD=${words.length - 1}; _turnhost; printf '%s\\n' "\${COMPREPLY[@]}"`,
+    ])
+      .stdout.split('\n')
+      .filter(Boolean);
+  t.same(complete(['turnhost', 'ch']), ['check']);
+  t.same(complete(['turnhost', 'serve', '--log-l']), ['--log-level']);
+});
+
 t.test('the man page renders without warnings', async (t) => {
   const man = run('man', ['--warnings', '-l', path.join(tree, 'usr/share/man/man8/turnhost.8.gz')], {
     env: { ...process.env, MANWIDTH: '80', LC_ALL: 'C.UTF-8' },
@@ -253,6 +274,10 @@ t.test('systemd-analyze verify accepts the unit', async (t) => {
 t.test('the unit is hardened without disabling the setuid helper', async (t) => {
   const unit = unitSettings(fs.readFileSync(path.join(tree, UNIT), 'utf8'));
   const required: Record<string, string> = {
+    Type: 'notify',
+    NotifyAccess: 'main',
+    ExecReload: '/bin/kill -HUP $MAINPID',
+    WatchdogSec: '60s',
     User: 'turnhost',
     Group: 'turnhost',
     Delegate: 'yes',

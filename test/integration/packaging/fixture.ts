@@ -19,6 +19,7 @@ const SOURCES = [
   'proxy',
   'identity-helper/src',
   'bin',
+  'ui',
   'docs/operator.md',
   'package.json',
   'package-lock.json',

@@ -21,13 +21,17 @@ const deb = packageUnderTest();
 // The throwaway root is this host's root: its nodejs must be a dpkg package that satisfies the
 // Depends line (deb.test.ts checks that line). Where node came from elsewhere, only that
 // dependency is forced, and the run says so.
-const nodejsPackaged = nodejsPackageMajor() === process.versions.node.split('.')[0];
-const DPKG_INSTALL = nodejsPackaged ? 'dpkg -i' : 'dpkg -i --force-depends';
+// The same for systemd: the unit needs >= 254 (DelegateSubgroup=), and Debian 12 build machines
+// have 252; the maintainer scripts do not depend on it.
+const nodejsPackaged = packageVersion('nodejs')?.split('.')[0] === process.versions.node.split('.')[0];
+const systemdNewEnough = Number(packageVersion('systemd')?.split('.')[0] ?? 0) >= 254;
+const DPKG_INSTALL = nodejsPackaged && systemdNewEnough ? 'dpkg -i' : 'dpkg -i --force-depends';
 if (!nodejsPackaged) t.comment('this node is not the dpkg package nodejs: installing with --force-depends');
+if (!systemdNewEnough) t.comment('this host has systemd < 254: installing with --force-depends');
 
-function nodejsPackageMajor(): string | null {
-  const query = spawnSync('dpkg-query', ['-W', '-f=${Version}', 'nodejs'], { encoding: 'utf8' });
-  return query.status === 0 ? (query.stdout.split('.')[0] ?? null) : null;
+function packageVersion(name: string): string | null {
+  const query = spawnSync('dpkg-query', ['-W', '-f=${Version}', name], { encoding: 'utf8' });
+  return query.status === 0 ? query.stdout : null;
 }
 
 // $1: the root's directory (upper, work, merged, pkg); $2: the script to run inside. pivot_root

@@ -66,15 +66,16 @@ await check('dpkg -i turnhost installs and configures the package', () => {
   comment(`turnhost ${status}`);
 });
 
-await check('systemctl is-active turnhost: active, and the supervisor answers /api/health', async () => {
+await check('turnhost.service is Type=notify and active, and then answers /api/health at once', async () => {
   const state = run(['systemctl', 'is-active', UNIT]).stdout.trim();
   expect(state === 'active', `${UNIT} is ${state}`, {
     status: run(['systemctl', 'status', UNIT, '--no-pager']).stdout,
   });
-  await waitFor('the supervisor to answer /api/health', 180, async () => {
-    const response = await fetch('http://127.0.0.1:7707/api/health');
-    return response.ok ? true : undefined;
-  });
+  const type = sh(`systemctl show -p Type --value ${UNIT}`).trim();
+  expect(type === 'notify', `Type=${type}`);
+  // postinst's start returned only after READY=1, which comes after the listeners are bound.
+  const response = await fetch('http://127.0.0.1:7707/api/health');
+  expect(response.ok, `GET /api/health answered ${response.status} while the unit is active`);
 });
 
 await check('the helper is root:turnhost 4750 through dpkg-statoverride', () => {
@@ -157,6 +158,73 @@ await check('turnhost events --json has worker_launch and worker_exit', () => {
   const page = JSON.parse(expectSuccess(['turnhost', 'events', '--json', '--limit', '500']).stdout);
   const kinds = new Set(page.events.map((event) => event.kind));
   expect(kinds.has('worker_launch') && kinds.has('worker_exit'), 'missing worker events', { kinds: [...kinds] });
+});
+
+const nodeLines = (args) =>
+  sh(`journalctl -u ${UNIT} --no-pager -o json ${args}`)
+    .split('\n')
+    .filter((line) => line.trim() !== '')
+    .map((line) => JSON.parse(line))
+    .map((entry) => String(entry.MESSAGE))
+    // The supervisor's own lines are JSON (its comm is the launcher's name, turnhost; systemd's
+    // lines about the unit are plain text).
+    .filter((message) => message.startsWith('{'));
+
+await check('systemctl reload turnhost: same process, still active, a reload line in the journal', async () => {
+  const pid = mainPid();
+  expectSuccess(['systemctl', 'reload', UNIT]);
+  await waitFor('the reload line', 120, () =>
+    nodeLines('').some((line) => line.includes('"msg":"configuration reloaded"')) ? true : undefined,
+  );
+  expect(mainPid() === pid, 'reload restarted the supervisor');
+  expect(run(['systemctl', 'is-active', UNIT]).stdout.trim() === 'active', 'not active after the reload');
+});
+
+await check('journalctl -p warning -u turnhost leaves out the info lines', () => {
+  const all = nodeLines('');
+  const warnings = nodeLines('-p warning');
+  expect(
+    all.some((line) => line.includes('"msg":"listening"')),
+    'no listening line at all',
+    { all: all.slice(0, 5) },
+  );
+  expect(
+    warnings.every((line) => /"level":"(warn|error)"/.test(line)),
+    'a line below warning passes -p warning',
+    { warnings: warnings.filter((line) => !/"level":"(warn|error)"/.test(line)).slice(0, 5) },
+  );
+  comment(`supervisor lines: ${all.length}, at warning or above: ${warnings.length}`);
+});
+
+await check('the bash completion is installed where bash-completion finds it', () => {
+  const script = '/usr/share/bash-completion/completions/turnhost';
+  expect(fs.existsSync(script), `${script} is missing`);
+  const words = run([
+    'bash',
+    '-c',
+    `source ${script}; COMP_WORDS=(turnhost ev); COMP_CWORD=1; _turnhost; echo "\${COMPREPLY[@]}"`,
+  ]);
+  expect(words.stdout.trim() === 'events', `completed to ${words.stdout.trim()}`);
+});
+
+await check('kill -9 of the main process: Restart=on-failure brings the unit back (DelegateSubgroup)', async () => {
+  const pid = mainPid();
+  expectSuccess(['kill', '-9', String(pid)]);
+  await waitFor(
+    'a new main process, active',
+    240,
+    () => {
+      const now = mainPid();
+      return now > 0 && now !== pid && run(['systemctl', 'is-active', UNIT]).stdout.trim() === 'active'
+        ? true
+        : undefined;
+    },
+    2000,
+  );
+  const response = await fetch('http://127.0.0.1:7707/api/health');
+  expect(response.ok, `GET /api/health answered ${response.status} after the restart`);
+  const cgroup = fs.readFileSync(`/proc/${mainPid()}/cgroup`, 'utf8').trim();
+  expect(cgroup.endsWith(`/${UNIT}/supervisor`), 'the new main process is not in <unit>/supervisor', { cgroup });
 });
 
 await check('dpkg -r turnhost stops the unit and keeps data, user and range', () => {

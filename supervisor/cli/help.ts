@@ -1,0 +1,91 @@
+/** The usage texts of `turnhost --help` and of each `turnhost <command> --help`. */
+
+export const CLIENT_OPTIONS_HELP = `client options:
+  --server URL      http://HOST:PORT or unix:/PATH (default: the configured listener)
+  --data-dir DIR    where the API token is read (default: the configured data directory)
+  --config FILE     the configuration that names the listener and data directory`;
+
+export const EXIT_CODES_HELP = `exit codes: 0 ok, 1 failed, 2 usage, 3 not found, 4 unavailable/unauthenticated, 5 no server,
+            6 refused, 7 capacity, 8 conflict; run: the command's code, 128+signal, 124 timeout, 125 cancelled`;
+
+export const USAGE = `usage: turnhost <command> [options]
+       turnhost <command> --help
+       turnhost --version
+
+  serve   [--config FILE] [--listen HOST:PORT] [--socket PATH] [--data-dir DIR] [--log-level L]
+  status  [--json]                       what the running supervisor reports
+  check   [--json]                       re-run the worker-host probes (exit 4 when ordinary is unavailable)
+  events  [--session S] [--turn T] [--kind K] [--after ID] [--limit N] [--follow] [--json]
+  run     [--mode M] [--tty] [--timeout S] [--cwd DIR] [--env K=V]... [--allow HOST]...
+          [--limit NAME=VALUE]... [--session S] [--turn-id ID] [--json] [--local] -- CMD ARGS...
+  completion                             print the bash completion script
+
+client options: --server URL (http://HOST:PORT or unix:/PATH), --data-dir DIR, --config FILE
+${EXIT_CODES_HELP}
+`;
+
+export const COMMAND_HELP: Record<string, string> = {
+  serve: `usage: turnhost serve [--config FILE] [--listen HOST:PORT|none] [--socket PATH|none] [--data-dir DIR] [--log-level L]
+
+Runs the supervisor in the foreground (the systemd unit runs it), logging JSON lines to stderr.
+SIGHUP re-reads the configuration and applies what can change live; SIGTERM and SIGINT stop it.
+
+  --config FILE       configuration file (default: /etc/turnhost/turnhost.json when installed)
+  --listen HOST:PORT  loopback TCP listener, or none
+  --socket PATH       unix socket listener, or none
+  --data-dir DIR      database, API token and fallback log
+  --log-level L       debug, info, warn or error
+`,
+  status: `usage: turnhost status [--json] [client options]
+
+Prints what the running supervisor reports: software, host, event store, worker host (per mode,
+identity, limits), prepared workers. --json prints the GET /api/status answer (sizes in bytes).
+
+${CLIENT_OPTIONS_HELP}
+`,
+  check: `usage: turnhost check [--json] [client options]
+
+Re-runs the worker-host probes and prints, per mode, whether it is available and otherwise the
+missing requirement. Exits 4 when ordinary mode is unavailable.
+
+${CLIENT_OPTIONS_HELP}
+`,
+  events: `usage: turnhost events [--session S] [--turn T] [--kind K] [--after ID] [--limit N] [--follow] [--json] [client options]
+
+Lists governance events, oldest first; --follow streams new ones until interrupted.
+
+  --session S   only this session's events
+  --turn T      only this turn's events
+  --kind K      only this kind (worker_launch, egress_denial, ...)
+  --after ID    events with a larger id (with --follow: replay those first)
+  --limit N     at most N events (1-1000, default 100); not with --follow
+  --follow, -f  stream new events over the WebSocket
+  --json        one JSON document (--follow: one event per line)
+
+${CLIENT_OPTIONS_HELP}
+`,
+  run: `usage: turnhost run [options] -- CMD ARGS...
+
+Runs one turn through the running supervisor and exits with the command's exit code.
+
+  --mode M            ordinary (default) or restricted
+  --tty               a pseudo-terminal of this terminal's size
+  --timeout S         seconds before the turn is stopped
+  --cwd DIR           working directory inside a workspace root (default: the current directory)
+  --env K=V           an environment variable for the command (repeatable)
+  --allow HOST        an allowlist addition the configuration permits (repeatable)
+  --limit NAME=VALUE  a lower limit for this turn, e.g. memory=512M (repeatable)
+  --session S         the session id (default: cli-<random>)
+  --turn-id ID        the turn id (default: generated)
+  --json              print only { turnId, ...TurnResult }
+  --local             run in-process without a server (refused while one holds the data directory)
+
+${CLIENT_OPTIONS_HELP}
+${EXIT_CODES_HELP}
+`,
+  completion: `usage: turnhost completion
+
+Prints the bash completion script (the package installs it as
+/usr/share/bash-completion/completions/turnhost).
+`,
+};

@@ -1,0 +1,264 @@
+/**
+ * Prometheus metrics (prom-client) for `GET /metrics`, every one derived from what the
+ * supervisor already records or reports: the governance event stream (through the activity
+ * view), the turn manager's prepared-worker counts, the event store's status and the latest
+ * worker-host probe. Nothing here instruments the turn lifecycle. docs/operator.md lists every
+ * metric with its meaning.
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { TurnhostConfig } from '../config/types.js';
+import type { EventStore, GovernanceEvent } from '../events/types.js';
+import type { WorkerHostStatus } from '../probes/types.js';
+import type { TurnManager } from '../turns/types.js';
+import type { Activity } from './activity.js';
+
+export interface MetricsSources {
+  config: TurnhostConfig;
+  store: EventStore;
+  activity: Activity;
+  latestStatus: () => WorkerHostStatus | null;
+  turns?: TurnManager;
+  /** Journal sends, when `events.journal` has been on. */
+  journalCounts?: () => { sent: number; failed: number };
+}
+
+export interface Metrics {
+  registry: Registry;
+  /** The text exposition format, and its content type. */
+  render(): Promise<{ contentType: string; body: string }>;
+  /** A configuration reload: applied or refused. */
+  countReload(result: 'applied' | 'refused'): void;
+  close(): void;
+}
+
+/** Launch latency buckets, seconds: a prepared worker is claimed in ~20 ms, a fresh start takes ~120 ms (docs/launch-performance.md), a loaded or slow host seconds. */
+export const LAUNCH_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+/** Label values come from the supervisor's own fixed vocabularies; anything else is folded into "other". */
+const labelValue = (value: unknown): string =>
+  typeof value === 'string' && /^[A-Za-z0-9_]{1,48}$/.test(value) ? value : 'other';
+const TURNS_REMEMBERED = 4096;
+const MODES = ['ordinary', 'restricted'] as const;
+
+export function createMetrics(sources: MetricsSources): Metrics {
+  const registry = new Registry();
+  const registers = [registry];
+  collectDefaultMetrics({ register: registry });
+
+  new Gauge({
+    name: 'turnhost_turns_running',
+    help: 'Turns whose command started (worker_launch) and has not exited yet (worker_exit).',
+    registers,
+    collect() {
+      this.set(sources.activity.runningTurns().length);
+    },
+  });
+  new Gauge({
+    name: 'turnhost_turns_capacity',
+    help: 'Turns that may run at once (turns.maxConcurrent); more are answered 429.',
+    registers,
+    collect() {
+      this.set(sources.config.turns.maxConcurrent);
+    },
+  });
+  const launches = new Counter({
+    name: 'turnhost_turn_launches_total',
+    help: 'Turn launches by outcome: started (worker_launch), refused (worker_host_refusal for a turn), failed (a worker_exit with neither).',
+    labelNames: ['outcome'],
+    registers,
+  });
+  const launchSeconds = new Histogram({
+    name: 'turnhost_turn_launch_seconds',
+    help: 'From the turn request to its command started (worker_launch payload launchMs).',
+    buckets: LAUNCH_BUCKETS,
+    registers,
+  });
+  const finished = new Counter({
+    name: 'turnhost_turns_finished_total',
+    help: 'Turns that ended, by result status (worker_exit).',
+    labelNames: ['status'],
+    registers,
+  });
+  if (sources.turns !== undefined) {
+    const turns = sources.turns;
+    new Gauge({
+      name: 'turnhost_prepared_workers',
+      help: 'Workers booted ahead of their turn, by state (ready to be claimed, starting).',
+      labelNames: ['state'],
+      registers,
+      collect() {
+        const counts = turns.preparedWorkers();
+        this.set({ state: 'ready' }, counts.ready);
+        this.set({ state: 'starting' }, counts.starting);
+      },
+    });
+  }
+  const oomKills = new Counter({
+    name: 'turnhost_oom_kills_total',
+    help: 'OOM kills inside turn cgroups (worker_exit usage.oomKills).',
+    registers,
+  });
+  const limitHits = new Counter({
+    name: 'turnhost_limit_hits_total',
+    help: 'Turns that hit a limit, by limit hit (worker_exit limitHits: memory_oom, pids_max, cpu_throttled, ...).',
+    labelNames: ['limit'],
+    registers,
+  });
+  const egressConnections = new Counter({
+    name: 'turnhost_egress_connections_total',
+    help: 'Egress proxy forward requests and CONNECT tunnels, by outcome and scope (egress_connection).',
+    labelNames: ['outcome', 'scope'],
+    registers,
+  });
+  const egressDenials = new Counter({
+    name: 'turnhost_egress_denials_total',
+    help: 'Egress requests the proxy refused, by reason (egress_denial).',
+    labelNames: ['reason'],
+    registers,
+  });
+  const egressBytes = new Counter({
+    name: 'turnhost_egress_bytes_total',
+    help: 'Bytes relayed by the egress proxies, by direction (egress_connection bytesUp / bytesDown).',
+    labelNames: ['direction'],
+    registers,
+  });
+  const appended = new Counter({
+    name: 'turnhost_events_appended_total',
+    help: 'Governance events committed to the database, by kind.',
+    labelNames: ['kind'],
+    registers,
+  });
+  new Gauge({
+    name: 'turnhost_events_fallback_pending',
+    help: 'Events waiting in the fallback log for replay (the database could not take them).',
+    registers,
+    collect() {
+      this.set(sources.store.status().fallbackPendingEvents);
+    },
+  });
+  new Gauge({
+    name: 'turnhost_events_fallback_active',
+    help: '1 while events written since the last replay sit in the fallback log.',
+    registers,
+    collect() {
+      this.set(sources.store.status().fallbackActive ? 1 : 0);
+    },
+  });
+  new Gauge({
+    name: 'turnhost_worker_host_mode_available',
+    help: 'Latest probe answer per mode: 1 available, 0 unavailable, disabled or not probed.',
+    labelNames: ['mode'],
+    registers,
+    collect() {
+      const status = sources.latestStatus();
+      for (const mode of MODES) this.set({ mode }, status?.[mode]?.available === true ? 1 : 0);
+    },
+  });
+  new Gauge({
+    name: 'turnhost_worker_host_mode_enabled',
+    help: 'Whether the configuration turns a mode on (restricted: modes.restricted.enabled).',
+    labelNames: ['mode'],
+    registers,
+    collect() {
+      this.set({ mode: 'ordinary' }, 1);
+      this.set({ mode: 'restricted' }, sources.config.modes.restricted.enabled ? 1 : 0);
+    },
+  });
+  new Gauge({
+    name: 'turnhost_worker_host_checked_timestamp_seconds',
+    help: 'When the latest probe of each mode ran (Unix time).',
+    labelNames: ['mode'],
+    registers,
+    collect() {
+      const status = sources.latestStatus();
+      for (const mode of MODES) {
+        const checkedAt = status?.[mode]?.checkedAt;
+        if (checkedAt !== undefined) this.set({ mode }, Date.parse(checkedAt) / 1000);
+      }
+    },
+  });
+  const reloads = new Counter({
+    name: 'turnhost_config_reloads_total',
+    help: 'Configuration reloads (SIGHUP), by result: applied, or refused (the configuration did not validate).',
+    labelNames: ['result'],
+    registers,
+  });
+  if (sources.journalCounts !== undefined) {
+    const counts = sources.journalCounts;
+    new Gauge({
+      name: 'turnhost_journal_entries',
+      help: 'Governance events sent to the journal (events.journal) since boot, by result (sent, failed).',
+      labelNames: ['result'],
+      registers,
+      collect() {
+        const { sent, failed } = counts();
+        this.set({ result: 'sent' }, sent);
+        this.set({ result: 'failed' }, failed);
+      },
+    });
+  }
+
+  // Series that exist from the start, so rates and alerts see 0 rather than no data.
+  for (const outcome of ['started', 'refused', 'failed']) launches.inc({ outcome }, 0);
+  for (const direction of ['up', 'down']) egressBytes.inc({ direction }, 0);
+  for (const result of ['applied', 'refused']) reloads.inc({ result }, 0);
+
+  // Per-turn launch bookkeeping: bounded, a turn is forgotten at its worker_exit.
+  const launched = new Set<string>();
+  const refused = new Set<string>();
+  const remember = (set: Set<string>, key: string): void => {
+    set.add(key);
+    if (set.size > TURNS_REMEMBERED) set.delete(set.values().next().value as string);
+  };
+
+  const take = (event: GovernanceEvent): void => {
+    appended.inc({ kind: labelValue(event.kind) });
+    const p = event.payload;
+    const key = event.turnId === null ? null : `${event.sessionId ?? ''}\u0000${event.turnId}`;
+    switch (event.kind) {
+      case 'worker_launch':
+        launches.inc({ outcome: 'started' });
+        if (key !== null) remember(launched, key);
+        if (typeof p['launchMs'] === 'number' && p['launchMs'] >= 0) launchSeconds.observe(p['launchMs'] / 1000);
+        break;
+      case 'worker_host_refusal':
+        if (p['trigger'] !== 'turn') break;
+        launches.inc({ outcome: 'refused' });
+        if (key !== null) remember(refused, key);
+        break;
+      case 'worker_exit': {
+        if (key !== null && !launched.has(key) && !refused.has(key)) launches.inc({ outcome: 'failed' });
+        if (key !== null) {
+          launched.delete(key);
+          refused.delete(key);
+        }
+        finished.inc({ status: labelValue(p['status']) });
+        const usage = p['usage'] as Record<string, unknown> | undefined;
+        const kills = usage?.['oomKills'];
+        if (typeof kills === 'number' && kills > 0) oomKills.inc(kills);
+        if (Array.isArray(p['limitHits'])) for (const hit of p['limitHits']) limitHits.inc({ limit: labelValue(hit) });
+        break;
+      }
+      case 'egress_connection':
+        egressConnections.inc({ outcome: labelValue(p['outcome']), scope: labelValue(p['scope']) });
+        if (typeof p['bytesUp'] === 'number') egressBytes.inc({ direction: 'up' }, p['bytesUp']);
+        if (typeof p['bytesDown'] === 'number') egressBytes.inc({ direction: 'down' }, p['bytesDown']);
+        break;
+      case 'egress_denial':
+        egressDenials.inc({ reason: labelValue(p['reason']) });
+        break;
+    }
+  };
+  const unsubscribe = sources.activity.onEvent(take);
+
+  return {
+    registry,
+    async render() {
+      return { contentType: registry.contentType, body: await registry.metrics() };
+    },
+    countReload: (result) => reloads.inc({ result }),
+    close() {
+      unsubscribe();
+      registry.clear();
+    },
+  };
+}

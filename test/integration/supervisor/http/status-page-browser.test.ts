@@ -1,0 +1,150 @@
+/**
+ * The operator status page end to end in a real browser: Debian's chromium (never a downloaded
+ * build) driven by playwright-core, against real daemons on loopback. Sign-in with the token;
+ * an unavailable mode shows its requirement; a running turn appears and disappears; an egress
+ * denial appears live. Screenshots are kept in .tap/screenshots/status-page/ (CI keeps .tap/).
+ */
+import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import t from 'tap';
+import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { createMemoryLogger } from '../../../../core/log.js';
+import { startDaemon, type DaemonHandle } from '../../../../supervisor/daemon.js';
+import { stopTapInjectingIntoChildren } from '../../../support/no-tap-inject.js';
+
+const CHROMIUM = '/usr/bin/chromium';
+const CHROMIUM_FLAGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--no-first-run',
+];
+const TOKEN = 'status-page-browser-test-token-0123456789';
+const repoRoot = path.resolve(import.meta.dirname, '../../../..');
+const screenshots = path.join(repoRoot, '.tap', 'screenshots', 'status-page');
+
+stopTapInjectingIntoChildren();
+if (!fs.existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: scripts/install-deps.sh installs chromium`);
+fs.mkdirSync(screenshots, { recursive: true });
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-browser-'));
+fs.chmodSync(dir, 0o755);
+t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+async function daemon(name: string, config: Record<string, unknown>, turns: boolean): Promise<DaemonHandle> {
+  const file = path.join(dir, `${name}.json`);
+  fs.writeFileSync(
+    file,
+    JSON.stringify({
+      dataDir: path.join(dir, name),
+      apiToken: TOKEN,
+      listen: { tcp: '127.0.0.1:0', socket: null, allowNonLoopback: false },
+      ...config,
+    }),
+  );
+  const started = await startDaemon({ configPath: file, env: {}, logger: createMemoryLogger('warn').logger, turns });
+  if (!started.ok) throw new Error(`${name}: ${started.detail}`);
+  t.teardown(() => started.daemon.close());
+  return started.daemon;
+}
+
+const base = (d: DaemonHandle): string => `http://127.0.0.1:${d.http.tcp!.port}`;
+
+const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-chromium-profile-'));
+t.teardown(() => fs.rmSync(userDataDir, { recursive: true, force: true }));
+const context: BrowserContext = await chromium.launchPersistentContext(userDataDir, {
+  executablePath: CHROMIUM,
+  headless: true,
+  args: CHROMIUM_FLAGS,
+});
+t.teardown(() => context.close());
+
+async function signIn(page: Page, at: string): Promise<void> {
+  await page.goto(`${at}/ui/`);
+  await page.waitForURL(`${at}/ui/login`);
+  await page.fill('#token', 'not-the-token-at-all');
+  await page.click('#sign-in');
+  await page.waitForURL(`${at}/ui/login#failed`);
+  await page.locator('#failed').waitFor({ state: 'visible' });
+  await page.fill('#token', TOKEN);
+  await page.click('#sign-in');
+  await page.waitForURL(`${at}/ui/`);
+}
+
+t.test('an unavailable mode shows its requirement', async (t) => {
+  const broken = await daemon(
+    'broken',
+    { identityHelper: { path: '/nonexistent/turnhost-identity-helper', configPath: null } },
+    false,
+  );
+  const page = await context.newPage();
+  await signIn(page, base(broken));
+  const ordinary = page.locator('#mode-ordinary');
+  await ordinary.locator('td.unavailable').waitFor();
+  const text = await ordinary.textContent();
+  t.match(text, /unavailable/);
+  t.match(text, /identity helper \/nonexistent\/turnhost-identity-helper does not exist/, 'the requirement, verbatim');
+  t.match(await page.locator('#mode-restricted').textContent(), /disabled.*modes\.restricted\.enabled is false/);
+  const cookies = await context.cookies(base(broken));
+  t.match(cookies, [{ name: 'turnhost_session', httpOnly: true, sameSite: 'Strict' }]);
+  t.notOk(
+    // A string, evaluated in the page: the test's own TypeScript has no DOM types.
+    await page.evaluate("document.cookie.includes('turnhost_session')"),
+    'scripts cannot read the session cookie',
+  );
+  await page.screenshot({ path: path.join(screenshots, '1-unavailable-mode.png'), fullPage: true });
+  await page.close();
+});
+
+t.test('a running turn appears and disappears; a denial appears live', async (t) => {
+  const workspace = path.join(dir, 'workspace');
+  fs.mkdirSync(workspace, { mode: 0o777 });
+  fs.chmodSync(workspace, 0o777);
+  const live = await daemon('live', { turns: { workspaceRoots: [workspace], preparedWorkers: 0 } }, true);
+  const page = await context.newPage();
+  await signIn(page, base(live));
+  await page.locator('#connection.live').waitFor();
+  t.equal(await page.locator('#running-turns tbody tr').count(), 0, 'no turn runs yet');
+
+  const script =
+    "const port = process.env.HTTP_PROXY.split(':')[2];" +
+    "require('http').get({ host: '127.0.0.1', port, path: 'http://denied.example.test/', headers: { host: 'denied.example.test' } }, (r) => r.resume());";
+  const created = await new Promise<{ turn: { id: string } }>((resolve, reject) => {
+    const body = JSON.stringify({
+      sessionId: 'browser',
+      mode: 'ordinary',
+      cwd: workspace,
+      argv: ['/bin/sh', '-c', `${process.execPath} -e "${script}"; while [ ! -e stop ]; do sleep 0.1; done`],
+    });
+    const req = http.request(
+      `${base(live)}/api/turns`,
+      { method: 'POST', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' } },
+      (res) => {
+        let text = '';
+        res.on('data', (chunk: Buffer) => (text += chunk.toString()));
+        res.on('end', () => (res.statusCode === 201 ? resolve(JSON.parse(text)) : reject(new Error(text))));
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+  const id = created.turn.id;
+  const row = page.locator(`#running-turns tr[data-turn-id="${id}"]`);
+  await row.waitFor();
+  t.match(await row.textContent(), /browser.*ordinary.*sh/, 'the running turn, live');
+  const denial = page.locator('#denials li[data-host="denied.example.test"]');
+  await denial.waitFor();
+  t.match(await denial.textContent(), /egress_denial .*host=denied\.example\.test .*reason=not_allowlisted/);
+  await page.screenshot({ path: path.join(screenshots, '2-running-turn-and-denial.png'), fullPage: true });
+
+  fs.writeFileSync(path.join(workspace, 'stop'), '');
+  await row.waitFor({ state: 'detached' });
+  t.ok(await page.locator('#no-running-turns').isVisible(), 'the turn is gone once it ended');
+  t.ok(await page.locator('#events li[data-kind="worker_exit"]').count(), 'its worker_exit is in the live events');
+  await page.screenshot({ path: path.join(screenshots, '3-turn-ended.png'), fullPage: true });
+  await page.close();
+});

@@ -1,0 +1,190 @@
+// The operator status page: the worker host per mode, limits, running turns, recent denials and
+// events, kept current by the governance event stream. Everything shown is set with textContent:
+// event payloads carry hosts and paths chosen by turn commands and are never parsed as HTML.
+'use strict';
+
+const MAX_EVENTS = 100;
+const MAX_DENIALS = 50;
+const BYTE_LIMITS = new Set(['memory', 'data', 'file_size']);
+
+function element(tag, text, className) {
+  const node = document.createElement(tag);
+  if (text !== undefined) node.textContent = String(text);
+  if (className !== undefined) node.className = className;
+  return node;
+}
+
+function row(cells) {
+  const tr = document.createElement('tr');
+  for (const cell of cells) tr.append(cell instanceof Node ? cell : element('td', cell));
+  return tr;
+}
+
+function humanBytes(bytes) {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return `${Number.isInteger(value) ? value : value.toFixed(1)} ${units[unit]}`;
+}
+
+async function getJson(path) {
+  const response = await fetch(path, { credentials: 'same-origin', cache: 'no-store' });
+  if (response.status === 401) {
+    window.location.assign('/ui/login');
+    throw new Error('signed out');
+  }
+  if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
+  return response.json();
+}
+
+function renderModes(workerHost) {
+  const body = document.querySelector('#modes tbody');
+  body.replaceChildren();
+  for (const mode of ['ordinary', 'restricted']) {
+    const availability = workerHost === null ? undefined : workerHost[mode];
+    let state;
+    if (availability === undefined) state = element('td', mode === 'restricted' ? 'disabled' : 'unknown', 'disabled');
+    else
+      state = element(
+        'td',
+        availability.available ? 'available' : 'unavailable',
+        availability.available ? 'available' : 'unavailable',
+      );
+    const tr = row([
+      mode,
+      state,
+      availability?.requirement ??
+        (availability === undefined && mode === 'restricted' ? 'modes.restricted.enabled is false' : ''),
+      availability?.checkedAt ?? '',
+    ]);
+    tr.id = `mode-${mode}`;
+    body.append(tr);
+  }
+}
+
+function renderLimits(workerHost) {
+  const body = document.querySelector('#limits tbody');
+  body.replaceChildren();
+  if (workerHost === null) return;
+  for (const limit of workerHost.limits.enforced) {
+    const value = BYTE_LIMITS.has(limit.limit) ? humanBytes(limit.value) : String(limit.value);
+    body.append(
+      row([limit.limit, 'enforced', value, limit.backend ? `${limit.source} (${limit.backend})` : limit.source]),
+    );
+  }
+  for (const limit of workerHost.limits.absent) body.append(row([limit.limit, 'absent', limit.reason, limit.source]));
+}
+
+async function refreshStatus() {
+  const status = await getJson('/api/status');
+  const workerHost = status.runtime.workerHost;
+  document.getElementById('software').textContent =
+    `${status.software.release} (${status.software.sourceCommit.slice(0, 12)})`;
+  renderModes(workerHost);
+  renderLimits(workerHost);
+  document.getElementById('identity').textContent =
+    workerHost === null
+      ? 'The boot probe failed: run turnhost check.'
+      : `Identity ${workerHost.identity}${workerHost.workerUid !== undefined ? `, worker uid ${workerHost.workerUid}` : ''}.`;
+  const view = workerHost?.governed?.configurationView;
+  document.getElementById('configuration').textContent =
+    view === 'live' ? 'Configuration: reloaded since start (live).' : 'Configuration: as at start.';
+}
+
+const running = new Map();
+
+function renderRunning() {
+  const body = document.querySelector('#running-turns tbody');
+  body.replaceChildren();
+  for (const turn of running.values()) {
+    const tr = row([turn.turnId, turn.sessionId ?? '', turn.mode, turn.command, turn.workerUid ?? '', turn.startedAt]);
+    tr.dataset.turnId = turn.turnId;
+    body.append(tr);
+  }
+  document.getElementById('no-running-turns').hidden = running.size > 0;
+}
+
+function describe(event) {
+  const p = event.payload ?? {};
+  const details = ['host', 'port', 'reason', 'status', 'mode', 'requirement', 'outcome', 'command']
+    .filter((key) => p[key] !== undefined && p[key] !== null && typeof p[key] !== 'object')
+    .map((key) => `${key}=${p[key]}`)
+    .join(' ');
+  return `${event.id} ${event.at} ${event.kind} ${event.turnId ?? '-'} ${details}`;
+}
+
+function prepend(list, text, max, attributes) {
+  const item = element('li', text);
+  for (const [name, value] of Object.entries(attributes)) item.dataset[name] = value;
+  list.prepend(item);
+  while (list.children.length > max) list.lastElementChild.remove();
+}
+
+function takeEvent(event) {
+  prepend(document.getElementById('events'), describe(event), MAX_EVENTS, { kind: event.kind, id: String(event.id) });
+  if (event.kind === 'egress_denial')
+    prepend(document.getElementById('denials'), describe(event), MAX_DENIALS, { host: String(event.payload.host) });
+  if (event.kind === 'worker_launch') {
+    running.set(event.turnId, {
+      turnId: event.turnId,
+      sessionId: event.sessionId,
+      mode: event.payload.mode,
+      command: event.payload.command,
+      workerUid: event.payload.workerUid,
+      startedAt: event.at,
+    });
+    renderRunning();
+  } else if (event.kind === 'worker_exit') {
+    running.delete(event.turnId);
+    renderRunning();
+  } else if (event.kind === 'worker_host_refusal') {
+    refreshStatus().catch(() => undefined);
+  }
+}
+
+async function refreshActivity() {
+  const activity = await getJson('/api/activity');
+  running.clear();
+  for (const turn of activity.runningTurns) running.set(turn.turnId, turn);
+  renderRunning();
+  const denials = document.getElementById('denials');
+  denials.replaceChildren();
+  for (const event of activity.recentDenials)
+    prepend(denials, describe(event), MAX_DENIALS, { host: String(event.payload.host) });
+  const events = document.getElementById('events');
+  events.replaceChildren();
+  for (const event of activity.recentEvents)
+    prepend(events, describe(event), MAX_EVENTS, { kind: event.kind, id: String(event.id) });
+}
+
+function connect() {
+  const badge = document.getElementById('connection');
+  const scheme = window.location.protocol === 'https:' ? 'wss' : 'ws';
+  const socket = new WebSocket(`${scheme}://${window.location.host}/api/governance/events/stream`);
+  socket.addEventListener('open', () => {
+    badge.textContent = 'live';
+    badge.className = 'badge live';
+    // Events committed before the stream opened are in the activity answer.
+    refreshActivity().catch(() => undefined);
+  });
+  socket.addEventListener('message', (message) => {
+    const data = JSON.parse(message.data);
+    if (data.type === 'event') takeEvent(data.event);
+  });
+  socket.addEventListener('close', () => {
+    badge.textContent = 'reconnecting';
+    badge.className = 'badge';
+    setTimeout(connect, 2000);
+  });
+}
+
+document.addEventListener('DOMContentLoaded', () => {
+  refreshStatus()
+    .then(() => connect())
+    .catch(() => undefined);
+  setInterval(() => refreshStatus().catch(() => undefined), 15000);
+});
