@@ -120,6 +120,7 @@ stage_system_files() {
   install -D -m 0644 "$packaging/turnhost.service" "$root/lib/systemd/system/turnhost.service"
   install -D -m 0644 "$packaging/turnhost.json" "$root/etc/turnhost/turnhost.json"
   install -D -m 0644 "$packaging/identity-helper.conf" "$root/etc/turnhost/identity-helper.conf"
+  install -D -m 0644 "$packaging/turnhost.tmpfiles" "$root/usr/lib/tmpfiles.d/turnhost.conf"
   install -d "$root/usr/share/man/man8" "$doc" "$root/usr/share/lintian/overrides"
   gzip -9n < "$packaging/turnhost.8" > "$root/usr/share/man/man8/turnhost.8.gz"
   gzip -9n < "$packaging/debian/changelog" > "$doc/changelog.Debian.gz"

@@ -54,14 +54,19 @@ install_guest_setup() {
     >"$root/etc/systemd/system/turnhost-vmtest-suite.service.d/deb.conf"
 }
 
+# Everything a fresh overlay at $1 needs for this run.
+prepare_overlay() {
+  download_dependencies "$1"
+  install_guest_setup "$1"
+}
+
 main() {
   vm_require_root vm-deb-test
   find_deb
   vm_start_run
   vm_log "image $IMAGE, deb $DEB"
-  download_dependencies "$RUN_DIR/root"
-  install_guest_setup "$RUN_DIR/root"
-  vm_boot_and_report vm-deb-test
+  prepare_overlay "$RUN_DIR/root"
+  vm_boot_and_report vm-deb-test prepare_overlay
 }
 
 main "$@"

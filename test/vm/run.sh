@@ -39,6 +39,15 @@ install_turnhost_setup() {
 
   vm_enable_guest_unit "$root" turnhost-vmtest.service
   install -d -m 1777 "$root/srv/vmwork"
+
+  # The shared_uid supervisor (shared-uid.test.mjs starts it): no helper, the same user.
+  install -D -o 0 -g 0 -m 0644 "$GUEST_DIR/turnhost-shared.json" "$root/etc/turnhost/turnhost-shared.json"
+  install -o 0 -g 0 -m 0644 "$GUEST_DIR/turnhost-vmtest-shared.service" \
+    "$root/etc/systemd/system/turnhost-vmtest-shared.service"
+  install -d -m 1777 "$root/srv/vmwork-shared"
+  mkdir -p "$root/var/lib/turnhost-shared"
+  echo "tmpfs /var/lib/turnhost-shared tmpfs mode=0700,uid=$(chroot "$root" id -u turnhost),gid=$gid,size=64m 0 0" \
+    >>"$root/etc/fstab"
   vm_install_suite_setup "$root" "mode=0700,uid=$(chroot "$root" id -u turnhost),gid=$gid,size=256m"
 }
 
@@ -48,7 +57,7 @@ main() {
   vm_start_run
   vm_log "image $IMAGE"
   install_turnhost_setup "$RUN_DIR/root"
-  vm_boot_and_report vm-test
+  vm_boot_and_report vm-test install_turnhost_setup
 }
 
 main "$@"

@@ -141,6 +141,7 @@ t.test('files, owners and modes', async (t) => {
     '/usr/lib/turnhost/ui/login.js',
     '/usr/lib/turnhost/ui/app.css',
     '/usr/lib/turnhost/node_modules/prom-client/package.json',
+    '/usr/lib/tmpfiles.d/turnhost.conf',
   ];
   for (const file of mustExist) t.ok(contents.has(file), `${file} is shipped`);
 

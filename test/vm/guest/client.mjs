@@ -37,8 +37,11 @@ export async function waitFor(what, seconds, probe, intervalMs = 500) {
   }
 }
 
-function token() {
-  return fs.readFileSync(`${DATA_DIR}/api-token`, 'utf8').trim();
+/** A supervisor the guest talks to: its address and its data directory (for the token). */
+export const MAIN_SUPERVISOR = { baseUrl: BASE_URL, dataDir: DATA_DIR };
+
+function token(target) {
+  return fs.readFileSync(`${target.dataDir}/api-token`, 'utf8').trim();
 }
 
 /**
@@ -47,15 +50,20 @@ function token() {
  * sent ("fetch failed"), which says nothing about the supervisor.
  */
 export function api(method, path, body) {
+  return apiAt(MAIN_SUPERVISOR, method, path, body);
+}
+
+/** `api` against another supervisor of the guest (`target`: { baseUrl, dataDir }). */
+export function apiAt(target, method, path, body) {
   const payload = body === undefined ? undefined : JSON.stringify(body);
   return new Promise((resolve, reject) => {
     const request = http.request(
-      `${BASE_URL}${path}`,
+      `${target.baseUrl}${path}`,
       {
         method,
         agent: false,
         headers: {
-          authorization: `Bearer ${token()}`,
+          authorization: `Bearer ${token(target)}`,
           ...(payload === undefined
             ? {}
             : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) }),
@@ -83,10 +91,10 @@ export function api(method, path, body) {
 }
 
 /** Waits until the supervisor answers /api/health and its token exists. */
-export async function waitForSupervisor(seconds = 180) {
-  return waitFor('the supervisor to answer /api/health', seconds, async () => {
-    if (!fs.existsSync(`${DATA_DIR}/api-token`)) return undefined;
-    const response = await fetch(`${BASE_URL}/api/health`);
+export async function waitForSupervisor(seconds = 180, target = MAIN_SUPERVISOR) {
+  return waitFor(`the supervisor at ${target.baseUrl} to answer /api/health`, seconds, async () => {
+    if (!fs.existsSync(`${target.dataDir}/api-token`)) return undefined;
+    const response = await fetch(`${target.baseUrl}/api/health`);
     return response.ok ? true : undefined;
   });
 }

@@ -92,6 +92,14 @@ await check('the helper is root:turnhost 4750 through dpkg-statoverride', () => 
   );
 });
 
+await check("postinst made the helper's uid lock directory: root's, 0700", () => {
+  const stat = fs.statSync('/run/turnhost-uid-locks');
+  expect(stat.isDirectory() && stat.uid === 0 && (stat.mode & 0o7777) === 0o700, 'wrong owner or mode', {
+    uid: stat.uid,
+    mode: (stat.mode & 0o7777).toString(8),
+  });
+});
+
 await check('/etc/subuid and /etc/subgid reserve a range for turnhost', () => {
   range = subidEntry('/etc/subuid');
   expect(range !== null && range.first > 0 && range.count > 0, 'no turnhost entry in /etc/subuid', {

@@ -164,7 +164,7 @@ await check(
 );
 
 await check(
-  'kill -9 of the supervisor mid-turn, then restart: the stale leaf is reaped, worker_recovered recorded',
+  'kill -9 of the supervisor mid-turn: the turn dies with it; the restart marks it interrupted, no leaf left',
   async () => {
     const created = await createTurn({
       turnId: uniqueId('crash'),
@@ -182,9 +182,10 @@ await check(
     await waitFor(`${SERVICE} to notice its main process died`, 60, () =>
       serviceMainPid() !== pid ? true : undefined,
     );
-    comment(
-      `after kill -9: leaf ${leaf} procs ${JSON.stringify(cgroupProcs(leaf))}; worker processes ${JSON.stringify(processesOfUid(running.workerUid))}`,
-    );
+    // The worker ends when its protocol fd closes, its init with it, and the kernel kills the
+    // rest of the turn's pid namespace: the setsid sleep included.
+    await expectNoProcessesLeft(running.workerUid, 'the supervisor crash (before any restart)');
+    comment(`after kill -9: leaf ${leaf} procs ${JSON.stringify(cgroupProcs(leaf))}`);
     const restarted = sh(`systemctl restart ${SERVICE} 2>&1; echo "exit $?"`);
     expect(restarted.trim().endsWith('exit 0'), 'systemctl restart failed', { restarted, journal: journalTail() });
     await waitForSupervisor(240).catch((error) => expect(false, error.message, { journal: journalTail() }));
@@ -194,12 +195,12 @@ await check(
     });
     comment(`crashed turn: ${JSON.stringify(summary(turn))}`);
     expect(turn.result?.status === 'interrupted', `status ${turn.result?.status}`, summary(turn));
+    // systemd trims the unit's empty cgroups when it stops, so the restart usually finds no leaf
+    // to reap; one it finds is reaped and recorded as worker_recovered.
     const events = await turnEvents(created.id);
     const recovered = events.find((event) => event.kind === 'worker_recovered');
-    expect(recovered !== undefined, 'no worker_recovered event', { kinds: events.map((e) => e.kind) });
-    comment(`worker_recovered: ${JSON.stringify(recovered.payload)}`);
+    comment(recovered ? `worker_recovered: ${JSON.stringify(recovered.payload)}` : 'no leaf was left to recover');
     expect(leafGone(leaf), 'the stale leaf is still there', { leaf, procs: cgroupProcs(leaf) });
-    await expectNoProcessesLeft(running.workerUid, 'the supervisor crash and restart');
   },
 );
 
