@@ -31,7 +31,7 @@ import {
 } from './events.js';
 import { formatAuthority, parseAuthority, type Authority } from './host.js';
 import { peerUid } from './peer-cred.js';
-import { decide, type EgressPolicy } from './policy.js';
+import { decide, deniedAddress, type EgressPolicy } from './policy.js';
 import { Exchange, type Target } from './exchange.js';
 import {
   CONNECT_ESTABLISHED,
@@ -432,6 +432,13 @@ class TurnProxyServer implements TurnProxy {
     if (!resolved.ok) {
       slot.release();
       return resolved;
+    }
+    for (const { address } of resolved.addresses) {
+      const rule = deniedAddress(this.options.policy, address, target.authority.port);
+      if (rule) {
+        slot.release();
+        return fail('denied_by_rule', `${target.authority.host.host} resolves to ${address}, denied by "${rule.text}"`);
+      }
     }
     const dialled = await dialChecked(resolved.addresses, target.authority.port, this.connectTimeoutMs);
     if (!dialled.ok) {

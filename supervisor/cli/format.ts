@@ -44,6 +44,7 @@ export function workerHostRows(status: WorkerHostStatus | null): Array<[string, 
       'identity helper',
       b.identityHelper.path === null ? 'none configured' : `${b.identityHelper.path}: ${b.identityHelper.detail}`,
     ],
+    ['egress', status.governed.egress.detail],
     [
       'governed',
       status.governed.available
