@@ -44,6 +44,7 @@ import {
   type Refused,
 } from './http-messages.js';
 import { UpstreamPool } from './upstream-pool.js';
+import { isSelfConnection, type OwnListeners } from './self-connection.js';
 
 export interface ProxyCaps {
   /** Concurrent connections: client connections to the socket, and upstream connections, each. */
@@ -72,6 +73,11 @@ export interface TurnProxyOptions {
   socketOwnership?: SocketOwnership;
   /** Relays established CONNECT tunnels by splice(2); default this process's kernel relay, null: in Node. */
   kernel?: KernelRelay | null;
+  /**
+   * The supervisor's own TCP listeners (its API): never dialled, whatever the address ranges
+   * allow (self-connection.ts). The proxy adds its own worker listener's port itself.
+   */
+  ownListeners?: OwnListeners;
 }
 
 export type SocketOwnership = 'owner' | 'peer-cred-only';
@@ -179,6 +185,8 @@ class TurnProxyServer implements TurnProxy {
   private readonly http: http.Server;
   private readonly listener: net.Server;
   private workerListener: net.Server | null = null;
+  /** The worker listener's port: in the supervisor's namespace the same number is this host's, never the turn's to dial. */
+  private workerListenerPort: number | null = null;
   private readonly resolver: Resolver;
   private readonly connectTimeoutMs: number;
   private readonly events: EventQueue;
@@ -264,6 +272,8 @@ class TurnProxyServer implements TurnProxy {
     this.workerListener = server;
     try {
       await listening(server, { fd });
+      const address = server.address();
+      if (address !== null && typeof address === 'object') this.workerListenerPort = address.port;
       return ok({});
     } catch (error) {
       closeIfStill(fd, socketInode);
@@ -395,6 +405,12 @@ class TurnProxyServer implements TurnProxy {
     return ok({ target: { authority, method, path, scope: decision.scope } });
   }
 
+  /** The ports a dial to this host must not reach: the supervisor's listeners and this proxy's worker listener. */
+  private ownPorts(): number[] {
+    const ports = this.options.ownListeners?.ports() ?? [];
+    return this.workerListenerPort === null ? ports : [...ports, this.workerListenerPort];
+  }
+
   /** A slot of the upstream connection cap; an idle pooled connection gives its slot up first. */
   private reserveSlot(): Result<{ release: () => void }, 'cap_exceeded'> {
     if (this.upstreamSlots >= this.options.caps.maxConnections) {
@@ -424,10 +440,12 @@ class TurnProxyServer implements TurnProxy {
     const slot = this.reserveSlot();
     if (!slot.ok) return slot;
     const none = { bytesUp: 0, bytesDown: 0, durationMs: 0 };
+    const port = target.authority.port;
     const resolved = await resolveAndCheck(
       target.authority.host,
       this.options.policy.allowAddressRanges,
       this.resolver,
+      (address) => isSelfConnection(address, port, this.ownPorts()),
     );
     if (!resolved.ok) {
       slot.release();

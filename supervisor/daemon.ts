@@ -9,7 +9,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createLogger, type Logger } from '../core/log.js';
 import { fail, ok, type Result } from '../core/result.js';
-import { loadConfig, type ConfigOverrides, type ConfigSources } from './config/load.js';
+import { loadConfig, parseHostPort, type ConfigOverrides, type ConfigSources } from './config/load.js';
 import type { TurnhostConfig } from './config/types.js';
 import { openEventStore } from './events/store.js';
 import { isPinnedScratchName, startScratchPruner } from './fs/scratch.js';
@@ -22,6 +22,7 @@ import type { WorkerHostStatus } from './probes/types.js';
 import { packageRoot, softwareIdentity } from './software.js';
 import type { TurnManager } from './turns/types.js';
 import { runHelperProbe, runHelperView } from './identity/helper-client.js';
+import { OwnListeners } from '../proxy/self-connection.js';
 
 export const DATABASE_FILE = 'turnhost.db';
 export const FALLBACK_LOG_FILE = 'events-fallback.log';
@@ -46,6 +47,8 @@ export interface DaemonHandle {
   config: TurnhostConfig;
   sources: ConfigSources;
   http: HttpServerHandle;
+  /** The supervisor's TCP listeners every turn proxy refuses to dial (proxy/self-connection.ts). */
+  ownListeners: OwnListeners;
   close(): Promise<void>;
 }
 
@@ -134,6 +137,18 @@ function isRoot(): boolean {
 }
 
 /**
+ * The supervisor's own TCP listeners, starting with the configured API address (a nonzero
+ * port): where this configuration's `turnhost serve` listens, which `run --local` must not reach
+ * either. `serve` adds the bound address once it listens.
+ */
+export function supervisorListeners(config: TurnhostConfig): OwnListeners {
+  const listeners = new OwnListeners();
+  const configured = config.listen.tcp === null ? null : parseHostPort(config.listen.tcp);
+  if (configured !== null) listeners.add(configured);
+  return listeners;
+}
+
+/**
  * Builds the production turn manager. The worker entry, the helper probe in
  * the probe context and the database handle are wired here, once, for `serve` and `run --local`.
  */
@@ -142,6 +157,7 @@ export async function createProductionTurnManager(ctx: {
   logger: Logger;
   store: EventStore;
   probeContext: ProbeContext;
+  ownListeners?: OwnListeners;
 }): Promise<Result<{ turns: TurnManager; close(): void }, 'turns_unavailable'>> {
   try {
     const [{ createTurnManager }, { openDatabase }] = await Promise.all([
@@ -157,6 +173,7 @@ export async function createProductionTurnManager(ctx: {
       db: opened.db,
       probeContext: ctx.probeContext,
       worker: { node: process.execPath, entry: workerEntry() },
+      ownListeners: ctx.ownListeners ?? supervisorListeners(ctx.config),
     });
     return ok({ turns, close: () => opened.db.close() });
   } catch (error) {
@@ -239,9 +256,10 @@ export async function startDaemon(
       }),
     );
 
+  const ownListeners = supervisorListeners(config);
   let turns: TurnManager | undefined;
   if (options.turns !== false) {
-    const built = await createProductionTurnManager({ config, logger, store, probeContext });
+    const built = await createProductionTurnManager({ config, logger, store, probeContext, ownListeners });
     if (built.ok) {
       turns = built.turns;
       cleanup.push(
@@ -271,6 +289,7 @@ export async function startDaemon(
     config.listen,
   );
   if (!http.ok) return abort(http);
+  if (http.server.tcp !== null) ownListeners.add(http.server.tcp);
   logger.info('listening', { tcp: http.server.tcp, socket: http.server.socket });
   cleanup.push(() => http.server.close());
 
@@ -282,5 +301,5 @@ export async function startDaemon(
     })();
     return closing;
   };
-  return ok({ daemon: { config, sources, http: http.server, close } });
+  return ok({ daemon: { config, sources, http: http.server, ownListeners, close } });
 }

@@ -12,6 +12,7 @@ import type { LimitSettings, TurnhostConfig } from '../config/types.js';
 import type { ProbeContext } from '../probes/index.js';
 import type { HostWriteRoots, HostWriteTurn } from '../fs/host-write.js';
 import type { RelayReport } from '../../proxy/relay/kernel-relay.js';
+import type { OwnListeners } from '../../proxy/self-connection.js';
 
 export interface TurnRequest {
   sessionId: string;
@@ -129,6 +130,8 @@ export interface TurnManagerDeps {
   runtimeParent?: string;
   /** Name of the turn-cgroup subtree under the supervisor's own cgroup(s); tests use unique names. */
   cgroupSubtreeName?: string;
+  /** The supervisor's own TCP listeners (its API), which no turn's proxy may dial (proxy/self-connection.ts). */
+  ownListeners?: OwnListeners;
   /**
    * Default: euid is 0. Chooses only the turn temp's ownership path (worker-temp.ts); a test sets
    * false to run the non-root path (helper chown at launch, helper reclaim before the purge).
