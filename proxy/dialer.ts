@@ -6,7 +6,9 @@
 import { lookup } from 'node:dns/promises';
 import net from 'node:net';
 import { fail, ok, type Result } from '../core/result.js';
-import type { CanonicalHost } from './host.js';
+import type { Authority, CanonicalHost } from './host.js';
+import { deniedAddress, type EgressPolicy } from './policy.js';
+import { interfaceAddresses, isSelfConnection } from './self-connection.js';
 import {
   classifyAddress,
   cidrContains,
@@ -95,6 +97,41 @@ export async function resolveAndCheck(
     addresses.push(checked.checked);
   }
   return ok({ addresses });
+}
+
+export interface DestinationContext {
+  policy: EgressPolicy;
+  resolver: Resolver;
+  /** Ports of the supervisor's own listeners (self-connection.ts). */
+  ownPorts: readonly number[];
+  /** This host's interface addresses; default: read at the check. */
+  localAddresses?: () => readonly IpAddress[];
+}
+
+/**
+ * Everything checked about where an allowed authority leads, before any connection: each
+ * answer is none of the supervisor's listeners, is of a dialable class (or lifted by a range)
+ * and is no address a deny entry names.
+ */
+export async function checkDestination(
+  authority: Authority,
+  context: DestinationContext,
+): Promise<
+  Result<
+    { addresses: CheckedAddress[] },
+    'resolve_failed' | 'denied_address_class' | 'self_connection' | 'denied_by_rule'
+  >
+> {
+  const { policy, ownPorts, localAddresses = interfaceAddresses } = context;
+  const resolved = await resolveAndCheck(authority.host, policy.allowAddressRanges, context.resolver, (address) =>
+    isSelfConnection(address, authority.port, ownPorts, localAddresses),
+  );
+  if (!resolved.ok) return resolved;
+  for (const { address } of resolved.addresses) {
+    const rule = deniedAddress(policy, address, authority.port);
+    if (rule) return fail('denied_by_rule', `${authority.host.host} resolves to ${address}, denied by "${rule.text}"`);
+  }
+  return resolved;
 }
 
 function connectTo(checked: CheckedAddress, port: number, timeoutMs: number): Promise<net.Socket> {

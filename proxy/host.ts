@@ -149,6 +149,9 @@ export function parseAuthority(
     }
   } else {
     const colon = raw.indexOf(':');
+    // Two colons outside brackets are an IPv6 address without its brackets, never host:port.
+    if (colon >= 0 && raw.indexOf(':', colon + 1) >= 0)
+      return fail('invalid_host', 'an IPv6 host must be in brackets (two colons outside brackets)');
     if (colon >= 0) {
       hostPart = raw.slice(0, colon);
       portPart = raw.slice(colon + 1);

@@ -18,7 +18,7 @@ import type { Logger } from '../core/log.js';
 import { fail, ok, type Result } from '../core/result.js';
 import { ByteBudget } from './relay/byte-budget.js';
 import { kernelRelay, type KernelRelay } from './relay/kernel-relay.js';
-import { resolveAndCheck, dialChecked, systemResolver, type Resolver } from './dialer.js';
+import { checkDestination, dialChecked, systemResolver, type Resolver } from './dialer.js';
 import { EventQueue, type EgressEventSink } from './event-queue.js';
 import {
   connectionEvent,
@@ -31,7 +31,7 @@ import {
 } from './events.js';
 import { formatAuthority, parseAuthority, type Authority } from './host.js';
 import { peerUid } from './peer-cred.js';
-import { decide, deniedAddress, type EgressPolicy } from './policy.js';
+import { decide, type EgressPolicy } from './policy.js';
 import { Exchange, type Target } from './exchange.js';
 import {
   CONNECT_ESTABLISHED,
@@ -44,7 +44,7 @@ import {
   type Refused,
 } from './http-messages.js';
 import { UpstreamPool } from './upstream-pool.js';
-import { isSelfConnection, type OwnListeners } from './self-connection.js';
+import type { OwnListeners } from './self-connection.js';
 
 export interface ProxyCaps {
   /** Concurrent connections: client connections to the socket, and upstream connections, each. */
@@ -440,23 +440,14 @@ class TurnProxyServer implements TurnProxy {
     const slot = this.reserveSlot();
     if (!slot.ok) return slot;
     const none = { bytesUp: 0, bytesDown: 0, durationMs: 0 };
-    const port = target.authority.port;
-    const resolved = await resolveAndCheck(
-      target.authority.host,
-      this.options.policy.allowAddressRanges,
-      this.resolver,
-      (address) => isSelfConnection(address, port, this.ownPorts()),
-    );
+    const resolved = await checkDestination(target.authority, {
+      policy: this.options.policy,
+      resolver: this.resolver,
+      ownPorts: this.ownPorts(),
+    });
     if (!resolved.ok) {
       slot.release();
       return resolved;
-    }
-    for (const { address } of resolved.addresses) {
-      const rule = deniedAddress(this.options.policy, address, target.authority.port);
-      if (rule) {
-        slot.release();
-        return fail('denied_by_rule', `${target.authority.host.host} resolves to ${address}, denied by "${rule.text}"`);
-      }
     }
     const dialled = await dialChecked(resolved.addresses, target.authority.port, this.connectTimeoutMs);
     if (!dialled.ok) {
