@@ -10,6 +10,12 @@
  * on a side is passed on as shutdown(SHUT_WR) of the other side once the pipe is drained; the
  * tunnel ends when both directions have done so, or when a side whose peer is gone (EPOLLHUP)
  * has nothing left to send. Every fd of a tunnel is closed exactly once, in `end`, which also reports it.
+ *
+ * A direction may instead have an exact length (a forward request's body): it reads exactly
+ * that many bytes, never one more (what follows belongs to the next message, or to no one),
+ * passes no EOF on, and an EOF before the last byte ends the tunnel as that side's failure.
+ * Length 0 leaves the side unread by the loop (its owner may go on reading it). A tunnel whose
+ * directions are exact ends 'ok' when both have delivered everything.
  */
 import { errnoName } from '../../core/libc.js';
 import { ByteBudget } from './byte-budget.js';
@@ -55,6 +61,8 @@ export type RelayCommand =
       fds: [number, number];
       /** Bytes to deliver to each side before anything relayed (at most PIPE_CAPACITY each). */
       initial: [Uint8Array | null, Uint8Array | null];
+      /** Bytes to read from side 0 and from side 1: null until its EOF; a number, exactly that many. */
+      lengths?: [number | null, number | null];
       budget: { shared: SharedArrayBuffer; maxBytes: number } | null;
       /** 0: no idle limit. */
       idleTimeoutMs: number;
@@ -88,6 +96,8 @@ interface Direction {
   pipeRead: number;
   pipeWrite: number;
   inPipe: number;
+  /** Bytes still to read for an exact direction; null: read until EOF. */
+  remaining: number | null;
   eof: boolean;
   shut: boolean;
   /** Delivered to the writing side, initial bytes included. */
@@ -101,6 +111,8 @@ interface Tunnel {
   id: number;
   sides: [Side, Side];
   dirs: [Direction, Direction];
+  /** Both directions have exact lengths (a forward body): 'ok' only once both delivered everything. */
+  exact: boolean;
   budget: ByteBudget | null;
   idleTimeoutMs: number;
   lastActivity: number;
@@ -175,10 +187,12 @@ export class SpliceLoop {
   }
 
   private adopt(command: Extract<RelayCommand, { op: 'adopt' }>): void {
-    const direction = (): Direction => ({
+    const lengths = command.lengths ?? [null, null];
+    const direction = (index: SideIndex): Direction => ({
       pipeRead: -1,
       pipeWrite: -1,
       inPipe: 0,
+      remaining: lengths[index],
       eof: false,
       shut: false,
       delivered: 0,
@@ -191,7 +205,8 @@ export class SpliceLoop {
         { fd: command.fds[0], interest: 0, hup: false },
         { fd: command.fds[1], interest: 0, hup: false },
       ],
-      dirs: [direction(), direction()],
+      dirs: [direction(0), direction(1)],
+      exact: lengths[0] !== null && lengths[1] !== null,
       budget: command.budget ? new ByteBudget(command.budget.maxBytes, command.budget.shared) : null,
       idleTimeoutMs: command.idleTimeoutMs,
       lastActivity: this.now,
@@ -270,13 +285,18 @@ export class SpliceLoop {
         tunnel.lastActivity = this.now;
         continue;
       }
-      if (dir.eof) break;
+      if (dir.eof || dir.remaining === 0) break;
       // One byte past the allowance is read so that exceeding it is seen, and never sent.
-      const allowance = tunnel.budget ? Math.min(dir.capacity, tunnel.budget.remaining() + 1) : dir.capacity;
+      let allowance = tunnel.budget ? Math.min(dir.capacity, tunnel.budget.remaining() + 1) : dir.capacity;
+      if (dir.remaining !== null) allowance = Math.min(allowance, dir.remaining);
       const got = this.sys.splice(from.fd, dir.pipeWrite, allowance, SPLICE_FLAGS);
       if (got < 0) return this.blockedOrFailed(tunnel, index);
       if (got === 0) {
         dir.eof = true;
+        if (dir.remaining !== null) {
+          this.end(tunnel, 'side_failed', index, `EOF with ${dir.remaining} bytes of the message still to come`);
+          return false;
+        }
         break;
       }
       tunnel.lastActivity = this.now;
@@ -284,6 +304,7 @@ export class SpliceLoop {
         this.end(tunnel, 'cap_exceeded', null, `the turn used its ${tunnel.budget.maxBytes} bytes`);
         return false;
       }
+      if (dir.remaining !== null) dir.remaining -= got;
       dir.inPipe = got;
     }
     // After the loop, not in it: an EOF seen in the last round, or a pipe emptied in it after the
@@ -304,10 +325,16 @@ export class SpliceLoop {
     return false;
   }
 
-  /** Both directions delivered their EOF, or a side whose peer is gone has sent everything. */
+  /**
+   * Both directions delivered their EOF (or, exact, their last byte), or a side whose peer is
+   * gone has sent everything. An exact tunnel's body must arrive whole: a peer gone before that
+   * shows as a failed write, never as 'ok'.
+   */
   private finished(tunnel: Tunnel): boolean {
     const [first, second] = tunnel.dirs;
-    if (first.shut && second.shut) return true;
+    const done = (dir: Direction): boolean => dir.shut || (dir.remaining === 0 && dir.inPipe === 0);
+    if (done(first) && done(second)) return true;
+    if (tunnel.exact) return false;
     return (tunnel.sides[0].hup && first.shut) || (tunnel.sides[1].hup && second.shut);
   }
 
@@ -317,7 +344,7 @@ export class SpliceLoop {
     const from = tunnel.dirs[index];
     const into = tunnel.dirs[other(index)];
     let wanted = 0;
-    if (!from.eof && from.inPipe === 0) wanted |= EPOLLIN;
+    if (!from.eof && from.inPipe === 0 && from.remaining !== 0) wanted |= EPOLLIN;
     if (into.inPipe > 0) wanted |= EPOLLOUT;
     if (wanted === side.interest) return true;
     // Nothing wanted means not registered at all: a lingering EPOLLHUP would otherwise wake us forever.

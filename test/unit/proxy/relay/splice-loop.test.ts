@@ -79,3 +79,41 @@ t.test("an EOF read in a wake's last round is passed on at once", async (t) => {
   t.same(shutdowns, [[UPSTREAM, SHUT_WR]], "the client's EOF reached the upstream in the same wake");
   t.match(reports, [{ id: 1, outcome: 'aborted', bytes: [7 * CHUNK, 0], eofFrom: [true, false] }]);
 });
+
+t.test('an exact length never asks the socket for a byte past it, and passes no EOF on', async (t) => {
+  const shutdowns: [number, number][] = [];
+  const sys = scriptedSys(shutdowns);
+  const asked: number[] = [];
+  const splice = sys.splice.bind(sys);
+  sys.splice = (fdIn, fdOut, length, flags) => {
+    if (fdIn === CLIENT) asked.push(length);
+    return splice(fdIn, fdOut, length, flags);
+  };
+  const length = 2 * CHUNK + 1000;
+  const commands: RelayCommand[] = [
+    {
+      op: 'adopt',
+      id: 1,
+      fds: [CLIENT, UPSTREAM],
+      initial: [null, null],
+      lengths: [length, 0],
+      budget: null,
+      idleTimeoutMs: 0,
+    },
+    { op: 'stop' },
+  ];
+  const reports: TunnelReport[] = [];
+  new SpliceLoop(
+    WAKE_FD,
+    () => commands.shift(),
+    (report) => reports.push(report),
+    sys,
+  ).run();
+  t.same(asked, [CHUNK, CHUNK, 1000], 'the last read asks for the remainder only');
+  t.same(shutdowns, [], 'no EOF passed on');
+  t.match(
+    reports,
+    [{ id: 1, outcome: 'ok', bytes: [length, 0], eofFrom: [false, false] }],
+    'ends ok, unread upstream untouched',
+  );
+});
