@@ -107,7 +107,9 @@ function egressRelayRows(relay: RelayReport | null | undefined): Array<[string, 
     refused === 0
       ? ''
       : `, ${refused} relayed in Node (not ready ${relay.refused.relay_not_ready}, not adoptable ${relay.refused.not_adoptable})`;
-  return [['egress relay', `${state}, ${relay.adopted} tunnels spliced, ${relay.open} open${fallback}`]];
+  return [
+    ['egress relay', `${state}, ${relay.adopted} spliced (tunnels and forward bodies), ${relay.open} open${fallback}`],
+  ];
 }
 
 function preparedWorkerRows(prepared: { ready: number; starting: number } | undefined): Array<[string, string]> {

@@ -393,7 +393,7 @@ t.test('run through the server and --local', async (t) => {
   });
   t.match(
     turnhost(['status', '--server', server, '--data-dir', dataDir]).stdout,
-    /^egress relay\s+ready, 0 tunnels spliced, 0 open$/m,
+    /^egress relay\s+ready, 0 spliced \(tunnels and forward bodies\), 0 open$/m,
   );
 });
 
