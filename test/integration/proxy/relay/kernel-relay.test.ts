@@ -38,6 +38,7 @@ t.test('relays both ways, initial bytes first, half-close passed on, counts excl
   const relay = await readyRelay();
   const { a, b, tunnel } = await adoptedPair(relay, { initial: [Buffer.from('to-a:'), Buffer.from('to-b:')] });
   t.ok(a.near.destroyed && b.near.destroyed, 'Node no longer holds the adopted sockets');
+  // Past 4 MiB the direction turns bulk and copies through the relay's buffer: both ways of moving it.
   const up = crypto.randomBytes(8 * 1024 * 1024);
   const atB = received(b.far);
   const atA = received(a.far);
@@ -116,29 +117,34 @@ async function bodyPair(): Promise<{
   return { from, to, fds: [source.fd, sink.fd] };
 }
 
-t.test(
-  'an exact length: that many bytes and not one more, no EOF passed on, the kept socket still usable',
-  async (t) => {
-    const relay = await readyRelay();
-    const { from, to, fds } = await bodyPair();
-    const body = crypto.randomBytes(3 * 1024 * 1024 + 17);
-    const adopted = relay.adoptFds(fds, { lengths: [body.length, 0] });
-    if (!adopted.ok) throw new Error(adopted.detail);
-    from.far.on('error', () => {});
-    // The next message follows at once, in the same stream: the relay must leave it unread.
-    from.far.write(Buffer.concat([body, Buffer.from('NEXT MESSAGE')]));
-    const end = await adopted.tunnel.ended;
-    t.same(end, { outcome: 'ok', failedSide: null, detail: '', bytes: [body.length, 0], eofFrom: [false, false] });
-    t.notOk(to.near.destroyed, 'Node still holds the borrowed socket');
-    to.near.end('then Node writes');
-    const arrived = await received(to.far);
-    t.equal(arrived.length, body.length + 'then Node writes'.length, 'exactly the body, then what Node wrote after');
-    t.equal(sha256(arrived.subarray(0, body.length)), sha256(body), 'byte-exact');
-    t.equal(arrived.subarray(body.length).toString(), 'then Node writes', 'no EOF and no extra byte came before it');
-    from.far.destroy();
-    to.near.destroy();
-  },
-);
+// 3 MiB goes through the pipes; 9 MiB is a bulk body, copied through the relay's buffer.
+for (const size of [3 * 1024 * 1024 + 17, 9 * 1024 * 1024 + 17]) {
+  t.test(
+    `an exact length (${size} bytes): that many and not one more, no EOF passed on, the kept socket still usable`,
+    async (t) => {
+      const relay = await readyRelay();
+      const { from, to, fds } = await bodyPair();
+      const body = crypto.randomBytes(size);
+      const adopted = relay.adoptFds(fds, { lengths: [body.length, 0] });
+      if (!adopted.ok) throw new Error(adopted.detail);
+      from.far.on('error', () => {});
+      // Read as it comes: a body larger than the sockets' buffers must not wait for the end.
+      const arriving = received(to.far);
+      // The next message follows at once, in the same stream: the relay must leave it unread.
+      from.far.write(Buffer.concat([body, Buffer.from('NEXT MESSAGE')]));
+      const end = await adopted.tunnel.ended;
+      t.same(end, { outcome: 'ok', failedSide: null, detail: '', bytes: [body.length, 0], eofFrom: [false, false] });
+      t.notOk(to.near.destroyed, 'Node still holds the borrowed socket');
+      to.near.end('then Node writes');
+      const arrived = await arriving;
+      t.equal(arrived.length, body.length + 'then Node writes'.length, 'exactly the body, then what Node wrote after');
+      t.equal(sha256(arrived.subarray(0, body.length)), sha256(body), 'byte-exact');
+      t.equal(arrived.subarray(body.length).toString(), 'then Node writes', 'no EOF and no extra byte came before it');
+      from.far.destroy();
+      to.near.destroy();
+    },
+  );
+}
 
 t.test('an EOF before the exact length ends side_failed naming the side that ended early', async (t) => {
   const relay = await readyRelay();
