@@ -298,8 +298,10 @@ export class SpliceLoop {
     const to = tunnel.sides[other(index)];
     for (let round = 0; round < ROUNDS_PER_WAKE; round++) {
       if (dir.pending > 0) {
-        const moved = dir.buffer
-          ? this.sys.write(to.fd, dir.buffer.subarray(dir.bufferOffset), dir.pending)
+        // A view only for the rest of a partial write: one object per call would keep the GC busy.
+        const held = dir.bufferOffset === 0 ? dir.buffer : dir.buffer?.subarray(dir.bufferOffset);
+        const moved = held
+          ? this.sys.write(to.fd, held, dir.pending)
           : this.sys.splice(dir.pipeRead, to.fd, dir.pending, SPLICE_FLAGS);
         if (moved < 0) return this.blockedOrFailed(tunnel, other(index));
         dir.pending -= moved;
