@@ -293,7 +293,9 @@ export class ForwardRequest {
       if (early.length > 0) upstreamRequest.write(early);
       sent = await flushed(upstream);
     }
-    const lent = sent && !exchange.settled ? borrowFd(upstream) : null;
+    // An answer that came meanwhile ends the upload before it starts, as it would cut it short.
+    if (this.response) upload.cutShort = true;
+    const lent = sent && !exchange.settled && !upload.cutShort ? borrowFd(upstream) : null;
     const adopted =
       lent?.ok === true
         ? ctx.kernel!.adoptFds([readFd, lent.fd], {
@@ -306,7 +308,7 @@ export class ForwardRequest {
       closeFd(readFd);
       if (lent?.ok === true) closeFd(lent.fd);
       this.reusable = false;
-      exchange.abort(adopted ? 'relay_failed' : 'upstream_error');
+      if (!upload.cutShort) exchange.abort(adopted ? 'relay_failed' : 'upstream_error');
     } else {
       this.abortUpload = () => {
         upload.cutShort = true;
