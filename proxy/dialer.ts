@@ -6,7 +6,9 @@
 import { lookup } from 'node:dns/promises';
 import net from 'node:net';
 import { fail, ok, type Result } from '../core/result.js';
-import type { CanonicalHost } from './host.js';
+import type { Authority, CanonicalHost } from './host.js';
+import { deniedAddress, type EgressPolicy } from './policy.js';
+import { interfaceAddresses, isSelfConnection } from './self-connection.js';
 import {
   classifyAddress,
   cidrContains,
@@ -29,7 +31,12 @@ export const systemResolver: Resolver = async (host) => {
 /** More answers than this is refused rather than checked one by one forever. */
 const MAX_ADDRESSES = 64;
 
-export type DialFailure = 'resolve_failed' | 'denied_address_class' | 'connect_failed';
+export type DialFailure = 'resolve_failed' | 'denied_address_class' | 'self_connection' | 'connect_failed';
+
+/** Whether an address, on the port being dialled, is one of the supervisor's own listeners (self-connection.ts). */
+export type OwnListenerCheck = (address: IpAddress) => boolean;
+
+const NO_OWN_LISTENER: OwnListenerCheck = () => false;
 
 export interface CheckedAddress {
   address: string;
@@ -37,17 +44,23 @@ export interface CheckedAddress {
   cls: AddressClass;
 }
 
-/** An address is dialable when its class is public or an operator range covers it. */
+/**
+ * An address is dialable when it is none of the supervisor's own listeners (whatever the
+ * ranges say) and its class is public or an operator range covers it.
+ */
 export function checkAddress(
   text: string,
   allowRanges: readonly Cidr[],
-): Result<{ checked: CheckedAddress }, 'denied_address_class'> {
+  ownListener: OwnListenerCheck = NO_OWN_LISTENER,
+): Result<{ checked: CheckedAddress }, 'denied_address_class' | 'self_connection'> {
   const parsed = parseAddress(text);
   if (parsed === null)
     return fail('denied_address_class', `resolver answer "${text.slice(0, 64)}" is not a plain IP address`);
   const address: IpAddress = unmapIpv4(parsed) ?? parsed;
-  const cls = classifyAddress(address);
   const canonical = formatAddress(address);
+  if (ownListener(address))
+    return fail('self_connection', `${canonical} is this host, on a port the supervisor listens on`);
+  const cls = classifyAddress(address);
   if (cls !== 'public' && !allowRanges.some((range) => cidrContains(range, address))) {
     return fail('denied_address_class', `${canonical} is ${cls} and no egress.allowAddressRanges entry covers it`);
   }
@@ -58,7 +71,8 @@ export async function resolveAndCheck(
   host: CanonicalHost,
   allowRanges: readonly Cidr[],
   resolver: Resolver,
-): Promise<Result<{ addresses: CheckedAddress[] }, 'resolve_failed' | 'denied_address_class'>> {
+  ownListener: OwnListenerCheck = NO_OWN_LISTENER,
+): Promise<Result<{ addresses: CheckedAddress[] }, 'resolve_failed' | 'denied_address_class' | 'self_connection'>> {
   let answers: string[];
   if (host.kind === 'name') {
     try {
@@ -78,11 +92,46 @@ export async function resolveAndCheck(
   // Every answer must pass: a name with one internal address is refused as a whole.
   const addresses: CheckedAddress[] = [];
   for (const answer of answers) {
-    const checked = checkAddress(answer, allowRanges);
-    if (!checked.ok) return fail('denied_address_class', `${host.host}: ${checked.detail}`);
+    const checked = checkAddress(answer, allowRanges, ownListener);
+    if (!checked.ok) return fail(checked.reason, `${host.host}: ${checked.detail}`);
     addresses.push(checked.checked);
   }
   return ok({ addresses });
+}
+
+export interface DestinationContext {
+  policy: EgressPolicy;
+  resolver: Resolver;
+  /** Ports of the supervisor's own listeners (self-connection.ts). */
+  ownPorts: readonly number[];
+  /** This host's interface addresses; default: read at the check. */
+  localAddresses?: () => readonly IpAddress[];
+}
+
+/**
+ * Everything checked about where an allowed authority leads, before any connection: each
+ * answer is none of the supervisor's listeners, is of a dialable class (or lifted by a range)
+ * and is no address a deny entry names.
+ */
+export async function checkDestination(
+  authority: Authority,
+  context: DestinationContext,
+): Promise<
+  Result<
+    { addresses: CheckedAddress[] },
+    'resolve_failed' | 'denied_address_class' | 'self_connection' | 'denied_by_rule'
+  >
+> {
+  const { policy, ownPorts, localAddresses = interfaceAddresses } = context;
+  const resolved = await resolveAndCheck(authority.host, policy.allowAddressRanges, context.resolver, (address) =>
+    isSelfConnection(address, authority.port, ownPorts, localAddresses),
+  );
+  if (!resolved.ok) return resolved;
+  for (const { address } of resolved.addresses) {
+    const rule = deniedAddress(policy, address, authority.port);
+    if (rule) return fail('denied_by_rule', `${authority.host.host} resolves to ${address}, denied by "${rule.text}"`);
+  }
+  return resolved;
 }
 
 function connectTo(checked: CheckedAddress, port: number, timeoutMs: number): Promise<net.Socket> {
@@ -123,9 +172,14 @@ export async function dialChecked(
 export async function resolveAndDial(
   host: CanonicalHost,
   port: number,
-  options: { allowRanges: readonly Cidr[]; resolver: Resolver; connectTimeoutMs: number },
+  options: {
+    allowRanges: readonly Cidr[];
+    resolver: Resolver;
+    connectTimeoutMs: number;
+    ownListener?: OwnListenerCheck;
+  },
 ): Promise<Result<{ socket: net.Socket; address: string }, DialFailure>> {
-  const resolved = await resolveAndCheck(host, options.allowRanges, options.resolver);
+  const resolved = await resolveAndCheck(host, options.allowRanges, options.resolver, options.ownListener);
   if (!resolved.ok) return resolved;
   return dialChecked(resolved.addresses, port, options.connectTimeoutMs);
 }

@@ -22,6 +22,7 @@ export type DenialReason =
   | 'cap_exceeded'
   | 'resolve_failed'
   | 'peer_refused'
+  | 'self_connection'
   | 'turn_ended';
 
 export type ConnectionOutcome =

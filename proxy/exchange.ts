@@ -25,6 +25,13 @@ const TUNNEL_OUTCOMES: Record<TunnelEnd['outcome'], ConnectionOutcome> = {
   relay_failed: 'relay_failed',
 };
 
+/** What a tunnel's end means for its exchange; side 0 is always the client. */
+function outcomeOf(end: TunnelEnd, requestedAbort: ConnectionOutcome | null): ConnectionOutcome {
+  if (end.outcome === 'aborted') return requestedAbort ?? 'turn_ended';
+  if (end.outcome === 'side_failed' && end.failedSide === 0) return 'client_error';
+  return TUNNEL_OUTCOMES[end.outcome];
+}
+
 /**
  * One CONNECT tunnel, or one forward request, and its accounting; records its event exactly
  * once. A tunnel's event comes when its upstream socket closes or, handed to the kernel relay,
@@ -43,6 +50,8 @@ export class Exchange {
    */
   private clientDone = false;
   private tunnel: KernelTunnel | null = null;
+  /** A forward request's upstream socket was handed to the kernel relay: its Node socket's close ends nothing. */
+  private upstreamDetached = false;
   /** What an abort of a spliced tunnel asked for; applied when the kernel relay reports the end. */
   private requestedAbort: ConnectionOutcome | null = null;
   private splicedUp = 0;
@@ -85,14 +94,36 @@ export class Exchange {
   handOff(tunnel: KernelTunnel, queuedUp: number): void {
     this.tunnel = tunnel;
     void tunnel.ended.then((end) => {
-      this.splicedUp = queuedUp + end.bytes[0];
-      this.splicedDown = end.bytes[1];
+      this.splicedUp += queuedUp + end.bytes[0];
+      this.splicedDown += end.bytes[1];
       if (end.eofFrom[0]) this.markClientDone();
-      if (end.outcome === 'aborted') this.cutOff(this.requestedAbort ?? 'turn_ended');
-      else if (end.outcome === 'side_failed' && end.failedSide === 0) this.cutOff('client_error');
-      else this.cutOff(TUNNEL_OUTCOMES[end.outcome]);
+      this.cutOff(outcomeOf(end, this.requestedAbort));
       this.finish();
     });
+  }
+
+  /**
+   * A forward request's body, one way, through the kernel relay (side 0 the client, side 1 the
+   * upstream). Its bytes join the exchange's; the owner decides what its end means (cutBy).
+   */
+  async relayBody(tunnel: KernelTunnel): Promise<TunnelEnd> {
+    this.tunnel = tunnel;
+    const end = await tunnel.ended;
+    this.tunnel = null;
+    this.splicedUp += end.bytes[0];
+    this.splicedDown += end.bytes[1];
+    return end;
+  }
+
+  /** A relayed body that ended otherwise than 'ok' cut the exchange (what an abort asked for, if one did). */
+  cutBy(end: TunnelEnd): void {
+    if (end.outcome !== 'ok') this.cutOff(outcomeOf(end, this.requestedAbort));
+  }
+
+  /** The forward request's upstream Node socket is being destroyed for the kernel relay: the connection lives on there. */
+  detachUpstream(): void {
+    this.upstreamDetached = true;
+    this.socket?.removeListener('close', this.onUpstreamClose);
   }
 
   /**
@@ -127,9 +158,15 @@ export class Exchange {
       return;
     }
     this.cutOff(outcome);
-    // A released connection belongs to the pool, perhaps already to the next request.
-    if (this.released || this.socket === null) this.finish();
+    // A released connection belongs to the pool, perhaps already to the next request; a
+    // detached one closes no Node socket to end the exchange.
+    if (this.released || this.socket === null || this.upstreamDetached) this.finish();
     else this.socket.destroy();
+  }
+
+  /** Whether the exchange was cut (or recorded) already: a forward relay then goes no further. */
+  get settled(): boolean {
+    return this.recorded || this.outcome !== 'ok';
   }
 
   counts(): { bytesUp: number; bytesDown: number; durationMs: number } {

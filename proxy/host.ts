@@ -116,8 +116,10 @@ export function canonicalHost(raw: string): Result<CanonicalHost, 'invalid_host'
   return canonicalName(raw);
 }
 
+/** 1-65535 in plain decimal. A leading zero is no port: `0443` is refused, not read as 443. */
 export function parsePort(raw: string): Result<{ port: number }, 'invalid_port'> {
   if (!/^[0-9]{1,5}$/.test(raw)) return fail('invalid_port', 'the port is not 1-5 digits');
+  if (raw.length > 1 && raw.startsWith('0')) return fail('invalid_port', `port "${raw}" has a leading zero`);
   const port = Number(raw);
   if (port < 1 || port > 65535) return fail('invalid_port', `port ${port} is outside 1-65535`);
   return ok({ port });
@@ -147,6 +149,9 @@ export function parseAuthority(
     }
   } else {
     const colon = raw.indexOf(':');
+    // Two colons outside brackets are an IPv6 address without its brackets, never host:port.
+    if (colon >= 0 && raw.indexOf(':', colon + 1) >= 0)
+      return fail('invalid_host', 'an IPv6 host must be in brackets (two colons outside brackets)');
     if (colon >= 0) {
       hostPart = raw.slice(0, colon);
       portPart = raw.slice(colon + 1);

@@ -92,3 +92,27 @@ export function responseHeaders(rawHeaders: string[]): string[] {
   }
   return out;
 }
+
+const DIGITS = /^[0-9]{1,15}$/;
+
+/**
+ * The body length a request declares, when it is framed by one plain Content-Length and
+ * nothing else; null otherwise (no body, chunked, or anything unusual: those stay with Node).
+ */
+export function declaredRequestLength(req: http.IncomingMessage): number | null {
+  const length = req.headers['content-length'];
+  if (req.headers['transfer-encoding'] !== undefined || length === undefined || !DIGITS.test(length)) return null;
+  return Number(length);
+}
+
+/**
+ * The body length of an answer framed by one plain Content-Length: null for an answer that
+ * has no body whatever its headers say (to HEAD; 1xx, 204, 304) or is framed otherwise.
+ */
+export function declaredResponseLength(response: http.IncomingMessage, method: string): number | null {
+  const status = response.statusCode ?? 0;
+  if (method === 'HEAD' || status < 200 || status === 204 || status === 304) return null;
+  const length = response.headers['content-length'];
+  if (response.headers['transfer-encoding'] !== undefined || length === undefined || !DIGITS.test(length)) return null;
+  return Number(length);
+}

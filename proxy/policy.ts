@@ -1,13 +1,13 @@
 /**
  * The turn's egress policy: allow and deny patterns, inference tagging and the operator's
  * address-range exceptions. Entries are `host`, `*.suffix` (proper subdomains only) and an
- * optional `:port`; an entry without a port allows 80 and 443 only. Deny wins; an empty
- * allowlist allows nothing.
+ * optional `:port`. Without a port, an allow entry allows 80 and 443 only, while a deny entry
+ * refuses every port: a deny list must fail closed. Deny wins; an empty allowlist allows nothing.
  */
 import { fail, ok, type Result } from '../core/result.js';
 import type { WorkerMode } from '../core/modes.js';
 import { canonicalHost, parsePort } from './host.js';
-import { parseCidr, type Cidr } from './ip-class.js';
+import { parseAddress, parseCidr, type Cidr } from './ip-class.js';
 
 export const DEFAULT_INFERENCE_HOSTS: readonly string[] = [
   'api.anthropic.com',
@@ -22,14 +22,18 @@ export const DEFAULT_INFERENCE_HOSTS: readonly string[] = [
   'api.together.xyz',
 ];
 
-/** Ports an entry without `:port` allows: plain HTTP and TLS through CONNECT. */
+/** Ports an allow entry without `:port` allows: plain HTTP and TLS through CONNECT. A deny entry without `:port` refuses every port. */
 export const DEFAULT_PORTS: readonly number[] = [80, 443];
+
+/** The port rules side by side, as `turnhost check` and the docs state them. */
+export const PORTLESS_ENTRY_RULES =
+  'an allow entry without a port allows ports 80 and 443 only; a deny entry without a port denies every port';
 
 export interface HostPattern {
   kind: 'exact' | 'suffix';
   /** Canonical host; for `suffix` the part after `*.`. */
   host: string;
-  /** null: the default ports. */
+  /** null: no port named (an allow entry then covers DEFAULT_PORTS, a deny entry every port). */
   port: number | null;
   text: string;
 }
@@ -83,15 +87,21 @@ export function parsePatterns(
   return ok({ patterns });
 }
 
-function portMatches(pattern: HostPattern, port: number): boolean {
-  return pattern.port === null ? DEFAULT_PORTS.includes(port) : pattern.port === port;
-}
-
 /** `host` is canonical (from canonicalHost). A suffix never matches its apex. */
-export function patternMatches(pattern: HostPattern, host: string, port: number): boolean {
-  if (!portMatches(pattern, port)) return false;
+function hostMatches(pattern: HostPattern, host: string): boolean {
   if (pattern.kind === 'exact') return host === pattern.host;
   return host.endsWith('.' + pattern.host);
+}
+
+/** Whether allow (or inference) entry `pattern` covers host:port; without a port it covers DEFAULT_PORTS only. */
+export function patternMatches(pattern: HostPattern, host: string, port: number): boolean {
+  const portAllowed = pattern.port === null ? DEFAULT_PORTS.includes(port) : pattern.port === port;
+  return portAllowed && hostMatches(pattern, host);
+}
+
+/** Whether deny entry `pattern` refuses host:port; without a port it refuses every port. */
+export function denyMatches(pattern: HostPattern, host: string, port: number): boolean {
+  return (pattern.port === null || pattern.port === port) && hostMatches(pattern, host);
 }
 
 /** Whether every host:port `inner` matches is also matched by `outer`. */
@@ -104,7 +114,7 @@ export function patternCovers(outer: HostPattern, inner: HostPattern): boolean {
 }
 
 export function decide(policy: EgressPolicy, host: string, port: number): Result<{ scope: Scope }, PolicyDenial> {
-  const denied = policy.deny.find((p) => patternMatches(p, host, port));
+  const denied = policy.deny.find((p) => denyMatches(p, host, port));
   if (denied) return fail('denied_by_rule', `${host}:${port} matches deny entry "${denied.text}"`);
   if (!policy.allow.some((p) => patternMatches(p, host, port))) {
     return fail(
@@ -113,6 +123,17 @@ export function decide(policy: EgressPolicy, host: string, port: number): Result
     );
   }
   return ok({ scope: policy.inference.some((p) => patternMatches(p, host, port)) ? 'inference' : 'tool' });
+}
+
+/**
+ * The deny entry naming `address` (canonical, as the dialer checked it) on `port`, if any. A
+ * deny entry that is an address refuses every name that resolves to it, not only requests that
+ * spell it: the operator denied the address.
+ */
+export function deniedAddress(policy: EgressPolicy, address: string, port: number): HostPattern | undefined {
+  return policy.deny.find(
+    (p) => p.kind === 'exact' && p.host === address && parseAddress(p.host) !== null && denyMatches(p, address, port),
+  );
 }
 
 /** The operator's egress settings a turn's policy is built from. */

@@ -18,7 +18,7 @@ import type { Logger } from '../core/log.js';
 import { fail, ok, type Result } from '../core/result.js';
 import { ByteBudget } from './relay/byte-budget.js';
 import { kernelRelay, type KernelRelay } from './relay/kernel-relay.js';
-import { resolveAndCheck, dialChecked, systemResolver, type Resolver } from './dialer.js';
+import { checkDestination, dialChecked, systemResolver, type Resolver } from './dialer.js';
 import { EventQueue, type EgressEventSink } from './event-queue.js';
 import {
   connectionEvent,
@@ -37,13 +37,13 @@ import {
   CONNECT_ESTABLISHED,
   parseForwardTarget,
   rawResponse,
-  responseHeaders,
   responseParts,
-  upstreamHeaders,
   type Refusal,
   type Refused,
 } from './http-messages.js';
 import { UpstreamPool } from './upstream-pool.js';
+import { ForwardRequest, RETRYABLE_METHODS, type ForwardContext } from './forward.js';
+import type { OwnListeners } from './self-connection.js';
 
 export interface ProxyCaps {
   /** Concurrent connections: client connections to the socket, and upstream connections, each. */
@@ -72,6 +72,11 @@ export interface TurnProxyOptions {
   socketOwnership?: SocketOwnership;
   /** Relays established CONNECT tunnels by splice(2); default this process's kernel relay, null: in Node. */
   kernel?: KernelRelay | null;
+  /**
+   * The supervisor's own TCP listeners (its API): never dialled, whatever the address ranges
+   * allow (self-connection.ts). The proxy adds its own worker listener's port itself.
+   */
+  ownListeners?: OwnListeners;
 }
 
 export type SocketOwnership = 'owner' | 'peer-cred-only';
@@ -117,8 +122,6 @@ const REFUSAL_LINGER_MS = 2000;
  */
 const POOL_IDLE_MS = 2000;
 const POOL_PER_AUTHORITY = 8;
-/** Methods a request may be sent again for, on a fresh connection, when a reused one failed before any answer (RFC 9110 9.2.2, without a body). */
-const RETRYABLE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
 function listening(server: net.Server, where: string | { fd: number }): Promise<void> {
   return new Promise<void>((resolve, reject) => {
@@ -179,9 +182,14 @@ class TurnProxyServer implements TurnProxy {
   private readonly http: http.Server;
   private readonly listener: net.Server;
   private workerListener: net.Server | null = null;
+  /** The worker listener's port: in the supervisor's namespace the same number is this host's, never the turn's to dial. */
+  private workerListenerPort: number | null = null;
   private readonly resolver: Resolver;
   private readonly connectTimeoutMs: number;
   private readonly events: EventQueue;
+  /** Client sockets the kernel relay writes an answer body to (forward.ts). */
+  private readonly relayWriting = new WeakSet<net.Socket>();
+  private readonly forwardContext: ForwardContext;
 
   constructor(private options: TurnProxyOptions) {
     this.socketPath = options.socketPath;
@@ -197,6 +205,20 @@ class TurnProxyServer implements TurnProxy {
     this.events = new EventQueue(options.sink, (event, refused) => {
       this.options.logger.error('egress event refused by the store', { kind: event.kind, detail: refused.detail });
     });
+    this.forwardContext = {
+      kernel: this.kernel,
+      budget: this.budget,
+      idleTimeoutMs: options.caps.idleTimeoutMs,
+      pool: this.pool,
+      charge: (bytes, exchange) => this.charge(bytes, exchange),
+      assign: (socket, exchange, upstreamFailed) => this.assign(socket, exchange, upstreamFailed),
+      unassign: (socket) => this.owner.delete(socket),
+      slotRelease: (socket) => this.slotRelease.get(socket),
+      connectForRequests: (target) => this.connectForRequests(target),
+      refuseResponse: (res, refused) => this.refuseResponse(res, refused),
+      clientDetached: (exchange) => this.clientDetached(exchange),
+      relayWriting: this.relayWriting,
+    };
     this.http = http.createServer({ maxHeaderSize: MAX_HEADER_BYTES, requestTimeout: 0, keepAlive: true });
     this.http.on('request', (req, res) => void this.handleForward(req, res));
     this.http.on('connect', (req, socket, head) => {
@@ -214,7 +236,9 @@ class TurnProxyServer implements TurnProxy {
     this.http.on('clientError', (error, socket) => {
       const detail = `malformed request (${(error as NodeJS.ErrnoException).code ?? 'parse error'})`;
       const client = netSocket(socket);
-      if (client)
+      // The relay is writing an answer's body into it: a refusal now would land inside that body.
+      if (client && this.relayWriting.has(client)) client.destroy();
+      else if (client)
         this.refuseRaw(client, { status: 400, refusal: { reason: 'invalid_request', detail, host: '', port: null } });
     });
     this.listener = net.createServer({ allowHalfOpen: true, pauseOnConnect: true }, (socket) =>
@@ -264,6 +288,8 @@ class TurnProxyServer implements TurnProxy {
     this.workerListener = server;
     try {
       await listening(server, { fd });
+      const address = server.address();
+      if (address !== null && typeof address === 'object') this.workerListenerPort = address.port;
       return ok({});
     } catch (error) {
       closeIfStill(fd, socketInode);
@@ -381,6 +407,28 @@ class TurnProxyServer implements TurnProxy {
     socket.resume();
   }
 
+  /**
+   * A client connection Node's HTTP server let go of (its request body went to the kernel relay):
+   * counted for the cap by its exchange until the socket the answer goes out on closes.
+   */
+  private clientDetached(exchange: Exchange): { adopt(socket: net.Socket): void; release(): void } {
+    this.clients.add(exchange);
+    let held = true;
+    const release = (): void => {
+      if (held) this.clients.delete(exchange);
+      held = false;
+    };
+    return {
+      adopt: (socket) => {
+        if (!this.track(socket)) return;
+        this.clients.add(socket);
+        release();
+        socket.once('close', () => this.clients.delete(socket));
+      },
+      release,
+    };
+  }
+
   /** Validation, policy and the byte cap, shared by forward requests and CONNECT. */
   private admit(
     authority: Authority,
@@ -393,6 +441,12 @@ class TurnProxyServer implements TurnProxy {
     if (this.budget.remaining() === 0)
       return fail('cap_exceeded', `the turn used its ${this.options.caps.maxBytes} bytes`);
     return ok({ target: { authority, method, path, scope: decision.scope } });
+  }
+
+  /** The ports a dial to this host must not reach: the supervisor's listeners and this proxy's worker listener. */
+  private ownPorts(): number[] {
+    const ports = this.options.ownListeners?.ports() ?? [];
+    return this.workerListenerPort === null ? ports : [...ports, this.workerListenerPort];
   }
 
   /** A slot of the upstream connection cap; an idle pooled connection gives its slot up first. */
@@ -424,11 +478,11 @@ class TurnProxyServer implements TurnProxy {
     const slot = this.reserveSlot();
     if (!slot.ok) return slot;
     const none = { bytesUp: 0, bytesDown: 0, durationMs: 0 };
-    const resolved = await resolveAndCheck(
-      target.authority.host,
-      this.options.policy.allowAddressRanges,
-      this.resolver,
-    );
+    const resolved = await checkDestination(target.authority, {
+      policy: this.options.policy,
+      resolver: this.resolver,
+      ownPorts: this.ownPorts(),
+    });
     if (!resolved.ok) {
       slot.release();
       return resolved;
@@ -610,101 +664,11 @@ class TurnProxyServer implements TurnProxy {
       if (!connected.ok) return this.refuseResponse(res, connected.refused);
       socket = connected.socket;
     }
-    this.relayForward(req, res, this.serve(socket, target), forward.pathAndQuery, {
+    new ForwardRequest(this.forwardContext, req, res, this.serve(socket, target), forward.pathAndQuery, {
       authority,
       reused: reused !== null,
       bodiless,
-    });
-  }
-
-  /**
-   * Sends the request upstream and the answer back. A connection whose answer was read to its
-   * end goes to the pool for the next request to its authority. A request on a reused
-   * connection that fails before any answer is sent once more on a fresh connection.
-   */
-  private relayForward(
-    req: http.IncomingMessage,
-    res: http.ServerResponse,
-    exchange: Exchange,
-    pathAndQuery: string,
-    connection: { authority: string; reused: boolean; bodiless: boolean },
-  ): void {
-    if (req.socket.destroyed) {
-      exchange.abort('client_error');
-      return;
-    }
-    const headers = upstreamHeaders(req.rawHeaders, exchange.target.authority);
-    let answered = false;
-    let mayRetry = connection.reused;
-    // Before any answer the request's own 'error' decides (retry or 502); after, the socket's error ends it.
-    const upstreamFailed = (): void => {
-      if (answered) exchange.abort('upstream_error');
-    };
-
-    const send = (): void => {
-      const socket = exchange.upstream;
-      this.assign(socket, exchange, upstreamFailed);
-      const upstreamRequest = http.request({
-        createConnection: () => socket,
-        method: req.method,
-        path: pathAndQuery,
-        headers,
-        setHost: false,
-      });
-      socket.once('free', () => {
-        this.owner.delete(socket);
-        exchange.releaseUpstream();
-        if (exchange.outcome === 'ok') this.pool.put(connection.authority, socket);
-        else socket.destroy();
-      });
-      upstreamRequest.on('error', () => {
-        if (mayRetry && !answered && exchange.outcome === 'ok') void retry(socket);
-        else fail502();
-      });
-      upstreamRequest.on('response', (upstreamResponse) => {
-        answered = true;
-        res.writeHead(
-          upstreamResponse.statusCode ?? 502,
-          upstreamResponse.statusMessage,
-          responseHeaders(upstreamResponse.rawHeaders),
-        );
-        upstreamResponse.pipe(res);
-        upstreamResponse.on('error', () => res.destroy());
-      });
-      if (connection.bodiless) upstreamRequest.end();
-      else req.pipe(upstreamRequest);
-    };
-
-    const fail502 = (): void => {
-      exchange.abort('upstream_error');
-      if (!res.headersSent) res.writeHead(502, { Connection: 'close' }).end();
-      else res.destroy();
-    };
-
-    const retry = async (stale: net.Socket): Promise<void> => {
-      mayRetry = false;
-      this.owner.delete(stale);
-      exchange.leave();
-      const connected = await this.connectForRequests(exchange.target);
-      if (!exchange.awaitingConnection()) {
-        // Cut meanwhile (the client left, the turn ended): recorded already.
-        if (connected.ok) connected.socket.destroy();
-        return;
-      }
-      if (!connected.ok) {
-        exchange.abort('upstream_error');
-        return this.refuseResponse(res, connected.refused);
-      }
-      exchange.takeOver(connected.socket);
-      send();
-    };
-
-    res.on('close', () => {
-      if (!res.writableFinished) exchange.abort('client_error');
-      else exchange.complete();
-    });
-    req.on('data', (chunk: Buffer) => this.charge(chunk.length, exchange));
-    send();
+    }).start();
   }
 
   private async handleConnect(req: http.IncomingMessage, client: net.Socket, head: Buffer): Promise<void> {

@@ -12,7 +12,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createLogger, type Logger, type LogLevelSwitch } from '../core/log.js';
 import { fail, ok, type Result } from '../core/result.js';
-import { loadConfig, type ConfigOverrides, type ConfigSources } from './config/load.js';
+import { loadConfig, parseHostPort, type ConfigOverrides, type ConfigSources } from './config/load.js';
 import type { TurnhostConfig } from './config/types.js';
 import { openEventStore } from './events/store.js';
 import { isPinnedScratchName, startScratchPruner } from './fs/scratch.js';
@@ -33,6 +33,7 @@ import { startMetricsListener } from './http/metrics-route.js';
 import { createUiSessions } from './http/ui-session.js';
 import { createJournalEventSink, type JournalEventSink } from './systemd/journal.js';
 import { createServiceNotifier } from './systemd/notify.js';
+import { OwnListeners } from '../proxy/self-connection.js';
 
 export const DATABASE_FILE = 'turnhost.db';
 export const FALLBACK_LOG_FILE = 'events-fallback.log';
@@ -67,6 +68,8 @@ export interface DaemonHandle {
   metricsAddress: { host: string; port: number } | null;
   /** Re-reads the configuration (SIGHUP); a configuration that does not validate changes nothing. */
   reload(): Promise<ReloadOutcome>;
+  /** The supervisor's TCP listeners every turn proxy refuses to dial (proxy/self-connection.ts). */
+  ownListeners: OwnListeners;
   close(): Promise<void>;
 }
 
@@ -175,6 +178,18 @@ function isRoot(): boolean {
 }
 
 /**
+ * The supervisor's own TCP listeners, starting with the configured API address (a nonzero
+ * port): where this configuration's `turnhost serve` listens, which `run --local` must not reach
+ * either. `serve` adds the bound address once it listens.
+ */
+export function supervisorListeners(config: TurnhostConfig): OwnListeners {
+  const listeners = new OwnListeners();
+  const configured = config.listen.tcp === null ? null : parseHostPort(config.listen.tcp);
+  if (configured !== null) listeners.add(configured);
+  return listeners;
+}
+
+/**
  * Builds the production turn manager. The worker entry, the helper probe in
  * the probe context and the database handle are wired here, once, for `serve` and `run --local`.
  */
@@ -183,6 +198,7 @@ export async function createProductionTurnManager(ctx: {
   logger: Logger;
   store: EventStore;
   probeContext: ProbeContext;
+  ownListeners?: OwnListeners;
 }): Promise<Result<{ turns: TurnManager; close(): void }, 'turns_unavailable'>> {
   try {
     const [{ createTurnManager }, { openDatabase }] = await Promise.all([
@@ -198,6 +214,7 @@ export async function createProductionTurnManager(ctx: {
       db: opened.db,
       probeContext: ctx.probeContext,
       worker: { node: process.execPath, entry: workerEntry() },
+      ownListeners: ctx.ownListeners ?? supervisorListeners(ctx.config),
     });
     return ok({ turns, close: () => opened.db.close() });
   } catch (error) {
@@ -296,9 +313,10 @@ export async function startDaemon(
       }),
     );
 
+  const ownListeners = supervisorListeners(config);
   let turns: TurnManager | undefined;
   if (options.turns !== false) {
-    const built = await createProductionTurnManager({ config, logger, store, probeContext });
+    const built = await createProductionTurnManager({ config, logger, store, probeContext, ownListeners });
     if (built.ok) {
       turns = built.turns;
       cleanup.push(
@@ -354,6 +372,7 @@ export async function startDaemon(
     config.listen,
   );
   if (!http.ok) return abort(http);
+  if (http.server.tcp !== null) ownListeners.add(http.server.tcp);
   logger.info('listening', { tcp: http.server.tcp, socket: http.server.socket });
   cleanup.push(() => http.server.close());
 
@@ -362,6 +381,8 @@ export async function startDaemon(
     const listener = await startMetricsListener(config.metrics.listen, metrics, logger.child({ component: 'metrics' }));
     if (!listener.ok) return abort(listener);
     metricsAddress = listener.listener.address;
+    // Token-free by design: a turn must reach it even less than the API.
+    ownListeners.add(metricsAddress);
     logger.info('metrics listening', { tcp: metricsAddress });
     cleanup.push(() => listener.listener.close());
   }
@@ -425,7 +446,7 @@ export async function startDaemon(
     })();
     return closing;
   };
-  return ok({ daemon: { config, sources, http: http.server, metricsAddress, reload, close } });
+  return ok({ daemon: { config, sources, http: http.server, metricsAddress, ownListeners, reload, close } });
 }
 
 /** One line for systemd's STATUS=: per mode available or its requirement. */

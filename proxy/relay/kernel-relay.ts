@@ -37,6 +37,12 @@ export interface AdoptOptions {
   budget?: ByteBudget;
   /** Ends the tunnel after this long without a byte either way; 0 or absent: never. */
   idleTimeoutMs?: number;
+  /**
+   * Bytes to read from side 0 and from side 1, exactly (a forward request's body), instead of
+   * each until its EOF: no byte past them is read, no EOF is passed on, and 0 leaves that side
+   * unread by the relay. Both or neither.
+   */
+  lengths?: [number, number];
 }
 
 export type AdoptFailure = 'relay_not_ready' | 'not_adoptable';
@@ -44,6 +50,11 @@ export type AdoptFailure = 'relay_not_ready' | 'not_adoptable';
 export interface KernelRelay {
   /** Side 0 is `a`, side 1 is `b`. On failure neither socket was touched. */
   adopt(a: net.Socket, b: net.Socket, options?: AdoptOptions): Result<{ tunnel: KernelTunnel }, AdoptFailure>;
+  /**
+   * Side 0 is `fds[0]`, side 1 `fds[1]`: connected sockets the caller took from Node
+   * (socket-handoff.ts). On success the relay owns and closes them; on failure the caller still does.
+   */
+  adoptFds(fds: [number, number], options?: AdoptOptions): Result<{ tunnel: KernelTunnel }, 'relay_not_ready'>;
   state(): RelayState;
   /** Resolves once the thread is ready or has failed (tests and the bench wait on it). */
   settled(): Promise<RelayState>;
@@ -169,12 +180,26 @@ class RelayThread implements KernelRelay {
       this.refused[accepted.reason]++;
       return accepted;
     }
+    return ok({ tunnel: this.start(accepted.fds, options) });
+  }
+
+  adoptFds(fds: [number, number], options: AdoptOptions = {}): Result<{ tunnel: KernelTunnel }, 'relay_not_ready'> {
+    if (this.current !== 'ready' || (options.initial ?? []).some((bytes) => bytes && bytes.length > PIPE_CAPACITY)) {
+      this.refused.relay_not_ready++;
+      return fail('relay_not_ready', `the kernel relay is ${this.current}${this.failure ? `: ${this.failure}` : ''}`);
+    }
+    return ok({ tunnel: this.start(fds, options) });
+  }
+
+  private start(fds: [number, number], options: AdoptOptions): KernelTunnel {
+    const initial = options.initial ?? [null, null];
     const id = this.nextId++;
     const ended = new Promise<TunnelEnd>((resolve) => this.waiting.set(id, resolve));
     this.holdProcessWhileAwaited();
     const budget = options.budget ? { shared: options.budget.shared, maxBytes: options.budget.maxBytes } : null;
-    this.send({ op: 'adopt', id, fds: accepted.fds, initial, budget, idleTimeoutMs: options.idleTimeoutMs ?? 0 });
-    return ok({ tunnel: { ended, abort: () => this.abort(id) } });
+    const lengths = options.lengths ?? [null, null];
+    this.send({ op: 'adopt', id, fds, initial, lengths, budget, idleTimeoutMs: options.idleTimeoutMs ?? 0 });
+    return { ended, abort: () => this.abort(id) };
   }
 
   /** The checks before a hand-off; on success Node has let go of both sockets. */
@@ -258,11 +283,13 @@ class RelayThread implements KernelRelay {
 /** What `kernelRelay()` answers when the thread could not even be created: every adopt is refused. */
 function unavailableRelay(detail: string): KernelRelay {
   const refused = noRefusals();
+  const refuse = (): Result<never, 'relay_not_ready'> => {
+    refused.relay_not_ready++;
+    return fail('relay_not_ready', `the kernel relay is failed: ${detail}`);
+  };
   return {
-    adopt: () => {
-      refused.relay_not_ready++;
-      return fail('relay_not_ready', `the kernel relay is failed: ${detail}`);
-    },
+    adopt: refuse,
+    adoptFds: refuse,
     state: () => 'failed',
     settled: () => Promise.resolve('failed'),
     report: () => ({ state: 'failed', failure: detail, adopted: 0, open: 0, refused: { ...refused } }),

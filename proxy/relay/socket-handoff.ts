@@ -57,3 +57,26 @@ export function detachSockets(sockets: readonly net.Socket[]): Result<{ fds: num
   for (const socket of sockets) socket.destroy();
   return ok({ fds: duplicates });
 }
+
+/** Takes one socket from Node: its fd duplicated, the Node socket destroyed. */
+export function detachSocket(socket: net.Socket): Result<{ fd: number }, 'not_adoptable'> {
+  const detached = detachSockets([socket]);
+  return detached.ok ? ok({ fd: detached.fds[0]! }) : detached;
+}
+
+/**
+ * A duplicate of the fd of a socket Node keeps (a forward request's client or upstream side),
+ * for the relay to write to: Node must hold no unwritten byte of it now and write none until
+ * the relay is done with it. Node may go on reading it; the relay never does (length 0).
+ */
+export function borrowFd(socket: net.Socket): Result<{ fd: number }, 'not_adoptable'> {
+  const internals = socket as unknown as SocketInternals;
+  const handle = internals._handle;
+  if (socket.destroyed || socket.connecting || !handle || typeof handle.fd !== 'number' || handle.fd < 0)
+    return fail('not_adoptable', 'the socket is not connected');
+  if (socket.writableLength !== 0 || handle.writeQueueSize !== 0 || socket.writableEnded)
+    return fail('not_adoptable', 'Node holds unwritten bytes of this socket');
+  const duplicate = spliceSys().dupCloexec(handle.fd);
+  if (duplicate < 0) return fail('not_adoptable', `cannot duplicate fd ${handle.fd}`);
+  return ok({ fd: duplicate });
+}

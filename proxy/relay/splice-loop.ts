@@ -1,15 +1,23 @@
 /**
  * The kernel relay's event loop: relays established byte streams between pairs of sockets
- * with splice(2) through a pipe per direction, so the bytes never enter JavaScript. Runs in
+ * with splice(2) through a pipe per direction, so the bytes never enter JavaScript; a bulk
+ * direction (below) copies through a buffer of the thread's instead, never looked at. Runs in
  * its own thread (relay-thread.ts), blocked in epoll_wait; commands arrive through a message
  * port and a wake eventfd.
  *
  * A tunnel has two sides (0 and 1) and two directions: direction i reads side i and writes
- * the other side. A direction reads only while its pipe is empty, so a slow reader holds its
- * writer back (the pipe is the whole buffer: 256 KiB, or 64 KiB when it could not grow). EOF
- * on a side is passed on as shutdown(SHUT_WR) of the other side once the pipe is drained; the
+ * the other side. A direction reads only while its pipe (or bulk buffer) is empty, so a slow
+ * reader holds its writer back (the pipe is the whole buffer: 256 KiB, or 64 KiB when it could
+ * not grow; a bulk buffer 1 MiB). EOF on a side is passed on as shutdown(SHUT_WR) of the other
+ * side once the pipe is drained; the
  * tunnel ends when both directions have done so, or when a side whose peer is gone (EPOLLHUP)
  * has nothing left to send. Every fd of a tunnel is closed exactly once, in `end`, which also reports it.
+ *
+ * A direction may instead have an exact length (a forward request's body): it reads exactly
+ * that many bytes, never one more (what follows belongs to the next message, or to no one),
+ * passes no EOF on, and an EOF before the last byte ends the tunnel as that side's failure.
+ * Length 0 leaves the side unread by the loop (its owner may go on reading it). A tunnel whose
+ * directions are exact ends 'ok' when both have delivered everything.
  */
 import { errnoName } from '../../core/libc.js';
 import { ByteBudget } from './byte-budget.js';
@@ -35,10 +43,22 @@ import {
 export const PIPE_CAPACITY = 65536;
 /**
  * What each pipe is grown to (F_SETPIPE_SZ): 256 KiB cut the proxy's CPU per MiB by about a
- * third against 64 KiB in bench/proxy.ts; 1 MiB did no better. Costs 512 KiB of kernel memory
- * per open tunnel, charged to the uid's pipe allowance (fs.pipe-user-pages-soft).
+ * third against 64 KiB in bench/proxy.ts (64 MiB uploads from a Node client). Costs 512 KiB
+ * of kernel memory per open tunnel, charged to the uid's pipe allowance (fs.pipe-user-pages-soft).
  */
 const PIPE_BYTES_WANTED = 256 * 1024;
+/**
+ * A direction that moved BULK_AFTER_BYTES (or whose exact length is at least that) is a bulk
+ * transfer, and copies through a BULK_BUFFER_BYTES buffer (read(2), write(2)) instead of
+ * splicing. Why: what splice hands the sending socket is the received data's pages, cut at page
+ * boundaries, and the receiving process pays for that per fragment. For 256 MiB downloads by
+ * curl (bench/proxy.ts, interleaved runs) the copy cost the relay thread more (320-560 against
+ * 180-330 µs per MiB with 1 MiB pipes) but curl about 300 µs per MiB less, so all processes
+ * together 1.1-1.6 ms per MiB against 1.4-1.7 ms; 256 KiB buffers cost the thread more again.
+ * The buffer is allocated when the direction turns bulk and dropped with the tunnel.
+ */
+const BULK_AFTER_BYTES = 4 * 1024 * 1024;
+const BULK_BUFFER_BYTES = 1024 * 1024;
 /** Splice rounds per direction per wake-up, so one busy tunnel cannot starve the others. */
 const ROUNDS_PER_WAKE = 16;
 const MAX_EVENTS = 256;
@@ -55,6 +75,8 @@ export type RelayCommand =
       fds: [number, number];
       /** Bytes to deliver to each side before anything relayed (at most PIPE_CAPACITY each). */
       initial: [Uint8Array | null, Uint8Array | null];
+      /** Bytes to read from side 0 and from side 1: null until its EOF; a number, exactly that many. */
+      lengths?: [number | null, number | null];
       budget: { shared: SharedArrayBuffer; maxBytes: number } | null;
       /** 0: no idle limit. */
       idleTimeoutMs: number;
@@ -87,7 +109,10 @@ interface Side {
 interface Direction {
   pipeRead: number;
   pipeWrite: number;
-  inPipe: number;
+  /** Bytes read and not yet written: in the pipe, or in `buffer` from `bufferOffset` on. */
+  pending: number;
+  /** Bytes still to read for an exact direction; null: read until EOF. */
+  remaining: number | null;
   eof: boolean;
   shut: boolean;
   /** Delivered to the writing side, initial bytes included. */
@@ -95,12 +120,17 @@ interface Direction {
   initial: number;
   /** The pipe's size: the most one splice reads. */
   capacity: number;
+  /** Set once the direction turned bulk: it copies through this instead of the pipe. */
+  buffer: Buffer | null;
+  bufferOffset: number;
 }
 
 interface Tunnel {
   id: number;
   sides: [Side, Side];
   dirs: [Direction, Direction];
+  /** Both directions have exact lengths (a forward body): 'ok' only once both delivered everything. */
+  exact: boolean;
   budget: ByteBudget | null;
   idleTimeoutMs: number;
   lastActivity: number;
@@ -175,15 +205,19 @@ export class SpliceLoop {
   }
 
   private adopt(command: Extract<RelayCommand, { op: 'adopt' }>): void {
-    const direction = (): Direction => ({
+    const lengths = command.lengths ?? [null, null];
+    const direction = (index: SideIndex): Direction => ({
       pipeRead: -1,
       pipeWrite: -1,
-      inPipe: 0,
+      pending: 0,
+      remaining: lengths[index],
       eof: false,
       shut: false,
       delivered: 0,
       initial: 0,
       capacity: PIPE_CAPACITY,
+      buffer: null,
+      bufferOffset: 0,
     });
     const tunnel: Tunnel = {
       id: command.id,
@@ -191,7 +225,8 @@ export class SpliceLoop {
         { fd: command.fds[0], interest: 0, hup: false },
         { fd: command.fds[1], interest: 0, hup: false },
       ],
-      dirs: [direction(), direction()],
+      dirs: [direction(0), direction(1)],
+      exact: lengths[0] !== null && lengths[1] !== null,
       budget: command.budget ? new ByteBudget(command.budget.maxBytes, command.budget.shared) : null,
       idleTimeoutMs: command.idleTimeoutMs,
       lastActivity: this.now,
@@ -218,7 +253,7 @@ export class SpliceLoop {
         this.end(tunnel, 'relay_failed', null, 'cannot queue the initial bytes');
         return;
       }
-      dir.inPipe = buffer.length;
+      dir.pending = buffer.length;
       dir.initial = buffer.length;
     }
     if (tunnel.idleTimeoutMs > 0) this.nextIdleCheck = Math.min(this.nextIdleCheck, this.now + tunnel.idleTimeoutMs);
@@ -262,21 +297,39 @@ export class SpliceLoop {
     const from = tunnel.sides[index];
     const to = tunnel.sides[other(index)];
     for (let round = 0; round < ROUNDS_PER_WAKE; round++) {
-      if (dir.inPipe > 0) {
-        const moved = this.sys.splice(dir.pipeRead, to.fd, dir.inPipe, SPLICE_FLAGS);
+      if (dir.pending > 0) {
+        // A view only for the rest of a partial write: one object per call would keep the GC busy.
+        const held = dir.bufferOffset === 0 ? dir.buffer : dir.buffer?.subarray(dir.bufferOffset);
+        const moved = held
+          ? this.sys.write(to.fd, held, dir.pending)
+          : this.sys.splice(dir.pipeRead, to.fd, dir.pending, SPLICE_FLAGS);
         if (moved < 0) return this.blockedOrFailed(tunnel, other(index));
-        dir.inPipe -= moved;
+        dir.pending -= moved;
+        dir.bufferOffset += moved;
         dir.delivered += moved;
         tunnel.lastActivity = this.now;
         continue;
       }
-      if (dir.eof) break;
+      if (dir.eof || dir.remaining === 0) break;
+      // The pipe is empty here: a direction turns bulk between two reads.
+      if (!dir.buffer && (dir.delivered >= BULK_AFTER_BYTES || (dir.remaining ?? 0) >= BULK_AFTER_BYTES)) {
+        dir.buffer = Buffer.allocUnsafe(BULK_BUFFER_BYTES);
+      }
+      const room = dir.buffer ? dir.buffer.length : dir.capacity;
       // One byte past the allowance is read so that exceeding it is seen, and never sent.
-      const allowance = tunnel.budget ? Math.min(dir.capacity, tunnel.budget.remaining() + 1) : dir.capacity;
-      const got = this.sys.splice(from.fd, dir.pipeWrite, allowance, SPLICE_FLAGS);
+      let allowance = tunnel.budget ? Math.min(room, tunnel.budget.remaining() + 1) : room;
+      if (dir.remaining !== null) allowance = Math.min(allowance, dir.remaining);
+      dir.bufferOffset = 0;
+      const got = dir.buffer
+        ? this.sys.read(from.fd, dir.buffer, allowance)
+        : this.sys.splice(from.fd, dir.pipeWrite, allowance, SPLICE_FLAGS);
       if (got < 0) return this.blockedOrFailed(tunnel, index);
       if (got === 0) {
         dir.eof = true;
+        if (dir.remaining !== null) {
+          this.end(tunnel, 'side_failed', index, `EOF with ${dir.remaining} bytes of the message still to come`);
+          return false;
+        }
         break;
       }
       tunnel.lastActivity = this.now;
@@ -284,11 +337,12 @@ export class SpliceLoop {
         this.end(tunnel, 'cap_exceeded', null, `the turn used its ${tunnel.budget.maxBytes} bytes`);
         return false;
       }
-      dir.inPipe = got;
+      if (dir.remaining !== null) dir.remaining -= got;
+      dir.pending = got;
     }
     // After the loop, not in it: an EOF seen in the last round, or a pipe emptied in it after the
     // EOF, leaves nothing for epoll to wake this direction for (watch() stops reading at EOF).
-    if (dir.eof && dir.inPipe === 0 && !dir.shut) {
+    if (dir.eof && dir.pending === 0 && !dir.shut) {
       dir.shut = true;
       // Fails only when the peer is already gone, and then there is nobody to tell.
       this.sys.shutdown(to.fd, SHUT_WR);
@@ -304,10 +358,16 @@ export class SpliceLoop {
     return false;
   }
 
-  /** Both directions delivered their EOF, or a side whose peer is gone has sent everything. */
+  /**
+   * Both directions delivered their EOF (or, exact, their last byte), or a side whose peer is
+   * gone has sent everything. An exact tunnel's body must arrive whole: a peer gone before that
+   * shows as a failed write, never as 'ok'.
+   */
   private finished(tunnel: Tunnel): boolean {
     const [first, second] = tunnel.dirs;
-    if (first.shut && second.shut) return true;
+    const done = (dir: Direction): boolean => dir.shut || (dir.remaining === 0 && dir.pending === 0);
+    if (done(first) && done(second)) return true;
+    if (tunnel.exact) return false;
     return (tunnel.sides[0].hup && first.shut) || (tunnel.sides[1].hup && second.shut);
   }
 
@@ -317,8 +377,8 @@ export class SpliceLoop {
     const from = tunnel.dirs[index];
     const into = tunnel.dirs[other(index)];
     let wanted = 0;
-    if (!from.eof && from.inPipe === 0) wanted |= EPOLLIN;
-    if (into.inPipe > 0) wanted |= EPOLLOUT;
+    if (!from.eof && from.pending === 0 && from.remaining !== 0) wanted |= EPOLLIN;
+    if (into.pending > 0) wanted |= EPOLLOUT;
     if (wanted === side.interest) return true;
     // Nothing wanted means not registered at all: a lingering EPOLLHUP would otherwise wake us forever.
     const op = wanted === 0 ? EPOLL_CTL_DEL : side.interest === 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;

@@ -76,6 +76,7 @@ export function workerHostRows(status: WorkerHostStatus | null): Array<[string, 
       'identity helper',
       b.identityHelper.path === null ? 'none configured' : `${b.identityHelper.path}: ${b.identityHelper.detail}`,
     ],
+    ['egress', status.governed.egress.detail],
     [
       'governed',
       status.governed.available
@@ -143,7 +144,9 @@ function egressRelayRows(relay: RelayReport | null | undefined): Array<[string, 
     refused === 0
       ? ''
       : `, ${refused} relayed in Node (not ready ${relay.refused.relay_not_ready}, not adoptable ${relay.refused.not_adoptable})`;
-  return [['egress relay', `${state}, ${relay.adopted} tunnels spliced, ${relay.open} open${fallback}`]];
+  return [
+    ['egress relay', `${state}, ${relay.adopted} spliced (tunnels and forward bodies), ${relay.open} open${fallback}`],
+  ];
 }
 
 function preparedWorkerRows(prepared: { ready: number; starting: number } | undefined): Array<[string, string]> {

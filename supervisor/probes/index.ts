@@ -30,6 +30,7 @@ import type {
   WorkerLimitsStatus,
 } from './types.js';
 import type { IdentityMode, WorkerMode } from '../../core/modes.js';
+import { PORTLESS_ENTRY_RULES } from '../../proxy/policy.js';
 
 export interface ProbeContext {
   config: TurnhostConfig;
@@ -200,8 +201,11 @@ export async function probeMode(ctx: ProbeContext, mode: WorkerMode, trigger: Pr
 
 function egressDetail(config: TurnhostConfig): string {
   const { allowlist, denylist } = config.egress;
-  if (allowlist.length === 0) return 'per-turn egress proxy with an empty allowlist: workers have no network';
-  return `per-turn egress proxy: ${allowlist.length} allowed host pattern(s), ${denylist.length} denied`;
+  const lists =
+    allowlist.length === 0
+      ? 'an empty allowlist: workers have no network'
+      : `${allowlist.length} allowed host pattern(s), ${denylist.length} denied`;
+  return `per-turn egress proxy with ${lists} (${PORTLESS_ENTRY_RULES})`;
 }
 
 function governedStatus(config: TurnhostConfig, facts: BoundaryFacts, ordinary: ModeAvailability): GovernedStatus {

@@ -286,6 +286,7 @@ async function workerLifecycle(env: LaunchEnvironment, w: WorkerState): Promise<
       idleTimeoutMs: deps.config.egress.idleTimeoutMs,
     },
     sink: deps.events,
+    ownListeners: deps.ownListeners,
     // A prepared worker's proxy learns its turn at the claim, before the command can connect.
     turn: { sessionId: '', turnId: name, profile: profileFor(spec.mode), model: null },
     logger: logger.child({ component: 'proxy' }),

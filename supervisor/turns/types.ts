@@ -12,6 +12,7 @@ import type { LimitSettings, TurnhostConfig } from '../config/types.js';
 import type { ProbeContext } from '../probes/index.js';
 import type { HostWriteRoots, HostWriteTurn } from '../fs/host-write.js';
 import type { RelayReport } from '../../proxy/relay/kernel-relay.js';
+import type { OwnListeners } from '../../proxy/self-connection.js';
 
 export interface TurnRequest {
   sessionId: string;
@@ -142,6 +143,8 @@ export interface TurnManagerDeps {
   runtimeParent?: string;
   /** Name of the turn-cgroup subtree under the supervisor's own cgroup(s); tests use unique names. */
   cgroupSubtreeName?: string;
+  /** The supervisor's own TCP listeners (its API), which no turn's proxy may dial (proxy/self-connection.ts). */
+  ownListeners?: OwnListeners;
   /** Default: euid is 0. Chooses how the proxy sockets are owned (a test sets false for the non-root path). */
   supervisorIsRoot?: boolean;
   /** Read-only paths the shared_uid launcher keeps in every view (default: the package root). */

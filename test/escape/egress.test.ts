@@ -407,3 +407,95 @@ t.test('a non-root-style start (peer-cred-only socket, mode 0666) still refuses 
   t.equal(origin.connections, before, 'refused peers reached nothing');
   t.match(await requestAs(workerUid, h.socketPath, authority), /^HTTP\/1\.1 200/, 'the worker uid is served');
 });
+
+t.test(
+  'a deny entry without a port refuses every port; an allow entry without one allows 80 and 443 only',
+  async (t) => {
+    const p = origin.port;
+    const addition = `${ORIGIN_NAME}:${p}`;
+    const egress = { turnAdditionsAllowed: [addition], allowAddressRanges: LOOPBACK_RANGE };
+    // Control: the addition reaches the origin while the deny entry names another host.
+    const control = await startHarness({
+      egress: { ...egress, denylist: ['other.example.test'] },
+      additions: [addition],
+    });
+    t.teardown(() => control.close());
+    const reached = await openTunnel({ path: control.socketPath }, addition);
+    t.equal(reached.response.status, 200, 'control: the tunnel opens');
+    reached.socket.destroy();
+
+    const h = await startHarness({ egress: { ...egress, denylist: [ORIGIN_NAME] }, additions: [addition] });
+    t.teardown(() => h.close());
+    const before = origin.connections;
+    const tunnel = await openTunnel({ path: h.socketPath }, addition);
+    t.equal(tunnel.response.headers['x-turnhost-denial'], 'denied_by_rule', `CONNECT ${addition}`);
+    tunnel.socket.destroy();
+    const forward = await exchange({ path: h.socketPath }, forwardRequest(addition));
+    t.equal(forward.headers['x-turnhost-denial'], 'denied_by_rule', `forward ${addition}`);
+    t.equal(origin.connections, before, 'the origin saw nothing');
+
+    const portless = await startHarness({ egress: { allowlist: [ORIGIN_NAME], allowAddressRanges: LOOPBACK_RANGE } });
+    t.teardown(() => portless.close());
+    const notDefault = await openTunnel({ path: portless.socketPath }, addition);
+    t.equal(
+      notDefault.response.headers['x-turnhost-denial'],
+      'not_allowlisted',
+      'an allow entry without a port: not this port',
+    );
+    notDefault.socket.destroy();
+    t.equal(origin.connections, before);
+  },
+);
+
+/** An HTTP origin on a port of at most four digits, so that a leading zero still fits the five-digit syntax. */
+async function startShortPortOrigin(): Promise<Origin> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const port = 2000 + crypto.randomInt(7000);
+    const candidate = await startHttpOrigin(port).catch(() => null);
+    if (candidate) return candidate;
+  }
+  throw new Error('no free port of four digits');
+}
+
+t.test('a port with a leading zero is no port', async (t) => {
+  const short = await startShortPortOrigin();
+  t.teardown(() => short.close());
+  const p = short.port;
+  const h = await startHarness({ egress: { allowlist: [`${ORIGIN_NAME}:${p}`], allowAddressRanges: LOOPBACK_RANGE } });
+  t.teardown(() => h.close());
+  const control = await exchange({ path: h.socketPath }, forwardRequest(`${ORIGIN_NAME}:${p}`));
+  t.equal(control.status, 200, 'control: the plain port is served');
+  const before = short.connections;
+  const tunnel = await openTunnel({ path: h.socketPath }, `${ORIGIN_NAME}:0${p}`);
+  t.equal(tunnel.response.headers['x-turnhost-denial'], 'invalid_port', `CONNECT :0${p}`);
+  tunnel.socket.destroy();
+  const forward = await exchange({ path: h.socketPath }, forwardRequest(`${ORIGIN_NAME}:0${p}`));
+  t.equal(forward.headers['x-turnhost-denial'], 'invalid_port', `forward :0${p}`);
+  const hostHeader = await exchange(
+    { path: h.socketPath },
+    `GET http://${ORIGIN_NAME}:${p}/ HTTP/1.1\r\nHost: ${ORIGIN_NAME}:0${p}\r\nConnection: close\r\n\r\n`,
+  );
+  t.equal(
+    hostHeader.headers['x-turnhost-denial'],
+    'host_mismatch',
+    'a Host header with a leading-zero port names no port',
+  );
+  t.equal(short.connections, before, 'the origin saw nothing');
+});
+
+t.test('a deny entry that is an address refuses the names that resolve to it', async (t) => {
+  const p = origin.port;
+  const egress = { allowlist: [`${ORIGIN_NAME}:${p}`], allowAddressRanges: LOOPBACK_RANGE };
+  const control = await startHarness({ egress: { ...egress, denylist: ['127.0.0.2'] } });
+  t.teardown(() => control.close());
+  t.equal((await exchange({ path: control.socketPath }, forwardRequest(`${ORIGIN_NAME}:${p}`))).status, 200, 'control');
+  const h = await startHarness({ egress: { ...egress, denylist: ['127.0.0.1'] } });
+  t.teardown(() => h.close());
+  const before = origin.connections;
+  const forward = await exchange({ path: h.socketPath }, forwardRequest(`${ORIGIN_NAME}:${p}`));
+  t.equal(forward.headers['x-turnhost-denial'], 'denied_by_rule', 'forward to a name resolving to a denied address');
+  const tunnel = await openTunnel({ path: h.socketPath }, `${ORIGIN_NAME}:${p}`);
+  t.equal(tunnel.response.headers['x-turnhost-denial'], 'denied_by_rule', 'CONNECT to it');
+  tunnel.socket.destroy();
+  t.equal(origin.connections, before, 'the origin saw nothing');
+});

@@ -22,6 +22,7 @@ import { writeHelperConfig } from '../../supervisor/identity/helper-config.js';
 import { createTurnManager } from '../../supervisor/turns/manager.js';
 import type { TurnManager } from '../../supervisor/turns/types.js';
 import type { EventStore } from '../../supervisor/events/types.js';
+import type { OwnListeners } from '../../proxy/self-connection.js';
 
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const HELPER_PATH = path.join(REPO_ROOT, 'identity-helper/build/identity-helper');
@@ -54,6 +55,8 @@ export interface HarnessOptions {
   uidCount?: number;
   /** The worker entry to run instead of dist/worker/main.js (a file under the repository: the view shows only that). */
   workerEntry?: string;
+  /** The supervisor's TCP listeners (a daemon's), which no turn's proxy may dial. */
+  ownListeners?: OwnListeners;
 }
 
 /** The worker uid range of a harness in `slot`: fixed, so a test can watch it before creating the harness. */
@@ -136,6 +139,7 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
     sharedViewPaths: [REPO_ROOT],
     sharedLauncherBinary: HELPER_PATH,
     ...(options.supervisorIsRoot === undefined ? {} : { supervisorIsRoot: options.supervisorIsRoot }),
+    ...(options.ownListeners ? { ownListeners: options.ownListeners } : {}),
   });
   return {
     turns,

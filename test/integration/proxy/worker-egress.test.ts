@@ -69,6 +69,28 @@ t.test('a 64 MiB upload from the command through CONNECT arrives byte-exact', as
   t.match(harness.turns.egressRelay(), { state: 'ready', adopted: spliced + 1 }, 'the supervisor spliced the tunnel');
 });
 
+t.test(
+  'a 64 MiB plain-HTTP upload from the command goes through the kernel relay and arrives byte-exact',
+  async (t) => {
+    const relayed = harness.turns.egressRelay()?.adopted ?? 0;
+    const script = [
+      VIA_PROXY,
+      'head -c 67108864 /dev/urandom > upload.bin && sha256sum upload.bin &&',
+      `curl -sS -m 120 -T upload.bin "http://${target}/forward-upload"; echo; rm -f upload.bin`,
+    ].join(' ');
+    const run = await runTurn(harness, { argv: ['/bin/sh', '-c', script] });
+    t.equal(run.result.status, 'ok', run.result.detail ?? run.stderr);
+    const local = /^([0-9a-f]{64})\s+upload\.bin$/m.exec(run.stdout)?.[1];
+    t.ok(local, 'the command hashed its upload');
+    t.match(run.stdout, new RegExp(`origin:PUT /forward-upload host=${target} body=67108864 sha256=${local}`));
+    const page = harness.events.query({ turn: run.id, kind: 'egress_connection' });
+    const event = page.ok ? page.events[0] : undefined;
+    t.match(event?.payload, { method: 'PUT', path: '/forward-upload', outcome: 'ok' });
+    t.ok(Number(event?.payload.bytesUp) > 67108864, 'bytesUp counts the upload and the request head');
+    t.equal(harness.turns.egressRelay()?.adopted, relayed + 1, 'the supervisor relayed the body in the kernel');
+  },
+);
+
 t.test('several URLs of one host in one curl share one upstream connection; each request has its event', async (t) => {
   const before = origin.connections;
   const run = await runTurn(harness, {

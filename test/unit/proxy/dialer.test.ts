@@ -1,7 +1,7 @@
 import t from 'tap';
 import { checkAddress, resolveAndCheck, type Resolver } from '../../../proxy/dialer.js';
 import { canonicalHost } from '../../../proxy/host.js';
-import { parseCidr, type Cidr } from '../../../proxy/ip-class.js';
+import { formatAddress, parseCidr, type Cidr, type IpAddress } from '../../../proxy/ip-class.js';
 
 const host = (raw: string) => {
   const r = canonicalHost(raw);
@@ -72,4 +72,16 @@ t.test('literal addresses are checked without resolving', async (t) => {
   const r = await resolveAndCheck(host('127.1'), [], counting);
   t.equal(r.ok, false);
   t.equal(calls, 0);
+});
+
+t.test('a supervisor listener is refused before the address class, and no range lifts it', async (t) => {
+  const own = (address: IpAddress) => formatAddress(address) === '127.0.0.1';
+  const lifted = checkAddress('127.0.0.1', [cidr('127.0.0.0/8')], own);
+  t.equal(!lifted.ok && lifted.reason, 'self_connection', 'with 127.0.0.0/8 lifted');
+  const unlifted = checkAddress('::ffff:127.0.0.1', [], own);
+  t.equal(!unlifted.ok && unlifted.reason, 'self_connection', 'before the class: mapped, no range');
+  t.equal(checkAddress('127.0.0.2', [cidr('127.0.0.0/8')], own).ok, true, 'another address passes');
+  const resolver = fixed({ 'api.test': ['93.184.216.34', '127.0.0.1'] });
+  const name = await resolveAndCheck(host('api.test'), [cidr('127.0.0.0/8')], resolver, own);
+  t.equal(!name.ok && name.reason, 'self_connection', 'a name with one answer on the listener is refused whole');
 });

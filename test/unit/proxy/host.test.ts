@@ -104,7 +104,10 @@ t.test('authorities: ports 1-65535, defaults, brackets', async (t) => {
   t.equal(authority('example.test:', 80), 'invalid_port');
   t.equal(authority('example.test:80\0', 80), 'invalid_port');
   t.equal(authority('example.test:+80', 80), 'invalid_port');
-  t.equal(authority('a:b:c', 80), 'invalid_port');
+  t.equal(authority('example.test:0443', 80), 'invalid_port', 'a leading zero is no port');
+  t.equal(authority('example.test:00', 80), 'invalid_port');
+  t.equal(authority('[::1]:080', 80), 'invalid_port');
+  t.equal(authority('a:b:c', 80), 'invalid_host', 'two colons outside brackets: an unbracketed IPv6');
   t.equal(authority('[::1]x', 80), 'invalid_host');
   t.equal(authority('evil\0.test:443', null), 'invalid_host');
 });

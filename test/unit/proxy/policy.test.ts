@@ -4,6 +4,8 @@ import {
   buildTurnPolicy,
   decide,
   DEFAULT_INFERENCE_HOSTS,
+  deniedAddress,
+  denyMatches,
   parsePattern,
   patternMatches,
   type EgressPolicy,
@@ -49,7 +51,7 @@ t.test('*.suffix matches proper subdomains only', async (t) => {
   t.notOk(patternMatches(pattern('example.test'), 'a.example.test', 443), 'an exact entry has no subdomains');
 });
 
-t.test('ports: no port means 80 and 443 only; an explicit port is that port only', async (t) => {
+t.test('allow ports: no port means 80 and 443 only; an explicit port is that port only', async (t) => {
   const plain = pattern('example.test');
   t.ok(patternMatches(plain, 'example.test', 80));
   t.ok(patternMatches(plain, 'example.test', 443));
@@ -61,6 +63,30 @@ t.test('ports: no port means 80 and 443 only; an explicit port is that port only
   t.ok(patternMatches(pattern('127.1:8080'), '127.0.0.1', 8080), 'entries are canonicalised too');
 });
 
+t.test('deny ports: no port means every port; an explicit port is that port only', async (t) => {
+  const plain = pattern('example.test');
+  for (const port of [1, 22, 80, 443, 8080, 65535]) t.ok(denyMatches(plain, 'example.test', port), `port ${port}`);
+  t.notOk(denyMatches(plain, 'other.test', 22));
+  const ported = pattern('*.example.test:22');
+  t.ok(denyMatches(ported, 'a.example.test', 22));
+  t.notOk(denyMatches(ported, 'a.example.test', 443));
+  t.notOk(denyMatches(ported, 'example.test', 22), 'never the apex');
+  const policy = policyOf({ allowlist: ['example.test:22', 'example.test'], denylist: ['example.test'] });
+  for (const port of [22, 80, 443]) {
+    const r = decide(policy, 'example.test', port);
+    t.equal(!r.ok && r.reason, 'denied_by_rule', `the deny entry covers port ${port}`);
+  }
+});
+
+t.test('a deny entry that is an address names that address on every path to it', async (t) => {
+  const policy = policyOf({ denylist: ['10.0.0.5', '[fd00::5]:443', 'name.test'] });
+  t.equal(deniedAddress(policy, '10.0.0.5', 8080)?.text, '10.0.0.5');
+  t.equal(deniedAddress(policy, 'fd00::5', 443)?.text, '[fd00::5]:443');
+  t.equal(deniedAddress(policy, 'fd00::5', 80), undefined, 'a deny entry with a port names that port only');
+  t.equal(deniedAddress(policy, '10.0.0.6', 80), undefined);
+  t.equal(deniedAddress(policy, 'name.test', 80), undefined, 'a name entry is not an address');
+});
+
 t.test('pattern entries are validated', async (t) => {
   for (const bad of [
     '',
@@ -69,6 +95,7 @@ t.test('pattern entries are validated', async (t) => {
     'a.*.test',
     '*.127.0.0.1',
     'example.test:0',
+    'example.test:0443',
     'example.test:x',
     'ex ample.test',
     'evil\0.test',

@@ -11,6 +11,7 @@ import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { ByteBudget } from '../../../../proxy/relay/byte-budget.js';
 import { kernelRelay, type KernelRelay } from '../../../../proxy/relay/kernel-relay.js';
+import { borrowFd, detachSocket } from '../../../../proxy/relay/socket-handoff.js';
 import { adoptedPair, connection } from './fixtures/connection.js';
 
 /** Everything `socket` receives until its peer's EOF (or a reset). */
@@ -37,6 +38,7 @@ t.test('relays both ways, initial bytes first, half-close passed on, counts excl
   const relay = await readyRelay();
   const { a, b, tunnel } = await adoptedPair(relay, { initial: [Buffer.from('to-a:'), Buffer.from('to-b:')] });
   t.ok(a.near.destroyed && b.near.destroyed, 'Node no longer holds the adopted sockets');
+  // Past 4 MiB the direction turns bulk and copies through the relay's buffer: both ways of moving it.
   const up = crypto.randomBytes(8 * 1024 * 1024);
   const atB = received(b.far);
   const atA = received(a.far);
@@ -99,6 +101,84 @@ t.test('a reset on one side ends the tunnel side_failed naming that side', async
   a.far.write(Buffer.alloc(256 * 1024));
   t.match(await tunnel.ended, { outcome: 'side_failed', failedSide: 1 });
   a.far.destroy();
+});
+
+/** A body's way: `from.near` detached (the relay reads it), `to.near` borrowed (Node keeps it; the relay writes it). */
+async function bodyPair(): Promise<{
+  from: Awaited<ReturnType<typeof connection>>;
+  to: Awaited<ReturnType<typeof connection>>;
+  fds: [number, number];
+}> {
+  const from = await connection();
+  const to = await connection();
+  const source = detachSocket(from.near);
+  const sink = borrowFd(to.near);
+  if (!source.ok || !sink.ok) throw new Error('not adoptable');
+  return { from, to, fds: [source.fd, sink.fd] };
+}
+
+// 3 MiB goes through the pipes; 9 MiB is a bulk body, copied through the relay's buffer.
+for (const size of [3 * 1024 * 1024 + 17, 9 * 1024 * 1024 + 17]) {
+  t.test(
+    `an exact length (${size} bytes): that many and not one more, no EOF passed on, the kept socket still usable`,
+    async (t) => {
+      const relay = await readyRelay();
+      const { from, to, fds } = await bodyPair();
+      const body = crypto.randomBytes(size);
+      const adopted = relay.adoptFds(fds, { lengths: [body.length, 0] });
+      if (!adopted.ok) throw new Error(adopted.detail);
+      from.far.on('error', () => {});
+      // Read as it comes: a body larger than the sockets' buffers must not wait for the end.
+      const arriving = received(to.far);
+      // The next message follows at once, in the same stream: the relay must leave it unread.
+      from.far.write(Buffer.concat([body, Buffer.from('NEXT MESSAGE')]));
+      const end = await adopted.tunnel.ended;
+      t.same(end, { outcome: 'ok', failedSide: null, detail: '', bytes: [body.length, 0], eofFrom: [false, false] });
+      t.notOk(to.near.destroyed, 'Node still holds the borrowed socket');
+      to.near.end('then Node writes');
+      const arrived = await arriving;
+      t.equal(arrived.length, body.length + 'then Node writes'.length, 'exactly the body, then what Node wrote after');
+      t.equal(sha256(arrived.subarray(0, body.length)), sha256(body), 'byte-exact');
+      t.equal(arrived.subarray(body.length).toString(), 'then Node writes', 'no EOF and no extra byte came before it');
+      from.far.destroy();
+      to.near.destroy();
+    },
+  );
+}
+
+t.test('an EOF before the exact length ends side_failed naming the side that ended early', async (t) => {
+  const relay = await readyRelay();
+  const { from, to, fds } = await bodyPair();
+  const adopted = relay.adoptFds(fds, { lengths: [1000, 0] });
+  if (!adopted.ok) throw new Error(adopted.detail);
+  from.far.end(Buffer.alloc(990, 1));
+  t.match(await adopted.tunnel.ended, { outcome: 'side_failed', failedSide: 0, bytes: [990, 0] });
+  to.near.destroy();
+  to.far.destroy();
+});
+
+t.test('an exact length under a budget: the cap ends it before a byte past the budget', async (t) => {
+  const relay = await readyRelay();
+  const { from, to, fds } = await bodyPair();
+  const budget = new ByteBudget(4096);
+  const atTo = received(to.far);
+  const adopted = relay.adoptFds(fds, { lengths: [1 << 20, 0], budget });
+  if (!adopted.ok) throw new Error(adopted.detail);
+  from.far.on('error', () => {});
+  from.far.write(Buffer.alloc(1 << 20, 2));
+  t.equal((await adopted.tunnel.ended).outcome, 'cap_exceeded');
+  to.near.destroy();
+  t.ok((await atTo).length <= 4096, 'no byte past the budget arrived');
+  from.far.destroy();
+});
+
+t.test('a socket with unwritten bytes in Node is not lent to the relay', async (t) => {
+  const { near, far } = await connection();
+  near.cork();
+  near.write('pending');
+  t.match(borrowFd(near), { ok: false, reason: 'not_adoptable' });
+  near.destroy();
+  far.destroy();
 });
 
 t.test('stop() ends open tunnels aborted; the next kernelRelay() is a new thread', async (t) => {

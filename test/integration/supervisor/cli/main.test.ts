@@ -135,6 +135,11 @@ t.test('check re-runs the probes; exit code follows ordinary', async (t) => {
   const human = turnhost(['check', '--server', server, '--data-dir', dataDir]);
   t.equal(human.code, result.code);
   t.match(human.stdout, /^ordinary\s+/m);
+  t.match(
+    human.stdout,
+    /^egress\s+per-turn egress proxy.*an allow entry without a port allows ports 80 and 443 only; a deny entry without a port denies every port/m,
+    'the two port rules side by side',
+  );
 });
 
 t.test('events --json, filters, paging, errors', async (t) => {
@@ -393,7 +398,7 @@ t.test('run through the server and --local', async (t) => {
   });
   t.match(
     turnhost(['status', '--server', server, '--data-dir', dataDir]).stdout,
-    /^egress relay\s+ready, 0 tunnels spliced, 0 open$/m,
+    /^egress relay\s+ready, 0 spliced \(tunnels and forward bodies\), 0 open$/m,
   );
 });
 

@@ -230,7 +230,8 @@ t.test('governed status: protected paths and egress from the config', async (t) 
   t.same(status.governed.protectedPaths, [{ path: '/srv/ws/.env', mode: 'mask_file', reason: 'secrets' }]);
   t.same(status.governed.egress, {
     active: true,
-    detail: 'per-turn egress proxy: 1 allowed host pattern(s), 0 denied',
+    detail:
+      'per-turn egress proxy with 1 allowed host pattern(s), 0 denied (an allow entry without a port allows ports 80 and 443 only; a deny entry without a port denies every port)',
   });
   t.match(status.governed, { available: true, hostExecution: 'worker', profile: 'governed' });
 });
