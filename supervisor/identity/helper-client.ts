@@ -23,7 +23,7 @@ export const DESCRIPTOR_LIMITS = {
   maxRlimitExclusive: 10n ** 18n,
 } as const;
 
-export type HelperOp = 'probe' | 'launch' | 'view' | 'kill';
+export type HelperOp = 'probe' | 'launch' | 'view' | 'kill' | 'lease' | 'release' | 'usage';
 export type HelperRlimitName = 'nproc' | 'data' | 'fsize' | 'nofile';
 export type HelperProfile = 'governed' | 'strict';
 export type HelperProtectMode = 'read_only' | 'mask_file' | 'mask_directory';
@@ -56,6 +56,11 @@ export interface HelperDescriptor {
   /** launch: `uid` is where the helper's search for a free uid of the range starts. */
   uidSearch?: boolean;
   protect?: HelperProtectRule[];
+  /**
+   * A workspace lease id ([A-Za-z0-9_-], 1-64): lease/release/usage name it; a launch with it
+   * runs as the uid leased to it (shared with the other turns on that workspace).
+   */
+  lease?: string;
 }
 
 export type HelperLaunchDescriptor = Omit<HelperDescriptor, 'op' | 'paths'> & {
@@ -90,6 +95,8 @@ export const HELPER_EXIT_CODES = {
   cwd_unusable: 77,
   view_refused: 78,
   uid_in_use: 80,
+  lease_refused: 81,
+  workspace_busy: 82,
 } as const;
 
 export type HelperRefusalReason = keyof typeof HELPER_EXIT_CODES;
@@ -129,6 +136,7 @@ const OP_KEYS: Record<HelperOp, { allowed: ReadonlySet<string>; required: readon
       'protect',
       'hide',
       'uidSearch',
+      'lease',
     ]),
     required: ['cwd', 'profile', 'workspace'],
   },
@@ -137,7 +145,13 @@ const OP_KEYS: Record<HelperOp, { allowed: ReadonlySet<string>; required: readon
     required: ['profile', 'paths'],
   },
   kill: { allowed: new Set(['uid']), required: ['uid'] },
+  lease: { allowed: new Set(['uid', 'uidSearch', 'lease', 'workspace']), required: ['uid', 'lease', 'workspace'] },
+  release: { allowed: new Set(['lease', 'workspace']), required: ['lease', 'workspace'] },
+  usage: { allowed: new Set(['lease', 'workspace']), required: ['lease', 'workspace'] },
 };
+
+/** A workspace lease id, as the helper accepts it. */
+export const LEASE_ID = /^[A-Za-z0-9_-]{1,64}$/;
 
 const RLIMIT_NAMES: readonly HelperRlimitName[] = ['nproc', 'data', 'fsize', 'nofile'];
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,254}$/;
@@ -256,7 +270,7 @@ function envLines(env: HelperDescriptor['env']): string[] {
 function checkOpKeys(d: HelperDescriptor): void {
   const rules = OP_KEYS[d.op];
   // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- the descriptor is checked whatever its type says
-  if (rules === undefined) refuse('op', 'must be probe, launch, view or kill');
+  if (rules === undefined) refuse('op', 'must be probe, launch, view, kill, lease, release or usage');
   for (const [key, value] of Object.entries(d)) {
     if (key !== 'op' && value !== undefined && !rules.allowed.has(key)) refuse(key, `not valid for op ${d.op}`);
   }
@@ -291,6 +305,11 @@ function descriptorLines(d: HelperDescriptor): string[] {
     lines.push(`profile ${d.profile}`);
   }
   if (d.workspace !== undefined) lines.push(viewPathLine('workspace', d.workspace));
+  if (d.lease !== undefined) {
+    if (typeof d.lease !== 'string' || !LEASE_ID.test(d.lease)) refuse('lease', '1-64 of [A-Za-z0-9_-]');
+    if (d.op === 'launch' && d.uidSearch === true) refuse('uidSearch', 'a leased launch runs as its lease uid');
+    lines.push(`lease ${d.lease}`);
+  }
   if (d.tmpSize !== undefined) lines.push(tmpSizeLine(d.tmpSize));
   if (d.protect !== undefined) lines.push(...protectLines(d.protect));
   if (d.hide !== undefined) lines.push(...hideLines(d.hide));
@@ -425,6 +444,12 @@ async function runOperation(
 function decimalField(receipt: Record<string, string>, key: string): number | null {
   const text = receipt[key];
   return text !== undefined && /^(0|[1-9][0-9]{0,9})$/.test(text) ? Number(text) : null;
+}
+
+/** A count that may pass 2^32 (bytes), still a safe integer. */
+function countField(receipt: Record<string, string>, key: string): number | null {
+  const text = receipt[key];
+  return text !== undefined && /^(0|[1-9][0-9]{0,14})$/.test(text) ? Number(text) : null;
 }
 
 /**
@@ -578,6 +603,66 @@ export async function runHelperView(
   if (viewBuilt !== (request.workspace !== undefined))
     return fail('helper_output_invalid', `view answer says view ${receipt.view ?? 'missing'}`);
   return ok({ workerUid, viewBuilt, entries });
+}
+
+export interface WorkspaceLeaseRequest {
+  /** The workspace's id, which names its lease. */
+  lease: string;
+  /** `<workspace_root>/<lease>`: a workspace root of the helper config, then the id. */
+  workspace: string;
+}
+
+/**
+ * Leases a uid of the range to a workspace for its whole life (searching from `uid`), and
+ * creates its directory owned by that uid, group the caller's, mode 2770. Asking again for a
+ * lease that exists answers its uid (`existing`): a supervisor that crashed between the
+ * helper and its own record gets the same workspace back.
+ */
+export async function runHelperLease(
+  helper: HelperLocation,
+  request: WorkspaceLeaseRequest & { uid: number },
+): Promise<Result<{ uid: number; existing: boolean }, HelperFailureReason>> {
+  const run = await runOperation(helper, { op: 'lease', uidSearch: true, ...request });
+  if (!run.ok) return run;
+  const receipt = parseReceipt(run.stdout);
+  const uid = decimalField(receipt, 'leased');
+  const lease = receipt.lease;
+  if (uid === null || (lease !== 'new' && lease !== 'existing'))
+    return fail('helper_output_invalid', 'lease answer lacks leased or lease new|existing');
+  return ok({ uid, existing: lease === 'existing' });
+}
+
+/**
+ * Ends a workspace: refused (workspace_busy) while a turn holds its uid or any process of the
+ * uid lives; else removes its tree without following a link, then the lease.
+ */
+export async function runHelperRelease(
+  helper: HelperLocation,
+  request: WorkspaceLeaseRequest,
+): Promise<Result<{ uid: number; removedBytes: number; removedFiles: number }, HelperFailureReason>> {
+  const run = await runOperation(helper, { op: 'release', ...request });
+  if (!run.ok) return run;
+  const receipt = parseReceipt(run.stdout);
+  const uid = decimalField(receipt, 'released');
+  const removedBytes = countField(receipt, 'removed_bytes');
+  const removedFiles = countField(receipt, 'removed_files');
+  if (uid === null || removedBytes === null || removedFiles === null)
+    return fail('helper_output_invalid', 'release answer lacks released, removed_bytes or removed_files');
+  return ok({ uid, removedBytes, removedFiles });
+}
+
+/** What a leased workspace holds: allocated bytes and entries that are not directories. */
+export async function runHelperUsage(
+  helper: HelperLocation,
+  request: WorkspaceLeaseRequest,
+): Promise<Result<{ bytes: number; files: number }, HelperFailureReason>> {
+  const run = await runOperation(helper, { op: 'usage', ...request });
+  if (!run.ok) return run;
+  const receipt = parseReceipt(run.stdout);
+  const bytes = countField(receipt, 'bytes');
+  const files = countField(receipt, 'files');
+  if (bytes === null || files === null) return fail('helper_output_invalid', 'usage answer lacks bytes or files');
+  return ok({ bytes, files });
 }
 
 /** SIGKILLs every live process whose real uid is `uid` (best effort; a cgroup kill is exact). */
