@@ -47,10 +47,27 @@ function isExecutableFile(file: string): boolean {
 }
 
 /**
- * execvp's lookup, done up front so both modes report a missing command or cwd as a typed
- * `spawn_failed` instead of a child that prints an error and exits 1.
+ * Why a command could not start, as every shell, `timeout` and `systemd-run` say it: nothing
+ * of that name (127), or something that cannot be executed (126).
  */
-function resolveExecutable(spec: CommandSpec): Result<{ file: string }, 'spawn_failed'> {
+export type SpawnError = 'not_found' | 'not_executable';
+export const SPAWN_ERROR_EXIT_CODES: Record<SpawnError, number> = { not_found: 127, not_executable: 126 };
+
+function exists(file: string): boolean {
+  try {
+    fs.statSync(file);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * execvp's lookup, done up front so both modes report a missing or unexecutable command as a
+ * typed spawn error (and an unreachable cwd as `spawn_failed`) instead of a child that prints
+ * an error and exits 1.
+ */
+function resolveExecutable(spec: CommandSpec): Result<{ file: string }, 'spawn_failed' | SpawnError> {
   let cwdIsDir = false;
   try {
     cwdIsDir = fs.statSync(spec.cwd).isDirectory();
@@ -63,12 +80,14 @@ function resolveExecutable(spec: CommandSpec): Result<{ file: string }, 'spawn_f
     ? [path.resolve(spec.cwd, name)]
     : (spec.env.PATH ?? DEFAULT_PATH).split(':').map((dir) => path.resolve(spec.cwd, dir || '.', name));
   const file = candidates.find(isExecutableFile);
-  if (file === undefined)
-    return fail(
-      'spawn_failed',
-      `command ${JSON.stringify(name)} is not an executable file (searched ${candidates.length} location(s))`,
-    );
-  return ok({ file });
+  if (file !== undefined) return ok({ file });
+  const present = candidates.find(exists);
+  if (present !== undefined)
+    return fail('not_executable', `${JSON.stringify(name)}: ${present} is not an executable file`);
+  return fail(
+    'not_found',
+    `${JSON.stringify(name)}: command not found (searched ${candidates.length} location(s))`,
+  );
 }
 
 function signalName(signal: number | NodeJS.Signals | null): string | null {
@@ -224,7 +243,9 @@ async function startPty(
   return ok({ command });
 }
 
-export async function startCommand(spec: CommandSpec): Promise<Result<{ command: RunningCommand }, 'spawn_failed'>> {
+export async function startCommand(
+  spec: CommandSpec,
+): Promise<Result<{ command: RunningCommand }, 'spawn_failed' | SpawnError>> {
   const resolved = resolveExecutable(spec);
   if (!resolved.ok) return resolved;
   return spec.tty ? startPty(spec, resolved.file, spec.tty) : startPipes(spec, resolved.file);

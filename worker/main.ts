@@ -16,7 +16,7 @@ import { checkInheritedFds } from './fds.js';
 import { PROTOCOL_FD } from './protocol.js';
 import { closeEgressListener, handOverEgressListener, openEgressListener } from './egress-listener.js';
 import { openChannel, expectLaunch, type Channel } from './channel.js';
-import { startCommand, type RunningCommand } from './command.js';
+import { SPAWN_ERROR_EXIT_CODES, startCommand, type RunningCommand } from './command.js';
 import type { ForwardableSignal, LaunchMessage, WorkerErrorCode } from './protocol.js';
 import { childrenRusage } from './rusage.js';
 import { makeUndumpable } from './dumpable.js';
@@ -115,6 +115,19 @@ async function main(): Promise<number> {
     env: commandEnv(launch, listener.port),
     tty: launch.tty,
   });
+  if (!started.ok && started.reason !== 'spawn_failed') {
+    // The command could not start, but the turn ran: its exit is the shell's 127 or 126.
+    await channel.send({
+      type: 'exit',
+      exitCode: SPAWN_ERROR_EXIT_CODES[started.reason],
+      signal: null,
+      rusage: { userCpuUsec: 0, systemCpuUsec: 0, maxRssKiB: 0 },
+      spawnError: started.reason,
+      detail: started.detail.slice(0, MAX_ERROR_DETAIL_CHARS),
+    });
+    await channel.close();
+    return 0;
+  }
   if (!started.ok) return refuse(channel, 'spawn_failed', started.detail);
   const command = started.command;
   await channel.send({ type: 'started', pid: command.pid });

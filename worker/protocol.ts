@@ -82,6 +82,9 @@ export interface ExitMessage {
   exitCode: number | null;
   signal: string | null;
   rusage: Rusage;
+  /** The command never started: 127 for not_found, 126 for not_executable, with why. */
+  spawnError?: 'not_found' | 'not_executable';
+  detail?: string;
 }
 /** Stable codes of the worker's `error` message; see docs/worker-protocol.md. */
 export const WORKER_ERROR_CODES = [
@@ -251,7 +254,7 @@ function started(m: Fields): Check<StartedMessage> {
 }
 
 function exit(m: Fields): Check<ExitMessage> {
-  const known = onlyFields(m, 'exit', ['type', 'exitCode', 'signal', 'rusage']);
+  const known = onlyFields(m, 'exit', ['type', 'exitCode', 'signal', 'rusage', 'spawnError', 'detail']);
   if (!known.ok) return known;
   const exitCode = nullOr(m.exitCode, (v) => intIn(v, 'exit.exitCode', 0, 255));
   if (!exitCode.ok) return exitCode;
@@ -262,7 +265,19 @@ function exit(m: Fields): Check<ExitMessage> {
   }
   const usage = rusage(m.rusage);
   if (!usage.ok) return usage;
-  return ok({ value: { type: 'exit', exitCode: exitCode.value, signal: sig.value, rusage: usage.value } });
+  const value: ExitMessage = { type: 'exit', exitCode: exitCode.value, signal: sig.value, rusage: usage.value };
+  if (m.spawnError !== undefined) {
+    const spawnError = m.spawnError === 'not_found' || m.spawnError === 'not_executable' ? m.spawnError : null;
+    if (spawnError === null) return invalid('exit.spawnError', "must be 'not_found' or 'not_executable'");
+    const expected = spawnError === 'not_found' ? 127 : 126;
+    if (exitCode.value !== expected)
+      return invalid('exit.exitCode', `must be ${expected} with spawnError ${spawnError}`);
+    const detail = cleanString(m.detail, 'exit.detail', 4096);
+    if (!detail.ok) return detail;
+    value.spawnError = spawnError;
+    value.detail = detail.value;
+  } else if (m.detail !== undefined) return invalid('exit.detail', 'only with spawnError');
+  return ok({ value });
 }
 
 function error(m: Fields): Check<ErrorMessage> {

@@ -40,7 +40,10 @@ export function buildResult(inputs: ResultInputs): TurnResult {
   if (inputs.stopReason) status = inputs.stopReason;
   else if ((stats.oomKills ?? 0) > 0) status = 'oom_killed';
   else if (exitMessage?.signal) status = 'signaled';
-  else if (exitMessage) status = exitMessage.exitCode === 0 ? 'ok' : 'nonzero_exit';
+  else if (exitMessage) {
+    status = exitMessage.exitCode === 0 ? 'ok' : 'nonzero_exit';
+    detail = exitMessage.detail;
+  }
   else if (inputs.refusal) {
     status = 'launch_refused';
     detail = inputs.refusal;
@@ -58,6 +61,7 @@ export function buildResult(inputs: ResultInputs): TurnResult {
     limitHits,
     ...(detail ? { detail } : {}),
     source: fromReport ? 'worker_report' : 'supervisor',
+    ...(status === 'nonzero_exit' && exitMessage?.spawnError ? { spawnError: exitMessage.spawnError } : {}),
   };
 }
 

@@ -70,6 +70,8 @@ export interface TurnResult {
    * supervisor does not see that wait status itself). Absent in records of earlier versions.
    */
   source?: 'supervisor' | 'worker_report';
+  /** The command never started: not_found (exit 127) or not_executable (126); `detail` says why. */
+  spawnError?: 'not_found' | 'not_executable';
 }
 
 export interface TurnRecord {

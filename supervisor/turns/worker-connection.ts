@@ -240,7 +240,10 @@ export class WorkerConnection {
       } else this.noteError(`unexpected ${message.type} before launch`);
     } else if (message.type === 'started' && this.phase === 'launched') {
       this.phase = 'started';
-    } else if (message.type === 'exit' && this.phase === 'started') {
+    } else if (
+      message.type === 'exit' &&
+      (this.phase === 'started' || (this.phase === 'launched' && message.spawnError !== undefined))
+    ) {
       this.exitMessage = message;
       this.phase = 'reported';
       this.applyOutputFlow();

@@ -246,11 +246,29 @@ t.test('fd 4 must be the listener channel: missing or not a socket, the worker r
   t.notMatch(missing.stdout() + directory.stdout(), /should not run/);
 });
 
+t.test('a command that cannot start exits as a shell says: 127 not found, 126 not executable', async (t) => {
+  const notExecutable = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-spawn-')), 'data.txt');
+  fs.chmodSync(path.dirname(notExecutable), 0o755);
+  fs.writeFileSync(notExecutable, 'not a program\n', { mode: 0o644 });
+  t.teardown(() => fs.rmSync(path.dirname(notExecutable), { recursive: true, force: true }));
+  const cases: Array<[string[], number, string]> = [
+    [['/nonexistent/turnhost-cmd'], 127, 'not_found'],
+    [['turnhost-no-such-command'], 127, 'not_found'],
+    [[notExecutable], 126, 'not_executable'],
+    [['/tmp'], 126, 'not_executable'],
+  ];
+  for (const [argv, exitCode, spawnError] of cases) {
+    const w = startWorker(launchOf(argv));
+    const exit = await w.next('exit');
+    t.equal(await w.done, 0, argv[0]);
+    t.match(exit, { type: 'exit', exitCode, signal: null, spawnError, detail: /./ }, argv[0]);
+  }
+});
+
 t.test('refusals before the command starts carry a stable code', async (t) => {
   const cases: [object, string][] = [
     [{ ...launchOf(['/bin/true']), v: 2 }, 'protocol_invalid'],
     [{ type: 'resize', cols: 1, rows: 1 }, 'protocol_invalid'],
-    [launchOf(['/nonexistent/turnhost-cmd']), 'spawn_failed'],
     [launchOf(['/bin/true'], { cwd: '/nonexistent-turnhost-dir' }), 'spawn_failed'],
   ];
   for (const [launch, code] of cases) {

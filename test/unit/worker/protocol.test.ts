@@ -54,6 +54,12 @@ t.test('worker messages', async (t) => {
   t.equal(exitOf({ exitCode: 3, signal: null }), 'ok');
   t.equal(exitOf({ exitCode: null, signal: 'SIGKILL' }), 'ok');
   t.match(exitOf({ exitCode: 1, signal: 'SIGKILL' }), /exactly one/);
+  t.equal(exitOf({ exitCode: 127, signal: null, spawnError: 'not_found', detail: 'x: not found' }), 'ok');
+  t.equal(exitOf({ exitCode: 126, signal: null, spawnError: 'not_executable', detail: 'x' }), 'ok');
+  t.match(exitOf({ exitCode: 1, signal: null, spawnError: 'not_found', detail: 'x' }), /exit\.exitCode: must be 127/);
+  t.match(exitOf({ exitCode: 127, signal: null, spawnError: 'crashed', detail: 'x' }), /exit\.spawnError/);
+  t.match(exitOf({ exitCode: 127, signal: null, spawnError: 'not_found' }), /exit\.detail/);
+  t.match(exitOf({ exitCode: 2, signal: null, detail: 'x' }), /exit\.detail: only with spawnError/);
   t.match(exitOf({ exitCode: 1, signal: null, rusage: { ...rusage, x: 1 } }), /exit\.rusage\.x/);
   t.match(
     exitOf({ exitCode: 0, signal: null, bridgeRelay: null }),

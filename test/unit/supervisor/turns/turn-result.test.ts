@@ -80,6 +80,25 @@ t.test("an exit status only the worker's report gives is marked so; the supervis
   }
 });
 
+t.test('a command that could not start is a nonzero exit with its spawn error and why', async (t) => {
+  const result = buildResult(
+    inputs({
+      exitMessage: { ...exitWith(127), spawnError: 'not_found', detail: '"nope": command not found' },
+    }),
+  );
+  t.match(result, {
+    status: 'nonzero_exit',
+    exitCode: 127,
+    spawnError: 'not_found',
+    detail: '"nope": command not found',
+    source: 'worker_report',
+  });
+  const cancelled = buildResult(
+    inputs({ stopReason: 'cancelled', exitMessage: { ...exitWith(126), spawnError: 'not_executable', detail: 'x' } }),
+  );
+  t.equal(cancelled.spawnError, undefined, 'only a nonzero exit carries it');
+});
+
 t.test('details: a refusal and an internal error say why; other statuses carry none', async (t) => {
   t.equal(buildResult(inputs({ refusal: 'the reason' })).detail, 'the reason');
   t.equal(buildResult(inputs({ workerError: 'protocol: bad line' })).detail, 'protocol: bad line');
