@@ -84,10 +84,7 @@ function resolveExecutable(spec: CommandSpec): Result<{ file: string }, 'spawn_f
   const present = candidates.find(exists);
   if (present !== undefined)
     return fail('not_executable', `${JSON.stringify(name)}: ${present} is not an executable file`);
-  return fail(
-    'not_found',
-    `${JSON.stringify(name)}: command not found (searched ${candidates.length} location(s))`,
-  );
+  return fail('not_found', `${JSON.stringify(name)}: command not found (searched ${candidates.length} location(s))`);
 }
 
 function signalName(signal: number | NodeJS.Signals | null): string | null {

@@ -43,8 +43,7 @@ export function buildResult(inputs: ResultInputs): TurnResult {
   else if (exitMessage) {
     status = exitMessage.exitCode === 0 ? 'ok' : 'nonzero_exit';
     detail = exitMessage.detail;
-  }
-  else if (inputs.refusal) {
+  } else if (inputs.refusal) {
     status = 'launch_refused';
     detail = inputs.refusal;
   } else {
