@@ -580,6 +580,44 @@ static int build_dev(int root, bool own_dev_filesystem, struct failure *f) {
   return code;
 }
 
+/* The kernel-wide controls a fresh procfs still exposes to a worker the file mode lets in
+ * (uid 0 in shared mode: root owns them): sysctls (core_pattern runs a program as root on the
+ * next crash), the SysRq trigger, IRQ affinity and bus devices, as bubblewrap covers them, and
+ * the filesystem, ACPI, driver and pressure-stall entries besides. Each is bound read-only
+ * over itself; a missing one (no SysRq in this kernel) needs no cover. */
+static const char *const proc_covered[] = {"sys", "sysrq-trigger", "irq",      "bus",
+                                           "fs",  "acpi",          "pressure", "driver"};
+
+static int cover_proc(int root, struct failure *f) {
+  int proc = -1;
+  int error = mounts_open_nofollow(root, "proc", &proc);
+  if (error != 0) {
+    return mount_failed(f, "opening", "/proc", error);
+  }
+  for (size_t i = 0; i < sizeof proc_covered / sizeof proc_covered[0] && error == 0; i++) {
+    int target = -1;
+    error = mounts_open_nofollow(proc, proc_covered[i], &target);
+    if (error == ENOENT) {
+      error = 0;
+      continue;
+    }
+    int tree = -1;
+    if (error == 0)
+      error = mounts_clone(target, true, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, &tree);
+    if (error == 0) error = mounts_attach(tree, target);
+    if (tree >= 0) close(tree);
+    if (target >= 0) close(target);
+    if (error != 0) {
+      close(proc);
+      char path[32];
+      snprintf(path, sizeof path, "/proc/%s", proc_covered[i]);
+      return mount_failed(f, "covering read-only", path, error);
+    }
+  }
+  close(proc);
+  return 0;
+}
+
 /* Host root read-only (every mount, recursively); fresh /tmp (also at /var/tmp), /run, /dev
  * and /proc; the bindings and the protected paths on top. /run, /tmp and /var/tmp are
  * replaced because a read-only mount still lets a worker connect to the unix sockets host
@@ -600,6 +638,7 @@ static int build_governed(int root, struct failure *f) {
     code = attach_new_filesystem(root, "/proc", "proc", proc_options,
                                  ATTR_FIXED | MOUNT_ATTR_NOEXEC, false, f);
   }
+  if (code == 0) code = cover_proc(root, f);
   if (code == 0) code = create_symlinks(root, f);
   if (code == 0) code = attach_bindings(root, f);
   return code;
@@ -635,6 +674,7 @@ static int build_strict(int staging, int *new_root, struct failure *f) {
     code = attach_new_filesystem(*new_root, "/proc", "proc", proc_options,
                                  ATTR_FIXED | MOUNT_ATTR_NOEXEC, false, f);
   }
+  if (code == 0) code = cover_proc(*new_root, f);
   if (code == 0) code = build_dev(*new_root, false, f);
   if (code == 0) code = create_symlinks(*new_root, f);
   if (code == 0) code = attach_bindings(*new_root, f);

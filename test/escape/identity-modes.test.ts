@@ -126,6 +126,27 @@ for (const [config, supervisor] of supervisors) {
     } else t.match(run.stdout, 'unreadable');
   });
 
+  t.test(`${config}: kernel-wide controls in /proc are read-only, also to a uid 0 worker`, async (t) => {
+    // The same value written back: harmless should the cover fail, but a write all the same.
+    const run = await supervisor.run([
+      '/bin/sh',
+      '-c',
+      [
+        'for knob in kernel/core_pattern kernel/printk_ratelimit vm/overcommit_memory; do',
+        '  value=$(cat /proc/sys/$knob)',
+        '  (printf "%s\\n" "$value" > /proc/sys/$knob) 2>/dev/null && echo "WROTE $knob"',
+        'done',
+        'for file in /proc/sysrq-trigger /proc/irq/default_smp_affinity; do',
+        '  [ -e $file ] && [ -w $file ] && echo "WRITABLE $file"',
+        'done',
+        'echo checked',
+      ].join('\n'),
+    ]);
+    t.equal(run.code, 0, run.stderr);
+    t.match(run.stdout, 'checked');
+    t.notMatch(run.stdout, /WROTE|WRITABLE/);
+  });
+
   t.test(`${config}: /tmp and /dev/shm are the turn's own`, async (t) => {
     const mine = `turnhost-esc-turn-${process.pid}`;
     const run = await supervisor.run([
