@@ -14,8 +14,9 @@ import { tokenFilePath } from '../http/token.js';
 
 /**
  * Host files no worker reads, whatever uid it runs as: the password and group shadows, sudo's
- * rules, root's home and the host's ssh keys. Under a root supervisor without a helper the
- * worker is uid 0, and uid 0 may read what root owns even without capabilities.
+ * rules, root's home, the host's ssh keys and the installed configuration directory (its
+ * turnhost.json may hold the API token). Under a root supervisor without a helper the worker is
+ * uid 0, and uid 0 may read what root owns even without capabilities.
  */
 const HOST_SECRETS: readonly string[] = [
   '/etc/shadow',
@@ -26,6 +27,7 @@ const HOST_SECRETS: readonly string[] = [
   '/etc/sudoers.d',
   '/root',
   '/etc/ssl/private',
+  '/etc/turnhost',
 ];
 
 /** The path with every existing component's symlinks resolved (the helper refuses a link on the way). */
@@ -55,11 +57,6 @@ function hostSshKeys(): string[] {
   }
 }
 
-/**
- * What the view never shows: the supervisor's data directory (database, token, fallback log),
- * a token file or helper config kept elsewhere, and the host's secrets. At most
- * DESCRIPTOR_LIMITS.maxHide entries; the supervisor's own state comes first.
- */
 /** The supervisor's own state a worker must never see or change: data directory, token, helper config. */
 export function supervisorStatePaths(config: TurnhostConfig): string[] {
   return [config.dataDir, tokenFilePath(config.dataDir), config.identityHelper.configPath].filter(
@@ -67,6 +64,11 @@ export function supervisorStatePaths(config: TurnhostConfig): string[] {
   );
 }
 
+/**
+ * What the view never shows: the supervisor's data directory (database, token, fallback log),
+ * a token file or helper config kept elsewhere, and the host's secrets. At most
+ * DESCRIPTOR_LIMITS.maxHide entries; the supervisor's own state comes first.
+ */
 export function hiddenHostPaths(config: TurnhostConfig): string[] {
   const hidden = [...supervisorStatePaths(config), ...HOST_SECRETS, ...hostSshKeys()]
     .map(resolveExisting)

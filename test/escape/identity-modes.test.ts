@@ -53,7 +53,15 @@ const HOST_TMP = `/tmp/turnhost-esc-host-${process.pid}`;
 const HOST_SHM = `/dev/shm/turnhost-esc-host-${process.pid}`;
 fs.writeFileSync(HOST_TMP, 'host-tmp\n', { mode: 0o644 });
 fs.writeFileSync(HOST_SHM, 'host-shm\n', { mode: 0o644 });
+// The installed configuration directory, world-readable here so only the view can keep it out.
+const INSTALLED_CONFIG_DIR = '/etc/turnhost';
+const madeConfigDir = !fs.existsSync(INSTALLED_CONFIG_DIR);
+const CONFIG_SECRET = path.join(INSTALLED_CONFIG_DIR, `esc-secret-${process.pid}`);
+fs.mkdirSync(INSTALLED_CONFIG_DIR, { recursive: true, mode: 0o755 });
+fs.writeFileSync(CONFIG_SECRET, '{"apiToken":"config-secret"}\n', { mode: 0o644 });
 t.teardown(() => {
+  fs.rmSync(CONFIG_SECRET, { force: true });
+  if (madeConfigDir) fs.rmSync(INSTALLED_CONFIG_DIR, { recursive: true, force: true });
   fs.rmSync(SECRET_DIR, { recursive: true, force: true });
   fs.rmSync(HOST_TMP, { force: true });
   fs.rmSync(HOST_SHM, { force: true });
@@ -99,22 +107,27 @@ for (const [config, supervisor] of supervisors) {
       t.notOk(fs.existsSync(target), `${target} not created on the host`);
   });
 
-  t.test(`${config}: the supervisor's token, database and the host's shadow file are out of reach`, async (t) => {
-    const data = supervisor.dataDir;
-    const run = await supervisor.run([
-      '/bin/sh',
-      '-c',
-      [
-        `ls -A ${data} | sed 's/^/listed /'`,
-        `cat ${data}/api-token && echo "READ token"`,
-        `echo x >> ${data}/turnhost.db && echo "APPENDED db"`,
-        `cat /etc/shadow | grep -q . && echo "READ shadow"`,
-        'true',
-      ].join('; '),
-    ]);
-    t.equal(run.code, 0, run.stderr);
-    t.notMatch(run.stdout, /listed|READ|APPENDED/);
-  });
+  t.test(
+    `${config}: the supervisor's token, database, installed config and the host's shadow file are out of reach`,
+    async (t) => {
+      const data = supervisor.dataDir;
+      const run = await supervisor.run([
+        '/bin/sh',
+        '-c',
+        [
+          `ls -A ${data} | sed 's/^/listed /'`,
+          `cat ${data}/api-token && echo "READ token"`,
+          `echo x >> ${data}/turnhost.db && echo "APPENDED db"`,
+          `cat /etc/shadow | grep -q . && echo "READ shadow"`,
+          `cat ${CONFIG_SECRET} && echo "READ installed config"`,
+          `ls -A ${INSTALLED_CONFIG_DIR} | sed 's/^/listed /'`,
+          'true',
+        ].join('; '),
+      ]);
+      t.equal(run.code, 0, run.stderr);
+      t.notMatch(run.stdout, /listed|READ|APPENDED/);
+    },
+  );
 
   t.test(`${config}: a root-owned 0600 file the view shows is readable only by a root shared_uid worker`, async (t) => {
     const run = await supervisor.run(['/bin/sh', '-c', `cat ${ROOT_SECRET} || echo unreadable`]);
