@@ -64,10 +64,23 @@ const UNIT_WORDS: Readonly<Record<LimitUnit, string>> = {
   count: 'a positive integer',
 };
 
+/**
+ * Limits with a range of their own: the turn's /tmp tmpfs is mounted by the kernel with that
+ * size, and below 1 MiB nothing useful fits; above 1 TiB the number is a typo, not a budget.
+ */
+const LIMIT_RANGES: Readonly<Partial<Record<LimitName, { min: number; max: number; words: string }>>> = {
+  tmp_size: { min: 1024 ** 2, max: 1024 ** 4, words: 'between 1M and 1T' },
+};
+
 /** One limit value; numbers are taken as written in the limit's unit. */
 function parseLimitValue(name: LimitName, raw: string | number): number | null {
   const text = typeof raw === 'number' ? (Number.isFinite(raw) ? String(raw) : '') : raw.trim();
   return UNIT_PARSERS[LIMIT_UNITS[name]](text);
+}
+
+function outOfRange(name: LimitName, value: number): string | null {
+  const range = LIMIT_RANGES[name];
+  return range !== undefined && (value < range.min || value > range.max) ? range.words : null;
 }
 
 export function parseLimitSettings(
@@ -89,6 +102,10 @@ export function parseLimitSettings(
         'malformed_limits',
         `${origin}: ${name} must be ${UNIT_WORDS[LIMIT_UNITS[name]]}, got ${JSON.stringify(raw)}`,
       );
+    }
+    const range = outOfRange(name, value);
+    if (range !== null) {
+      return fail('malformed_limits', `${origin}: ${name} must be ${range}, got ${JSON.stringify(raw)}`);
     }
     limits[name] = value;
   }

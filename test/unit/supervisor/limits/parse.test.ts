@@ -95,3 +95,13 @@ t.test('per-turn overrides may only lower', async (t) => {
   // No default means unlimited, so any override lowers it.
   t.same(lowerOnly(defaults, { cpu: 0.5 }), { ok: true, limits: { memory: 1024, pids: 100, cpu: 0.5 } });
 });
+
+t.test('tmp_size is held between 1M and 1T, naming the field', async (t) => {
+  for (const value of ['1023K', '2T', 1000]) {
+    const parsed = parseLimitSettings({ tmp_size: value }, 'limits');
+    t.equal(parsed.ok, false, String(value));
+    if (!parsed.ok) t.match(parsed.detail, /^limits: tmp_size must be between 1M and 1T/);
+  }
+  t.same(parseLimitSettings({ tmp_size: '1M' }, 'limits'), { ok: true, limits: { tmp_size: 1024 ** 2 } });
+  t.same(parseLimitSettings({ tmp_size: '1T' }, 'limits'), { ok: true, limits: { tmp_size: 1024 ** 4 } });
+});
