@@ -14,8 +14,8 @@
 
 #include "mounts.h"
 
-/* Bindings a view can hold: system entries, /etc files, /dev nodes, view paths, workspace,
- * temp and socket. */
+/* Bindings a view can hold: system entries, /etc files, /dev nodes, view paths and the
+ * workspace. */
 #define VIEW_MAX_BINDINGS 48
 #define VIEW_MAX_SYMLINKS 24
 

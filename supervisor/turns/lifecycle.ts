@@ -9,7 +9,7 @@
  *   helper      identity-helper/, setuid root (run directly by a root supervisor). Trusts
  *               only its own root-owned config: the supervisor may ask, the config decides.
  *   worker      worker/main.ts, as the worker uid, no capabilities, no_new_privs, in new
- *               net/ipc/uts/mount namespaces with the filesystem view. Our code, trusted
+ *               net/ipc/uts/mount/pid namespaces with the filesystem view. Our code, trusted
  *               until the command exists; after that only what the supervisor can read for
  *               itself (/proc, the cgroup) is believed over what the worker reports.
  *   command     the turn's program, as the worker uid, under the worker's seccomp filter.
@@ -28,8 +28,10 @@
  *   worker → command      the command gets 0-2 only (pipes, or a pty), in a new session, with the
  *                         proxy variables pointing at the listener the supervisor now serves.
  *
- * In shared_uid mode (no helper) the supervisor starts the same worker entry itself under
- * `unshare` (worker-process.ts), with the same fds.
+ * In shared_uid mode (no helper configured) the same helper binary runs unprivileged in its
+ * `--shared` mode (shared-launcher.ts): the same namespaces, view and empty capability sets,
+ * the worker keeping the supervisor's uid (inside a user namespace unless the supervisor is
+ * root), with the same fds.
  *
  * The sequence (`workerLifecycle`, below) calls each mechanism once, in this order:
  *
