@@ -260,8 +260,8 @@ t.test('a command that cannot start exits as a shell says: 127 not found, 126 no
   for (const [argv, exitCode, spawnError] of cases) {
     const w = startWorker(launchOf(argv));
     const exit = await w.next('exit');
-    t.equal(await w.done, 0, argv[0]);
-    t.match(exit, { type: 'exit', exitCode, signal: null, spawnError, detail: /./ }, argv[0]);
+    t.equal(await w.done, 0, argv.join(' '));
+    t.match(exit, { type: 'exit', exitCode, signal: null, spawnError, detail: /./ }, argv.join(' '));
   }
 });
 
