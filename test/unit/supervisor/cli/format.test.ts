@@ -24,7 +24,7 @@ t.test('the worker-host table: human sizes, disabled restricted mode', async (t)
       ],
       absent: [],
     },
-    governed: { available: true, configurationView: 'live' },
+    governed: { available: true, configurationView: 'live', egress: { active: true, detail: 'ok' } },
     boundary: {
       seccomp: { available: true, detail: 'ok' },
       networkNamespaces: { available: true, detail: 'ok' },
