@@ -53,6 +53,13 @@ const HOST_TMP = `/tmp/turnhost-esc-host-${process.pid}`;
 const HOST_SHM = `/dev/shm/turnhost-esc-host-${process.pid}`;
 fs.writeFileSync(HOST_TMP, 'host-tmp\n', { mode: 0o644 });
 fs.writeFileSync(HOST_SHM, 'host-shm\n', { mode: 0o644 });
+// The checkout may lie where a view hides it (a clone under /tmp is behind the turn's own /tmp),
+// so the probe binary runs from a host directory every view shows read-only.
+const TOOLS_DIR = fs.mkdtempSync('/var/lib/turnhost-esc-tools-');
+fs.chmodSync(TOOLS_DIR, 0o755);
+const REPORT_SELF = path.join(TOOLS_DIR, 'report-self');
+fs.copyFileSync(path.join(NATIVE_BUILD, 'report-self'), REPORT_SELF);
+fs.chmodSync(REPORT_SELF, 0o755);
 // The installed configuration directory, world-readable here so only the view can keep it out.
 const INSTALLED_CONFIG_DIR = '/etc/turnhost';
 const madeConfigDir = !fs.existsSync(INSTALLED_CONFIG_DIR);
@@ -63,6 +70,7 @@ t.teardown(() => {
   fs.rmSync(CONFIG_SECRET, { force: true });
   if (madeConfigDir) fs.rmSync(INSTALLED_CONFIG_DIR, { recursive: true, force: true });
   fs.rmSync(SECRET_DIR, { recursive: true, force: true });
+  fs.rmSync(TOOLS_DIR, { recursive: true, force: true });
   fs.rmSync(HOST_TMP, { force: true });
   fs.rmSync(HOST_SHM, { force: true });
 });
@@ -83,7 +91,7 @@ for (const [config, supervisor] of supervisors) {
   const sharedRoot = config === 'shared_uid, root supervisor';
 
   t.test(`${config}: no capability, no_new_privs, seccomp, the expected uid`, async (t) => {
-    const run = await supervisor.run([path.join(NATIVE_BUILD, 'report-self')]);
+    const run = await supervisor.run([REPORT_SELF]);
     t.equal(run.code, 0, run.stderr);
     t.equal(field(run.stdout, 'status NoNewPrivs'), '1');
     t.equal(field(run.stdout, 'status CapEff'), '0000000000000000');
