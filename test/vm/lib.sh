@@ -9,7 +9,7 @@ CACHE_DIR=${TURNHOST_VM_CACHE:-$VM_DIR/.cache}
 # "run-deb"), so different runners can boot at the same time from the one cached image.
 VM_RUN_NAME=${VM_RUN_NAME:-run}
 GUEST_DIR=$VM_DIR/guest
-BOOT_TIMEOUT_SECONDS=${TURNHOST_VM_TIMEOUT:-900}
+BOOT_TIMEOUT_SECONDS=${TURNHOST_VM_TIMEOUT:-1500}
 EXIT_SKIPPED=77
 
 vm_log() { printf '[vm %4ds] %s\n' "$SECONDS" "$*" >&2; }
