@@ -1,5 +1,5 @@
 /* Worker uid locks, across every supervisor on the host (docs/identity-helper-protocol.md, "Uid
- * locks"): one lock file per uid in a root-owned directory, flock()ed by the process that waits
+ * leases"): one lock file per uid in a root-owned directory, flock()ed by the process that waits
  * for the worker (the monitor) for the worker's whole life: exclusively by an unleased launch,
  * shared by the launches of one leased workspace. A uid with any live process is never handed
  * to an unleased launch, whoever holds or held its lock. */
