@@ -275,3 +275,46 @@ t.test('lease descriptors are refused on their syntax, naming the field', async 
   const missing = runHelperRaw(configPath, descriptorText(['op release', 'lease u']), dir);
   t.match(missing.stderr, /missing required key 'workspace' for op release/);
 });
+
+t.test('concurrent leases from one search start get distinct uids', async (t) => {
+  const ids = ['race-a', 'race-b', 'race-c', 'race-d'];
+  const results = await Promise.all(ids.map((id) => lease(id, uidRange.first + 8)));
+  t.equal(new Set(results.map((result) => result.uid)).size, ids.length, JSON.stringify(results));
+  for (const result of results) t.equal(result.existing, false);
+  for (const id of ids) t.ok((await runHelperRelease(helper, { lease: id, workspace: workspaceOf(id) })).ok, id);
+});
+
+t.test('a lease directory others could change, or a torn record, is refused, not guessed around', async (t) => {
+  const loose = path.join(dir, 'loose-leases');
+  fs.mkdirSync(loose, { mode: 0o755 });
+  fs.chmodSync(loose, 0o755);
+  const looseConfig = writeConfig(
+    dir,
+    { uidRange, workspaceRoots: [workspaceRoot], uidLockDir: privateDirs.uidLockDir, uidLeaseDir: loose },
+    'loose.conf',
+  );
+  const refused = await runHelperLease(
+    { path: asanHelper, configPath: looseConfig },
+    { uid: uidRange.first, lease: 'loose', workspace: workspaceOf('loose') },
+  );
+  t.equal(refused.ok ? 'ok' : refused.reason, 'config_invalid');
+  t.match(refused.ok ? '' : refused.detail, /uid_lease_dir .* mode 0700/);
+
+  const torn = path.join(privateDirs.uidLeaseDir, 'torn');
+  fs.writeFileSync(torn, 'turnhost-uid-lease 1\nuid ', { mode: 0o600 });
+  const usage = await runHelperUsage(helper, { lease: 'torn', workspace: workspaceOf('torn') });
+  t.equal(usage.ok ? 'ok' : usage.reason, 'internal');
+  t.match(usage.ok ? '' : usage.detail, /lease record torn: not in the record format/);
+  const viewWorkspace = path.join(dir, 'torn-view');
+  fs.mkdirSync(viewWorkspace, { recursive: true });
+  const launch = await runHelperLaunch(helper, {
+    uid: uidRange.first,
+    gid: uidRange.first,
+    uidSearch: true,
+    cwd: '/',
+    profile: 'governed',
+    workspace: viewWorkspace,
+  });
+  t.equal(parseHelperRefusal(launch.code, launch.stderr)?.reason, 'internal', 'an unleased launch fails closed too');
+  fs.rmSync(torn);
+});
