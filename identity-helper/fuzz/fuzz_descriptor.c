@@ -1,4 +1,5 @@
 /* libFuzzer target: the descriptor parser, fed byte by byte exactly as from fd 3. */
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -37,6 +38,29 @@ static void check_view_invariants(const struct descriptor *d) {
   }
 }
 
+/* The lease ops always name their lease and workspace; a lease id is 1-64 of [A-Za-z0-9_-];
+ * a leased launch never searches. */
+static void check_lease_invariants(const struct descriptor *d) {
+  bool lease_op = d->op == OP_LEASE || d->op == OP_RELEASE || d->op == OP_USAGE;
+  if (lease_op && (d->lease == NULL || d->workspace == NULL)) {
+    __builtin_trap();
+  }
+  if (d->lease != NULL) {
+    size_t len = strlen(d->lease);
+    if (len == 0 || len > DESCRIPTOR_MAX_LEASE_ID ||
+        strspn(d->lease, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
+            len) {
+      __builtin_trap();
+    }
+  }
+  if (d->op == OP_LAUNCH && d->lease != NULL && d->uid_search) {
+    __builtin_trap();
+  }
+  if ((d->op == OP_RELEASE || d->op == OP_USAGE) && d->has_uid) {
+    __builtin_trap();
+  }
+}
+
 static void check_done_invariants(const struct descriptor *d) {
   if (d->op == OP_NONE || d->cgroup_count > DESCRIPTOR_MAX_CGROUPS ||
       d->env_count > DESCRIPTOR_MAX_ENV || d->path_count > DESCRIPTOR_MAX_PATHS ||
@@ -49,6 +73,7 @@ static void check_done_invariants(const struct descriptor *d) {
     }
   }
   check_view_invariants(d);
+  check_lease_invariants(d);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

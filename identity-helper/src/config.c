@@ -53,7 +53,8 @@ static int apply_config_line(struct helper_config *c, const char *key, const cha
     return fail_with(f, EXIT_CONFIG_INVALID, "config: no room left");
   }
   bool separate_only = strcmp(key, "uid_range") == 0 || strcmp(key, "uid_range_subuid") == 0 ||
-                       strcmp(key, "caller_group") == 0 || strcmp(key, "uid_lock_dir") == 0;
+                       strcmp(key, "caller_group") == 0 || strcmp(key, "uid_lock_dir") == 0 ||
+                       strcmp(key, "uid_lease_dir") == 0 || strcmp(key, "workspace_root") == 0;
   if (c->shared && separate_only) {
     return fail_with(f, EXIT_CONFIG_INVALID,
                      "config line %zu: %s is a separate-uid key, not valid in shared mode", line,
@@ -98,6 +99,26 @@ static int apply_config_line(struct helper_config *c, const char *key, const cha
                        line);
     }
     c->uid_lock_dir = copy;
+    return 0;
+  }
+  if (strcmp(key, "uid_lease_dir") == 0) {
+    if (c->uid_lease_dir != NULL || !is_canonical_absolute_path(copy) || strcmp(copy, "/") == 0) {
+      return fail_with(f, EXIT_CONFIG_INVALID,
+                       "config line %zu: uid_lease_dir: one canonical absolute path other than /",
+                       line);
+    }
+    c->uid_lease_dir = copy;
+    return 0;
+  }
+  if (strcmp(key, "workspace_root") == 0) {
+    if (c->workspace_root_count >= CONFIG_MAX_WORKSPACE_ROOTS ||
+        !is_canonical_absolute_path(copy) || strcmp(copy, "/") == 0) {
+      return fail_with(f, EXIT_CONFIG_INVALID,
+                       "config line %zu: workspace_root: canonical absolute path other than /, at "
+                       "most %d",
+                       line, CONFIG_MAX_WORKSPACE_ROOTS);
+    }
+    c->workspace_roots[c->workspace_root_count++] = copy;
     return 0;
   }
   if (strcmp(key, "worker_exec") == 0) {
@@ -169,6 +190,9 @@ static int check_required(struct helper_config *c, struct failure *f) {
   }
   if (c->uid_lock_dir == NULL) {
     c->uid_lock_dir = HELPER_UID_LOCK_DIR;
+  }
+  if (c->uid_lease_dir == NULL) {
+    c->uid_lease_dir = HELPER_UID_LEASE_DIR;
   }
   if (c->uid_count == 0 && c->subuid_user == NULL) {
     return fail_with(f, EXIT_CONFIG_INVALID, "config: uid_range or uid_range_subuid required");

@@ -22,7 +22,12 @@
 #define HELPER_UID_LOCK_DIR "/run/turnhost-uid-locks"
 #endif
 
+#ifndef HELPER_UID_LEASE_DIR
+#define HELPER_UID_LEASE_DIR "/var/lib/turnhost-uid-leases"
+#endif
+
 #define CONFIG_MAX_BYTES 65536
+#define CONFIG_MAX_WORKSPACE_ROOTS 16
 #define CONFIG_MAX_CGROUP_ROOTS 32
 #define CONFIG_MAX_WORKER_ARGS 32
 #define CONFIG_MAX_VIEW_PATHS 16
@@ -37,6 +42,11 @@ struct helper_config {
   const char *cgroup_roots[CONFIG_MAX_CGROUP_ROOTS];
   /* Where the uid lease locks live (uid-lock.h); a root-owned directory. */
   const char *uid_lock_dir;
+  /* Where the workspace uid lease records live (lease-record.h); a root-owned directory. */
+  const char *uid_lease_dir;
+  /* The directories whose entries `<root>/<lease id>` may be leased workspaces. */
+  size_t workspace_root_count;
+  const char *workspace_roots[CONFIG_MAX_WORKSPACE_ROOTS];
   const char *worker_exec;
   size_t worker_arg_count;
   const char *worker_args[CONFIG_MAX_WORKER_ARGS];

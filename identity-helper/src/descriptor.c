@@ -7,7 +7,11 @@
 #include "syntax.h"
 
 #define OP_BIT(op) (1u << (op))
-#define ALL_OPS (OP_BIT(OP_PROBE) | OP_BIT(OP_LAUNCH) | OP_BIT(OP_VIEW) | OP_BIT(OP_KILL))
+#define LEASE_OPS (OP_BIT(OP_LEASE) | OP_BIT(OP_RELEASE) | OP_BIT(OP_USAGE))
+#define ALL_OPS \
+  (OP_BIT(OP_PROBE) | OP_BIT(OP_LAUNCH) | OP_BIT(OP_VIEW) | OP_BIT(OP_KILL) | LEASE_OPS)
+/* release and usage name their workspace by its lease only: no uid to pick or check */
+#define UID_OPS (ALL_OPS & ~(OP_BIT(OP_RELEASE) | OP_BIT(OP_USAGE)))
 #define MAX_ID 4294967294u /* (uid_t)-1 is "no change" to the kernel: never a valid id */
 #define MAX_RLIMIT_VALUE 999999999999999999ull
 
@@ -23,8 +27,8 @@ struct key_rule {
 };
 
 static const char *op_names[] = {
-    [OP_NONE] = "none", [OP_PROBE] = "probe", [OP_LAUNCH] = "launch",
-    [OP_VIEW] = "view", [OP_KILL] = "kill",
+    [OP_NONE] = "none", [OP_PROBE] = "probe", [OP_LAUNCH] = "launch",   [OP_VIEW] = "view",
+    [OP_KILL] = "kill", [OP_LEASE] = "lease", [OP_RELEASE] = "release", [OP_USAGE] = "usage",
 };
 
 static const char *rlimit_names[RLIMIT_SLOT_COUNT] = {
@@ -62,14 +66,15 @@ static int store_string(struct descriptor_parser *p, const char *key, const char
 }
 
 static int handle_op(struct descriptor_parser *p, const char *value, struct failure *f) {
-  for (size_t op = OP_PROBE; op <= OP_KILL; op++) {
+  for (size_t op = OP_PROBE; op <= OP_USAGE; op++) {
     if (strcmp(value, op_names[op]) == 0) {
       p->result.op = (enum descriptor_op)op;
       return 0;
     }
   }
   return fail_with(f, EXIT_DESCRIPTOR_UNKNOWN,
-                   "descriptor: op: unknown operation (expected probe, launch, view or kill)");
+                   "descriptor: op: unknown operation (expected probe, launch, view, kill, "
+                   "lease, release or usage)");
 }
 
 static int parse_id(const char *key, const char *value, uint32_t *out, struct failure *f) {
@@ -195,6 +200,24 @@ static int handle_uid_search(struct descriptor_parser *p, const char *value, str
   }
   p->result.uid_search = true;
   return 0;
+}
+
+static bool is_lease_id_byte(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '_';
+}
+
+static int handle_lease(struct descriptor_parser *p, const char *value, struct failure *f) {
+  size_t len = strlen(value);
+  bool valid = len >= 1 && len <= DESCRIPTOR_MAX_LEASE_ID;
+  for (size_t i = 0; valid && i < len; i++) {
+    valid = is_lease_id_byte(value[i]);
+  }
+  if (!valid) {
+    return fail_with(f, EXIT_DESCRIPTOR_MALFORMED, "descriptor: lease: 1-%d bytes of [A-Za-z0-9_-]",
+                     DESCRIPTOR_MAX_LEASE_ID);
+  }
+  return store_string(p, "lease", value, &p->result.lease, f);
 }
 
 static int handle_tmp_size(struct descriptor_parser *p, const char *value, struct failure *f) {
@@ -325,10 +348,11 @@ static int handle_env(struct descriptor_parser *p, const char *value, struct fai
 #define LAUNCH_ONLY OP_BIT(OP_LAUNCH)
 #define VIEW_ONLY OP_BIT(OP_VIEW)
 #define LAUNCH_OR_VIEW (OP_BIT(OP_LAUNCH) | OP_BIT(OP_VIEW))
+#define WORKSPACE_OPS (LAUNCH_OR_VIEW | LEASE_OPS)
 
 static const struct key_rule key_rules[] = {
     {"op", false, ALL_OPS, handle_op},
-    {"uid", false, ALL_OPS, handle_uid},
+    {"uid", false, UID_OPS, handle_uid},
     {"gid", false, LAUNCH_ONLY, handle_gid},
     {"cgroup", true, LAUNCH_ONLY, handle_cgroup},
     {"rlimit", true, LAUNCH_ONLY, handle_rlimit},
@@ -337,8 +361,9 @@ static const struct key_rule key_rules[] = {
     {"env", true, LAUNCH_ONLY, handle_env},
     {"path", true, VIEW_ONLY, handle_path},
     {"profile", false, LAUNCH_OR_VIEW, handle_profile},
-    {"workspace", false, LAUNCH_OR_VIEW, handle_workspace},
-    {"uid_search", false, LAUNCH_ONLY, handle_uid_search},
+    {"workspace", false, WORKSPACE_OPS, handle_workspace},
+    {"uid_search", false, LAUNCH_ONLY | OP_BIT(OP_LEASE), handle_uid_search},
+    {"lease", false, LAUNCH_ONLY | LEASE_OPS, handle_lease},
     {"tmp_size", false, LAUNCH_OR_VIEW, handle_tmp_size},
     {"protect", true, LAUNCH_OR_VIEW, handle_protect},
     {"hide", true, LAUNCH_OR_VIEW, handle_hide},
@@ -351,6 +376,9 @@ static const char *const required_keys[][7] = {
     [OP_LAUNCH] = {"cwd", "profile", "workspace", NULL},
     [OP_VIEW] = {"profile", "path", NULL},
     [OP_KILL] = {"uid", NULL},
+    [OP_LEASE] = {"uid", "lease", "workspace", NULL},
+    [OP_RELEASE] = {"lease", "workspace", NULL},
+    [OP_USAGE] = {"lease", "workspace", NULL},
 };
 
 static int key_index(const char *name) {
@@ -441,6 +469,10 @@ static int finish(struct descriptor_parser *p, struct failure *f) {
     return fail_with(f, EXIT_DESCRIPTOR_MALFORMED,
                      "descriptor: protect, hide and tmp_size need a workspace (the view is built "
                      "from it)");
+  }
+  if (p->result.op == OP_LAUNCH && p->result.lease != NULL && p->result.uid_search) {
+    return fail_with(f, EXIT_DESCRIPTOR_MALFORMED,
+                     "descriptor: uid_search: a leased launch runs as its lease's uid");
   }
   if (p->result.tmp_size == 0) {
     p->result.tmp_size = DESCRIPTOR_DEFAULT_TMP_SIZE;

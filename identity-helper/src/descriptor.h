@@ -19,13 +19,23 @@
 #define DESCRIPTOR_MAX_ENV_NAME 255
 #define DESCRIPTOR_MAX_PROTECT 64
 #define DESCRIPTOR_MAX_HIDE 32
+#define DESCRIPTOR_MAX_LEASE_ID 64
 /* The turn's /tmp (and /dev/shm): 1 MiB to 1 TiB, default 512 MiB (the supervisor's default too).
  */
 #define DESCRIPTOR_MIN_TMP_SIZE (1ull << 20)
 #define DESCRIPTOR_MAX_TMP_SIZE (1ull << 40)
 #define DESCRIPTOR_DEFAULT_TMP_SIZE (512ull << 20)
 
-enum descriptor_op { OP_NONE = 0, OP_PROBE, OP_LAUNCH, OP_VIEW, OP_KILL };
+enum descriptor_op {
+  OP_NONE = 0,
+  OP_PROBE,
+  OP_LAUNCH,
+  OP_VIEW,
+  OP_KILL,
+  OP_LEASE,
+  OP_RELEASE,
+  OP_USAGE
+};
 
 enum view_profile { PROFILE_NONE = 0, PROFILE_GOVERNED, PROFILE_STRICT };
 
@@ -51,8 +61,11 @@ struct descriptor {
   uint32_t uid;
   bool has_gid;
   uint32_t gid;
-  /* launch: `uid` is where the search for a free uid of the range starts, not a demand */
+  /* launch, lease: `uid` is where the search for a free uid of the range starts, not a demand */
   bool uid_search;
+  /* A workspace lease id ([A-Za-z0-9_-], 1-64): lease, release and usage name it; a launch
+   * with it runs as the uid leased to it. */
+  const char *lease;
   size_t cgroup_count;
   const char *cgroups[DESCRIPTOR_MAX_CGROUPS];
   bool has_rlimit[RLIMIT_SLOT_COUNT];

@@ -19,8 +19,8 @@
 #include "identity.h"
 #include "policy.h"
 #include "sandbox.h"
-#include "uid-lock.h"
 #include "view.h"
+#include "workspace-lease.h"
 
 /* The worker's fds: 0-2 stdio, 3 the protocol socket, 4 the listener channel. */
 #define LISTENER_CHANNEL_FD 4
@@ -246,11 +246,16 @@ static int join_cgroups(const struct helper_config *c, const struct descriptor *
   return 0;
 }
 
-/* The uid a launch runs as: in shared mode the caller's own; else the descriptor's, leased
- * for the worker's life (with `uid_search`, the first free one of the range from it on). */
+/* The uid a launch runs as: in shared mode the caller's own; else the descriptor's, locked for
+ * the worker's life: a leased workspace's uid shared with its other turns, or an unleased uid
+ * (with `uid_search`, the first free one of the range from it on) exclusively. */
 static int lease_identity(const struct helper_config *c, const struct descriptor *d,
                           struct worker_identity *id, int *lock, struct failure *f) {
   if (c->shared) {
+    if (d->lease != NULL) {
+      return fail_with(f, EXIT_CALLER_NOT_PERMITTED,
+                       "launch: shared mode has no workspace leases (workers run as the caller)");
+    }
     *id = identity_for(c, 0);
     bool mismatch = (d->has_uid && d->uid != id->uid) || (d->has_gid && d->gid != id->gid);
     if (mismatch) {
@@ -259,10 +264,8 @@ static int lease_identity(const struct helper_config *c, const struct descriptor
     }
     return 0;
   }
-  uint32_t wanted = 0;
-  int code = policy_worker_uid(c, d, &wanted, f);
   uint32_t uid = 0;
-  if (code == 0) code = uid_lock_take(c, wanted, d->uid_search, &uid, lock, f);
+  int code = workspace_lease_launch_uid(c, d, &uid, lock, f);
   if (code == 0) *id = identity_for(c, uid);
   return code;
 }

@@ -27,7 +27,11 @@
  *            probe's proof that the view holds.
  *   kill     SIGKILL every process whose real uid is the worker uid (a fallback; the cgroup
  *            kill is exact).
- *   reclaim  (temp.c) give a turn temp the worker owned back to the caller before its purge.
+ *   lease    (workspace-lease.c) give a workspace a uid of the range for its whole life,
+ *            recorded in the lease directory, and make its directory owned by that uid.
+ *   release  remove a leased workspace's tree (no link followed, no mount crossed), then its
+ *            lease; refused while a turn or a process holds its uid.
+ *   usage    measure a leased workspace's tree (no link followed).
  *
  * Any refusal prints one `identity-helper: <reason>` line on stderr and exits with the code
  * of its reason (failure.h); nothing is half-done that outlives the process. */
@@ -44,6 +48,7 @@
 #include "launch.h"
 #include "operations.h"
 #include "policy.h"
+#include "workspace-lease.h"
 
 #define PROTOCOL_FD 3
 
@@ -110,6 +115,12 @@ static int dispatch(const struct descriptor *d, struct failure *f) {
       return run_view(&config, d, f);
     case OP_KILL:
       return run_kill(&config, d, f);
+    case OP_LEASE:
+      return run_lease(&config, d, f);
+    case OP_RELEASE:
+      return run_release(&config, d, f);
+    case OP_USAGE:
+      return run_usage(&config, d, f);
     case OP_NONE:
       break;
   }

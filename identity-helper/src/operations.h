@@ -1,5 +1,5 @@
-/* The operations besides launch (launch.h) and reclaim (temp.h): probe and view, which change
- * nothing, and kill, which signals the worker uid's processes. */
+/* The operations besides launch (launch.h) and the workspace leases (workspace-lease.h): probe
+ * and view, which change nothing, and kill, which signals the worker uid's processes. */
 #ifndef IDENTITY_HELPER_OPERATIONS_H
 #define IDENTITY_HELPER_OPERATIONS_H
 

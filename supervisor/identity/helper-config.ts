@@ -15,9 +15,16 @@ export interface HelperConfigSpec {
   viewPaths?: string[];
   /** Where the uid lease locks live; the helper's compiled-in default when absent. */
   uidLockDir?: string;
+  /** Where the workspace uid lease records live; the helper's compiled-in default when absent. */
+  uidLeaseDir?: string;
+  /** Directories whose `<root>/<lease id>` entries may be leased workspaces. */
+  workspaceRoots?: string[];
 }
 
-export type SharedLauncherSpec = Omit<HelperConfigSpec, 'uidRange' | 'callerGroup' | 'uidLockDir'>;
+export type SharedLauncherSpec = Omit<
+  HelperConfigSpec,
+  'uidRange' | 'callerGroup' | 'uidLockDir' | 'uidLeaseDir' | 'workspaceRoots'
+>;
 
 function launchLines(spec: SharedLauncherSpec): string[] {
   return [
@@ -34,6 +41,8 @@ export function renderHelperConfig(spec: HelperConfigSpec): string {
     `uid_range ${spec.uidRange.first} ${spec.uidRange.count}`,
     `caller_group ${spec.callerGroup}`,
     ...(spec.uidLockDir === undefined ? [] : [`uid_lock_dir ${spec.uidLockDir}`]),
+    ...(spec.uidLeaseDir === undefined ? [] : [`uid_lease_dir ${spec.uidLeaseDir}`]),
+    ...(spec.workspaceRoots ?? []).map((root) => `workspace_root ${root}`),
     ...launchLines(spec),
   ];
   return lines.join('\n') + '\n';

@@ -86,6 +86,7 @@ function throwawayRoot(t: { teardown(fn: () => void): void }): Root {
       echo "helper=$(q stat -c '%a %U:%G' /usr/lib/turnhost/identity-helper)"
       echo "stateDir=$(q stat -c '%a %U:%G' /var/lib/turnhost)"
       echo "token=$(q stat -c '%a %U:%G' /var/lib/turnhost/api-token)"
+      echo "leaseDir=$(q stat -c '%a %U:%G' /var/lib/turnhost-uid-leases)"
       echo "tokenHash=$(q cat /var/lib/turnhost/api-token | md5sum | cut -c1-32)"
       echo "config=$(q ls /etc/turnhost | tr '\\n' ' ')"
       echo "enabled=$(q readlink /etc/systemd/system/multi-user.target.wants/turnhost.service)"
@@ -123,6 +124,7 @@ t.test('install, upgrade, remove and purge', async (t) => {
   t.equal(installed['helper'], '4750 root:turnhost', 'helper is setuid root, group turnhost only');
   t.equal(installed['stateDir'], '750 turnhost:turnhost', '/var/lib/turnhost 0750');
   t.equal(installed['token'], '600 turnhost:turnhost', 'API token private to turnhost');
+  t.equal(installed['leaseDir'], '700 root:root', 'workspace uid lease records: root only');
   t.not(installed['tokenHash'], EMPTY_MD5, 'token is not empty');
   t.equal(installed['config'], 'identity-helper.conf turnhost.json ', 'both conffiles installed');
   t.equal(installed['enabled'], '/lib/systemd/system/turnhost.service', 'unit enabled');
@@ -135,7 +137,17 @@ t.test('install, upgrade, remove and purge', async (t) => {
   t.equal(remove.code, 0, 'dpkg -r succeeds', { stderr: remove.stderr });
   const removed = root.state();
   t.equal(removed['helper'], '', 'program files are gone');
-  for (const key of ['user', 'group', 'subuid', 'subgid', 'stateDir', 'token', 'tokenHash', 'config'] as const)
+  for (const key of [
+    'user',
+    'group',
+    'subuid',
+    'subgid',
+    'stateDir',
+    'token',
+    'tokenHash',
+    'config',
+    'leaseDir',
+  ] as const)
     t.equal(removed[key], installed[key], `remove keeps ${key}`);
 
   const purge = root.run('dpkg -P turnhost');
@@ -149,6 +161,7 @@ t.test('install, upgrade, remove and purge', async (t) => {
     'override',
     'stateDir',
     'token',
+    'leaseDir',
     'config',
     'enabled',
   ] as const)

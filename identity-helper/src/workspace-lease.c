@@ -1,0 +1,529 @@
+#include "workspace-lease.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "lease-record.h"
+#include "policy.h"
+#include "private-dir.h"
+#include "procs.h"
+#include "syntax.h"
+#include "tree-walk.h"
+#include "uid-lock.h"
+
+#define WORKSPACE_MODE 02770
+
+/* The fds an operation holds, closed together whatever happened. */
+struct lease_context {
+  int lock_dir;
+  int guard;
+  int lease_dir;
+  int root;
+};
+
+static void context_init(struct lease_context *x) {
+  x->lock_dir = -1;
+  x->guard = -1;
+  x->lease_dir = -1;
+  x->root = -1;
+}
+
+static void close_if_open(int *fd) {
+  if (*fd >= 0) {
+    close(*fd);
+    *fd = -1;
+  }
+}
+
+static void context_close(struct lease_context *x) {
+  close_if_open(&x->root);
+  close_if_open(&x->lease_dir);
+  close_if_open(&x->guard); /* ends the guard's flock */
+  close_if_open(&x->lock_dir);
+}
+
+static int refuse_shared(const struct helper_config *c, const struct descriptor *d,
+                         struct failure *f) {
+  if (!c->shared) {
+    return 0;
+  }
+  return fail_with(f, EXIT_CALLER_NOT_PERMITTED,
+                   "%s: shared mode lends no privilege: workspace leases need the separate-uid "
+                   "helper",
+                   descriptor_op_name(d->op));
+}
+
+/* The workspace_root `workspace` is `<root>/<id>` of, or NULL. */
+static const char *workspace_root_of(const struct helper_config *c, const char *workspace,
+                                     const char *id) {
+  size_t id_len = strlen(id);
+  size_t workspace_len = strlen(workspace);
+  for (size_t i = 0; i < c->workspace_root_count; i++) {
+    const char *root = c->workspace_roots[i];
+    size_t root_len = strlen(root);
+    if (root_len + 1 + id_len == workspace_len && strncmp(workspace, root, root_len) == 0 &&
+        workspace[root_len] == '/' && strcmp(workspace + root_len + 1, id) == 0) {
+      return root;
+    }
+  }
+  return NULL;
+}
+
+/* The workspace root of the descriptor's workspace, opened with no symlink in its path. */
+static int open_workspace_root(const struct helper_config *c, const struct descriptor *d,
+                               struct lease_context *x, struct failure *f) {
+  const char *root = workspace_root_of(c, d->workspace, d->lease);
+  if (root == NULL) {
+    return fail_with(f, EXIT_LEASE_REFUSED,
+                     "workspace %.128s must be <workspace_root>/%s for a configured "
+                     "workspace_root%s",
+                     d->workspace, d->lease,
+                     c->workspace_root_count == 0 ? " (none is configured)" : "");
+  }
+  int error = private_dir_open_no_symlinks(root, &x->root);
+  if (error != 0) {
+    return fail_with(f, EXIT_LEASE_REFUSED,
+                     "workspace_root %.128s: must be a directory reached through no symlink: %s",
+                     root, strerror(error));
+  }
+  return 0;
+}
+
+/* Opens the lock directory and takes the lease guard. */
+static int take_guard(const struct helper_config *c, int operation, struct lease_context *x,
+                      struct failure *f) {
+  int code = uid_lock_dir_open(c, &x->lock_dir, f);
+  if (code == 0) code = uid_lock_guard(x->lock_dir, operation, &x->guard, f);
+  return code;
+}
+
+/* The lease of `d->lease`, which must name `d->workspace`. Exit code 81 otherwise. */
+static int read_lease(const struct descriptor *d, struct lease_context *x,
+                      struct lease_record *record, bool *found, struct failure *f) {
+  int code = lease_record_read(x->lease_dir, d->lease, record, found, f);
+  if (code != 0 || !*found) {
+    return code;
+  }
+  if (strcmp(record->workspace, d->workspace) != 0) {
+    return fail_with(f, EXIT_LEASE_REFUSED, "lease %s belongs to workspace %.128s, not %.128s",
+                     d->lease, record->workspace, d->workspace);
+  }
+  return 0;
+}
+
+static bool directory_is_empty(int fd) {
+  int scan = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *dir = scan < 0 ? NULL : fdopendir(scan);
+  if (dir == NULL) {
+    close_if_open(&scan);
+    return false;
+  }
+  bool empty = true;
+  struct dirent *entry;
+  while (empty && (entry = readdir(dir)) != NULL) {
+    empty = strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0;
+  }
+  closedir(dir);
+  return empty;
+}
+
+/* Fails unless the workspace entry is absent or a real directory (never a symlink). */
+static int check_workspace_entry(const struct lease_context *x, const struct descriptor *d,
+                                 struct failure *f) {
+  struct stat st;
+  if (fstatat(x->root, d->lease, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return errno == ENOENT ? 0
+                           : fail_with(f, EXIT_LEASE_REFUSED, "workspace %.128s: %s", d->workspace,
+                                       strerror(errno));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return fail_with(f, EXIT_LEASE_REFUSED,
+                     "workspace %.128s exists and is not a directory (a symlink is refused)",
+                     d->workspace);
+  }
+  return 0;
+}
+
+/* The workspace directory, made when missing, owned by the uid, group the caller's, 02770. A
+ * new lease adopts only an empty directory (one left by a lease interrupted before its end). */
+static int make_workspace(const struct lease_context *x, const struct descriptor *d, uint32_t uid,
+                          bool new_lease, struct failure *f) {
+  bool existed = mkdirat(x->root, d->lease, 0700) != 0;
+  if (existed && errno != EEXIST) {
+    return fail_with(f, EXIT_LEASE_REFUSED, "workspace %.128s: mkdir: %s", d->workspace,
+                     strerror(errno));
+  }
+  int fd = openat(x->root, d->lease, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    return fail_with(f, EXIT_LEASE_REFUSED,
+                     "workspace %.128s: must be a directory, not a symlink: %s", d->workspace,
+                     strerror(errno));
+  }
+  if (existed && new_lease && !directory_is_empty(fd)) {
+    close(fd);
+    return fail_with(f, EXIT_LEASE_REFUSED,
+                     "workspace %.128s exists, is not empty and has no lease: refused",
+                     d->workspace);
+  }
+  bool owned = fchown(fd, uid, getgid()) == 0 && fchmod(fd, WORKSPACE_MODE) == 0;
+  int error = errno;
+  close(fd);
+  if (!owned) {
+    return fail_with(f, EXIT_LEASE_REFUSED, "workspace %.128s: chown/chmod: %s", d->workspace,
+                     strerror(error));
+  }
+  return 0;
+}
+
+/* The first uid from `d->uid` on (with uid_search, every uid of the range once) that no
+ * workspace holds, no turn holds and no live process has. */
+static int pick_free_uid(const struct helper_config *c, const struct descriptor *d,
+                         const struct lease_context *x, uint32_t *uid, struct failure *f) {
+  static struct lease_uids leased;
+  if (!policy_uid_in_range(c, d->uid)) {
+    return fail_with(f, EXIT_UID_OUT_OF_RANGE, "uid %u is outside the worker range %u+%u", d->uid,
+                     c->uid_first, c->uid_count);
+  }
+  int code = lease_uids_read(x->lease_dir, &leased, f);
+  if (code != 0) {
+    return code;
+  }
+  uint32_t tries = d->uid_search ? c->uid_count : 1;
+  uint32_t offset = d->uid - c->uid_first;
+  for (uint32_t i = 0; i < tries; i++) {
+    uint32_t candidate = c->uid_first + (uint32_t)((offset + i) % c->uid_count);
+    if (lease_uids_contain(&leased, candidate)) {
+      continue;
+    }
+    int lock = -1;
+    int error = uid_lock_try(x->lock_dir, candidate, LOCK_EX, true, &lock);
+    if (error == 0) {
+      close(lock); /* the record, written under the guard, keeps it from now on */
+      *uid = candidate;
+      return 0;
+    }
+    if (error != EWOULDBLOCK) {
+      return fail_with(f, EXIT_INTERNAL, "uid lock %u: %s", candidate, strerror(error));
+    }
+  }
+  return fail_with(f, EXIT_UID_IN_USE,
+                   "no uid to lease: %s leased to a workspace, held by a turn or has live "
+                   "processes",
+                   d->uid_search ? "every uid of the range is" : "the uid is");
+}
+
+static int lease_in_context(const struct helper_config *c, const struct descriptor *d,
+                            struct lease_context *x, struct failure *f) {
+  int code = open_workspace_root(c, d, x, f);
+  if (code == 0) code = take_guard(c, LOCK_EX, x, f);
+  if (code == 0) code = lease_dir_open(c, true, &x->lease_dir, f);
+  struct lease_record record;
+  bool found = false;
+  if (code == 0) code = read_lease(d, x, &record, &found, f);
+  if (code != 0) {
+    return code;
+  }
+  if (found) {
+    code = make_workspace(x, d, record.uid, false, f);
+    if (code == 0) printf("leased %u\nlease existing\n", record.uid);
+    return code;
+  }
+  memset(&record, 0, sizeof record);
+  snprintf(record.workspace, sizeof record.workspace, "%s", d->workspace);
+  code = check_workspace_entry(x, d, f);
+  if (code == 0) code = pick_free_uid(c, d, x, &record.uid, f);
+  /* The record first: a crash after it leaves a lease whose next request makes the directory. */
+  if (code == 0) code = lease_record_write(x->lease_dir, d->lease, &record, f);
+  if (code != 0) {
+    return code;
+  }
+  code = make_workspace(x, d, record.uid, true, f);
+  if (code != 0) {
+    struct failure ignored = {0, {0}};
+    lease_record_remove(x->lease_dir, d->lease, &ignored);
+    return code;
+  }
+  printf("leased %u\nlease new\n", record.uid);
+  return 0;
+}
+
+int run_lease(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
+  int code = refuse_shared(c, d, f);
+  if (code != 0) {
+    return code;
+  }
+  struct lease_context x;
+  context_init(&x);
+  code = lease_in_context(c, d, &x, f);
+  context_close(&x);
+  fflush(stdout);
+  return code;
+}
+
+/* Holds the uid's lock exclusively for the release: 82 while a turn holds it or a process of
+ * the uid lives. */
+static int hold_idle_uid(const struct lease_context *x, const struct descriptor *d, uint32_t uid,
+                         int *lock, struct failure *f) {
+  int error = uid_lock_try(x->lock_dir, uid, LOCK_EX, false, lock);
+  if (error == EWOULDBLOCK) {
+    return fail_with(f, EXIT_WORKSPACE_BUSY, "workspace %s: a turn holds its uid %u", d->lease,
+                     uid);
+  }
+  if (error != 0) {
+    return fail_with(f, EXIT_INTERNAL, "uid lock %u: %s", uid, strerror(error));
+  }
+  if (procs_uid_has_live_process(uid)) {
+    return fail_with(f, EXIT_WORKSPACE_BUSY, "workspace %s: a process of its uid %u lives",
+                     d->lease, uid);
+  }
+  return 0;
+}
+
+/* Undoes the octal escapes (\040 for a space) mountinfo writes in a path, in place. */
+static void unescape_mount_path(char *path) {
+  char *out = path;
+  for (const char *in = path; *in != '\0'; out++) {
+    bool octal = in[0] == '\\' && in[1] >= '0' && in[1] <= '3' && in[2] >= '0' && in[2] <= '7' &&
+                 in[3] >= '0' && in[3] <= '7';
+    if (octal) {
+      *out = (char)(((in[1] - '0') << 6) | ((in[2] - '0') << 3) | (in[3] - '0'));
+      in += 4;
+    } else {
+      *out = *in++;
+    }
+  }
+  *out = '\0';
+}
+
+/* Whether a mount point of this mount namespace is the workspace or lies beneath it, checked
+ * before anything is removed (the walk refuses one too, as a backstop against a race). A
+ * mountinfo that cannot be read counts as yes. */
+static bool has_mount_inside(const char *workspace) {
+  static char line[8192];
+  FILE *mounts = fopen("/proc/self/mountinfo", "re");
+  if (mounts == NULL) {
+    return true;
+  }
+  bool found = false;
+  while (!found && fgets(line, sizeof line, mounts) != NULL) {
+    /* mount id, parent id, major:minor, root, mount point, ... */
+    char *field = line;
+    for (int skip = 0; skip < 4 && field != NULL; skip++) {
+      field = strchr(field, ' ');
+      field = field == NULL ? NULL : field + 1;
+    }
+    char *end = field == NULL ? NULL : strchr(field, ' ');
+    if (end == NULL) {
+      found = true; /* a line longer than the buffer or not in the format: fail closed */
+      break;
+    }
+    *end = '\0';
+    unescape_mount_path(field);
+    found = strcmp(field, workspace) == 0 || path_is_strictly_beneath(field, workspace);
+  }
+  fclose(mounts);
+  return found;
+}
+
+/* Removes the workspace tree and the workspace directory; an absent one (a release that ended
+ * before its record went) counts nothing. */
+static int remove_workspace(const struct lease_context *x, const struct descriptor *d,
+                            struct tree_totals *totals, struct failure *f) {
+  if (has_mount_inside(d->workspace)) {
+    return fail_with(f, EXIT_WORKSPACE_BUSY,
+                     "workspace %.128s has a mount point inside: it is never entered nor "
+                     "unmounted",
+                     d->workspace);
+  }
+  int top = openat(x->root, d->lease, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (top < 0 && errno == ENOENT) {
+    return 0;
+  }
+  if (top < 0) {
+    return fail_with(f, EXIT_LEASE_REFUSED,
+                     "workspace %.128s: must be a directory, not a symlink: %s", d->workspace,
+                     strerror(errno));
+  }
+  struct statx root_stx;
+  struct statx top_stx;
+  bool same_mount = statx(x->root, "", AT_EMPTY_PATH, STATX_MNT_ID, &root_stx) == 0 &&
+                    statx(top, "", AT_EMPTY_PATH, STATX_MNT_ID, &top_stx) == 0 &&
+                    root_stx.stx_dev_major == top_stx.stx_dev_major &&
+                    root_stx.stx_dev_minor == top_stx.stx_dev_minor &&
+                    ((root_stx.stx_mask & top_stx.stx_mask & STATX_MNT_ID) == 0 ||
+                     root_stx.stx_mnt_id == top_stx.stx_mnt_id);
+  if (!same_mount) {
+    close(top);
+    return fail_with(f, EXIT_WORKSPACE_BUSY,
+                     "workspace %.128s is a mount point: it is never entered nor unmounted",
+                     d->workspace);
+  }
+  int code = tree_walk(top, TREE_REMOVE, totals, f);
+  close(top);
+  if (code == 0 && unlinkat(x->root, d->lease, AT_REMOVEDIR) != 0 && errno != ENOENT) {
+    code =
+        fail_with(f, EXIT_INTERNAL, "workspace %.128s: rmdir: %s", d->workspace, strerror(errno));
+  }
+  return code;
+}
+
+static int release_in_context(const struct helper_config *c, const struct descriptor *d,
+                              struct lease_context *x, struct failure *f) {
+  int code = open_workspace_root(c, d, x, f);
+  /* The guard stays taken to the end: no lease of this id, and no launch, meets a half-removed
+   * workspace. */
+  if (code == 0) code = take_guard(c, LOCK_EX, x, f);
+  if (code == 0) code = lease_dir_open(c, false, &x->lease_dir, f);
+  struct lease_record record;
+  bool found = false;
+  if (code == 0) code = read_lease(d, x, &record, &found, f);
+  if (code == 0 && !found) {
+    code = fail_with(f, EXIT_LEASE_REFUSED, "release: no lease %s", d->lease);
+  }
+  int lock = -1;
+  if (code == 0) code = hold_idle_uid(x, d, record.uid, &lock, f);
+  struct tree_totals totals = {0, 0};
+  if (code == 0) code = remove_workspace(x, d, &totals, f);
+  if (code == 0) code = lease_record_remove(x->lease_dir, d->lease, f);
+  close_if_open(&lock);
+  if (code == 0) {
+    printf("released %u\nremoved_bytes %llu\nremoved_files %llu\n", record.uid,
+           (unsigned long long)totals.bytes, (unsigned long long)totals.files);
+  }
+  return code;
+}
+
+int run_release(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
+  int code = refuse_shared(c, d, f);
+  if (code != 0) {
+    return code;
+  }
+  struct lease_context x;
+  context_init(&x);
+  code = release_in_context(c, d, &x, f);
+  context_close(&x);
+  fflush(stdout);
+  return code;
+}
+
+static int usage_in_context(const struct helper_config *c, const struct descriptor *d,
+                            struct lease_context *x, struct failure *f) {
+  int code = open_workspace_root(c, d, x, f);
+  if (code == 0) code = lease_dir_open(c, false, &x->lease_dir, f);
+  struct lease_record record;
+  bool found = false;
+  if (code == 0) code = read_lease(d, x, &record, &found, f);
+  if (code == 0 && !found) {
+    code = fail_with(f, EXIT_LEASE_REFUSED, "usage: no lease %s", d->lease);
+  }
+  if (code != 0) {
+    return code;
+  }
+  int top = openat(x->root, d->lease, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (top < 0) {
+    return fail_with(f, EXIT_LEASE_REFUSED,
+                     "workspace %.128s: must be a directory, not a symlink: %s", d->workspace,
+                     strerror(errno));
+  }
+  struct tree_totals totals = {0, 0};
+  code = tree_walk(top, TREE_MEASURE, &totals, f);
+  close(top);
+  if (code == 0) {
+    printf("bytes %llu\nfiles %llu\n", (unsigned long long)totals.bytes,
+           (unsigned long long)totals.files);
+  }
+  return code;
+}
+
+int run_usage(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
+  int code = refuse_shared(c, d, f);
+  if (code != 0) {
+    return code;
+  }
+  struct lease_context x;
+  context_init(&x);
+  code = usage_in_context(c, d, &x, f);
+  context_close(&x);
+  fflush(stdout);
+  return code;
+}
+
+static bool uid_is_leased(const void *context, uint32_t uid) {
+  return lease_uids_contain(context, uid);
+}
+
+static int leased_launch_uid(const struct helper_config *c, const struct descriptor *d,
+                             struct lease_context *x, uint32_t *uid, int *lock_fd,
+                             struct failure *f) {
+  struct lease_record record;
+  bool found = false;
+  int code = lease_dir_open(c, false, &x->lease_dir, f);
+  if (code == 0) code = lease_record_read(x->lease_dir, d->lease, &record, &found, f);
+  if (code == 0 && !found) {
+    code = fail_with(f, EXIT_LEASE_REFUSED, "launch: no lease %s", d->lease);
+  }
+  if (code != 0) {
+    return code;
+  }
+  if (strcmp(d->workspace, record.workspace) != 0 &&
+      !path_is_strictly_beneath(d->workspace, record.workspace)) {
+    return fail_with(f, EXIT_LEASE_REFUSED,
+                     "launch: workspace %.128s is not lease %s's workspace %.128s or beneath it",
+                     d->workspace, d->lease, record.workspace);
+  }
+  uint32_t wanted = 0;
+  code = policy_worker_uid(c, d, &wanted, f);
+  if (code != 0) {
+    return code;
+  }
+  if (!d->has_uid || wanted != record.uid) {
+    return fail_with(f, EXIT_UID_OUT_OF_RANGE,
+                     "launch: lease %s runs as its uid %u: uid must be %u", d->lease, record.uid,
+                     record.uid);
+  }
+  int error = uid_lock_try(x->lock_dir, record.uid, LOCK_SH, false, lock_fd);
+  if (error == EWOULDBLOCK) {
+    return fail_with(f, EXIT_UID_IN_USE, "launch: uid %u of lease %s is held exclusively",
+                     record.uid, d->lease);
+  }
+  if (error != 0) {
+    return fail_with(f, EXIT_INTERNAL, "uid lock %u: %s", record.uid, strerror(error));
+  }
+  *uid = record.uid;
+  return 0;
+}
+
+static int unleased_launch_uid(const struct helper_config *c, const struct descriptor *d,
+                               struct lease_context *x, uint32_t *uid, int *lock_fd,
+                               struct failure *f) {
+  static struct lease_uids leased;
+  uint32_t wanted = 0;
+  int code = policy_worker_uid(c, d, &wanted, f);
+  if (code == 0) code = lease_dir_open(c, false, &x->lease_dir, f);
+  if (code == 0) code = lease_uids_read(x->lease_dir, &leased, f);
+  if (code == 0) {
+    code = uid_lock_take(c, x->lock_dir, wanted, d->uid_search, uid_is_leased, &leased, uid,
+                         lock_fd, f);
+  }
+  return code;
+}
+
+int workspace_lease_launch_uid(const struct helper_config *c, const struct descriptor *d,
+                               uint32_t *uid, int *lock_fd, struct failure *f) {
+  struct lease_context x;
+  context_init(&x);
+  int code = take_guard(c, LOCK_SH, &x, f);
+  if (code == 0) {
+    code = d->lease != NULL ? leased_launch_uid(c, d, &x, uid, lock_fd, f)
+                            : unleased_launch_uid(c, d, &x, uid, lock_fd, f);
+  }
+  context_close(&x);
+  return code;
+}

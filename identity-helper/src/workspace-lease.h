@@ -1,0 +1,34 @@
+/* Workspace uid leases (docs/identity-helper-protocol.md, "Workspace leases"): a uid of the
+ * range given to one workspace, `<workspace_root>/<lease id>`, for the workspace's whole life,
+ * recorded in the lease directory (lease-record.h). The turns on a workspace run as its uid and
+ * share it; unleased launches never get a leased uid. */
+#ifndef IDENTITY_HELPER_WORKSPACE_LEASE_H
+#define IDENTITY_HELPER_WORKSPACE_LEASE_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "descriptor.h"
+#include "failure.h"
+
+/* op lease: leases a free uid (from `uid` on, with `uid_search` wrapping through the range) to
+ * the workspace and creates its directory (the uid's, group the caller's, mode 02770); asking
+ * again answers the same uid. Receipt `leased <uid>`, `lease new|existing`. */
+int run_lease(const struct helper_config *c, const struct descriptor *d, struct failure *f);
+
+/* op release: removes the workspace tree (no link followed, no mount crossed) and then the
+ * lease; 82 while a turn holds the uid or a process of it lives. Receipt `released <uid>`,
+ * `removed_bytes N`, `removed_files N`. */
+int run_release(const struct helper_config *c, const struct descriptor *d, struct failure *f);
+
+/* op usage: receipt `bytes N`, `files N` of the workspace tree (no link followed). */
+int run_usage(const struct helper_config *c, const struct descriptor *d, struct failure *f);
+
+/* The uid a separate-uid launch runs as, with its lock in `*lock_fd`: with `lease`, the lease's
+ * uid (which `uid` must name), locked shared with the workspace's other turns; without, `uid`
+ * (or with `uid_search` the first free uid from it on) that no workspace holds, locked
+ * exclusively. */
+int workspace_lease_launch_uid(const struct helper_config *c, const struct descriptor *d,
+                               uint32_t *uid, int *lock_fd, struct failure *f);
+
+#endif
