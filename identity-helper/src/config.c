@@ -46,6 +46,18 @@ static int set_uid_range(struct helper_config *c, const char *value, size_t line
   return 0;
 }
 
+/* A directory the helper keeps state in (uid locks, lease records): set once, canonical,
+ * absolute, never `/`. */
+static int set_state_dir(const char **slot, const char *key, const char *value, size_t line,
+                         struct failure *f) {
+  if (*slot != NULL || !is_canonical_absolute_path(value) || strcmp(value, "/") == 0) {
+    return fail_with(f, EXIT_CONFIG_INVALID,
+                     "config line %zu: %s: one canonical absolute path other than /", line, key);
+  }
+  *slot = value;
+  return 0;
+}
+
 static int apply_config_line(struct helper_config *c, const char *key, const char *value,
                              size_t line, struct failure *f) {
   const char *copy = config_copy(c, value, strlen(value));
@@ -93,22 +105,10 @@ static int apply_config_line(struct helper_config *c, const char *key, const cha
     return 0;
   }
   if (strcmp(key, "uid_lock_dir") == 0) {
-    if (c->uid_lock_dir != NULL || !is_canonical_absolute_path(copy) || strcmp(copy, "/") == 0) {
-      return fail_with(f, EXIT_CONFIG_INVALID,
-                       "config line %zu: uid_lock_dir: one canonical absolute path other than /",
-                       line);
-    }
-    c->uid_lock_dir = copy;
-    return 0;
+    return set_state_dir(&c->uid_lock_dir, key, copy, line, f);
   }
   if (strcmp(key, "uid_lease_dir") == 0) {
-    if (c->uid_lease_dir != NULL || !is_canonical_absolute_path(copy) || strcmp(copy, "/") == 0) {
-      return fail_with(f, EXIT_CONFIG_INVALID,
-                       "config line %zu: uid_lease_dir: one canonical absolute path other than /",
-                       line);
-    }
-    c->uid_lease_dir = copy;
-    return 0;
+    return set_state_dir(&c->uid_lease_dir, key, copy, line, f);
   }
   if (strcmp(key, "workspace_root") == 0) {
     if (c->workspace_root_count >= CONFIG_MAX_WORKSPACE_ROOTS ||

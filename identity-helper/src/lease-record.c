@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fd-io.h"
 #include "private-dir.h"
 #include "syntax.h"
 
@@ -94,21 +95,6 @@ int lease_record_read(int dir, const char *id, struct lease_record *record, bool
     return 0;
   }
   return read_record_at(dir, id, record, found, f);
-}
-
-static bool write_all(int fd, const char *text, size_t len) {
-  while (len > 0) {
-    ssize_t n = write(fd, text, len);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      return false;
-    }
-    text += n;
-    len -= (size_t)n;
-  }
-  return true;
 }
 
 int lease_record_write(int dir, const char *id, const struct lease_record *record,

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fd-io.h"
 #include "identity.h"
 #include "policy.h"
 #include "procs.h"
@@ -33,22 +34,6 @@ typedef void (*worker_task)(const void *context, void *payload);
 /* Runs in the child before the identity drop, with privilege (e.g. building a view). */
 typedef int (*worker_prepare)(const struct helper_config *c, const void *context,
                               struct failure *f);
-
-static bool write_all(int fd, const void *data, size_t len) {
-  const char *cursor = data;
-  while (len > 0) {
-    ssize_t n = write(fd, cursor, len);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      return false;
-    }
-    cursor += n;
-    len -= (size_t)n;
-  }
-  return true;
-}
 
 static size_t read_up_to(int fd, void *data, size_t len) {
   char *cursor = data;

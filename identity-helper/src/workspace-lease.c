@@ -60,6 +60,25 @@ static int refuse_shared(const struct helper_config *c, const struct descriptor 
                    descriptor_op_name(d->op));
 }
 
+typedef int (*workspace_op)(const struct helper_config *c, const struct descriptor *d,
+                            struct lease_context *x, struct failure *f);
+
+/* What every lease operation does around its own step: refused in shared mode, its fds closed
+ * whatever happened, its receipt flushed. */
+static int run_workspace_op(const struct helper_config *c, const struct descriptor *d,
+                            workspace_op op, struct failure *f) {
+  int code = refuse_shared(c, d, f);
+  if (code != 0) {
+    return code;
+  }
+  struct lease_context x;
+  context_init(&x);
+  code = op(c, d, &x, f);
+  context_close(&x);
+  fflush(stdout);
+  return code;
+}
+
 /* The workspace_root `workspace` is `<root>/<id>` of, or NULL. */
 static const char *workspace_root_of(const struct helper_config *c, const char *workspace,
                                      const char *id) {
@@ -255,16 +274,7 @@ static int lease_in_context(const struct helper_config *c, const struct descript
 }
 
 int run_lease(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
-  int code = refuse_shared(c, d, f);
-  if (code != 0) {
-    return code;
-  }
-  struct lease_context x;
-  context_init(&x);
-  code = lease_in_context(c, d, &x, f);
-  context_close(&x);
-  fflush(stdout);
-  return code;
+  return run_workspace_op(c, d, lease_in_context, f);
 }
 
 /* Holds the uid's lock exclusively for the release: 82 while a turn holds it or a process of
@@ -401,16 +411,7 @@ static int release_in_context(const struct helper_config *c, const struct descri
 }
 
 int run_release(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
-  int code = refuse_shared(c, d, f);
-  if (code != 0) {
-    return code;
-  }
-  struct lease_context x;
-  context_init(&x);
-  code = release_in_context(c, d, &x, f);
-  context_close(&x);
-  fflush(stdout);
-  return code;
+  return run_workspace_op(c, d, release_in_context, f);
 }
 
 static int usage_in_context(const struct helper_config *c, const struct descriptor *d,
@@ -443,16 +444,7 @@ static int usage_in_context(const struct helper_config *c, const struct descript
 }
 
 int run_usage(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
-  int code = refuse_shared(c, d, f);
-  if (code != 0) {
-    return code;
-  }
-  struct lease_context x;
-  context_init(&x);
-  code = usage_in_context(c, d, &x, f);
-  context_close(&x);
-  fflush(stdout);
-  return code;
+  return run_workspace_op(c, d, usage_in_context, f);
 }
 
 static bool uid_is_leased(const void *context, uint32_t uid) {

@@ -1,0 +1,12 @@
+/* Whole-buffer writes to a file descriptor. */
+#ifndef IDENTITY_HELPER_FD_IO_H
+#define IDENTITY_HELPER_FD_IO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Writes all `len` bytes, retrying after EINTR and short writes; false on any error or a write
+ * that makes no progress. */
+bool write_all(int fd, const void *data, size_t len);
+
+#endif
