@@ -21,6 +21,7 @@ import {
   asanHelper,
   buildNative,
   descriptorText,
+  leaseWorkspace,
   reportSelf,
   runWithDescriptor,
   tempDir,
@@ -52,9 +53,7 @@ t.teardown(() => {
 const workspaceOf = (id: string, root = workspaceRoot): string => path.join(root, id);
 
 async function lease(id: string, uid = uidRange.first): Promise<number> {
-  const result = await runHelperLease(helper, { uid, lease: id, workspace: workspaceOf(id) });
-  if (!result.ok) throw new Error(`${result.reason}: ${result.detail}`);
-  return result.uid;
+  return (await leaseWorkspace(helper, workspaceRoot, id, uid)).uid;
 }
 
 /** An outside file and an outside directory with content, each reached by a link from inside. */

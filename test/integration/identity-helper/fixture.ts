@@ -9,6 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
+  runHelperLease,
   spawnHelperLaunch,
   type HelperLaunchDescriptor,
   type HelperLocation,
@@ -101,6 +102,18 @@ export function runHelperLaunch(helper: HelperLocation, descriptor: HelperLaunch
       resolve({ code, stdout, stderr });
     }),
   );
+}
+
+/** Leases `<workspaceRoot>/<id>` searching from `uid`; a refusal throws with its reason. */
+export async function leaseWorkspace(
+  helper: HelperLocation,
+  workspaceRoot: string,
+  id: string,
+  uid: number,
+): Promise<{ uid: number; existing: boolean }> {
+  const result = await runHelperLease(helper, { uid, lease: id, workspace: path.join(workspaceRoot, id) });
+  if (!result.ok) throw new Error(`${result.reason}: ${result.detail}`);
+  return { uid: result.uid, existing: result.existing };
 }
 
 /** This process's v1 pids cgroup directory (never a sibling owned by other software). */

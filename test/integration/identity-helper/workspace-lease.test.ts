@@ -19,6 +19,7 @@ import {
   asanHelper,
   buildNative,
   descriptorText,
+  leaseWorkspace,
   parseReport,
   runHelperLaunch,
   runHelperRaw,
@@ -44,10 +45,8 @@ t.teardown(() => {
 
 const workspaceOf = (id: string): string => path.join(workspaceRoot, id);
 
-async function lease(id: string, uid = uidRange.first): Promise<{ uid: number; existing: boolean }> {
-  const result = await runHelperLease(helper, { uid, lease: id, workspace: workspaceOf(id) });
-  if (!result.ok) throw new Error(`${result.reason}: ${result.detail}`);
-  return { uid: result.uid, existing: result.existing };
+function lease(id: string, uid = uidRange.first): Promise<{ uid: number; existing: boolean }> {
+  return leaseWorkspace(helper, workspaceRoot, id, uid);
 }
 
 t.test('a lease is made once and answered again with the same uid', async (t) => {
