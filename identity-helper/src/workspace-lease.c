@@ -201,41 +201,24 @@ static int make_workspace(const struct lease_context *x, const struct descriptor
   return 0;
 }
 
+static bool uid_is_leased(const void *context, uint32_t uid) {
+  return lease_uids_contain(context, uid);
+}
+
 /* The first uid from `d->uid` on (with uid_search, every uid of the range once) that no
- * workspace holds, no turn holds and no live process has. */
+ * workspace holds, no turn holds and no live process has: the launch's own search, with the
+ * lock let go at once because the record, written under the guard, keeps the uid from now on. */
 static int pick_free_uid(const struct helper_config *c, const struct descriptor *d,
                          const struct lease_context *x, uint32_t *uid, struct failure *f) {
   static struct lease_uids leased;
-  if (!policy_uid_in_range(c, d->uid)) {
-    return fail_with(f, EXIT_UID_OUT_OF_RANGE, "uid %u is outside the worker range %u+%u", d->uid,
-                     c->uid_first, c->uid_count);
-  }
   int code = lease_uids_read(x->lease_dir, &leased, f);
-  if (code != 0) {
-    return code;
+  int lock = -1;
+  if (code == 0) {
+    code =
+        uid_lock_take(c, x->lock_dir, d->uid, d->uid_search, uid_is_leased, &leased, uid, &lock, f);
   }
-  uint32_t tries = d->uid_search ? c->uid_count : 1;
-  uint32_t offset = d->uid - c->uid_first;
-  for (uint32_t i = 0; i < tries; i++) {
-    uint32_t candidate = c->uid_first + (uint32_t)((offset + i) % c->uid_count);
-    if (lease_uids_contain(&leased, candidate)) {
-      continue;
-    }
-    int lock = -1;
-    int error = uid_lock_try(x->lock_dir, candidate, LOCK_EX, true, &lock);
-    if (error == 0) {
-      close(lock); /* the record, written under the guard, keeps it from now on */
-      *uid = candidate;
-      return 0;
-    }
-    if (error != EWOULDBLOCK) {
-      return fail_with(f, EXIT_INTERNAL, "uid lock %u: %s", candidate, strerror(error));
-    }
-  }
-  return fail_with(f, EXIT_UID_IN_USE,
-                   "no uid to lease: %s leased to a workspace, held by a turn or has live "
-                   "processes",
-                   d->uid_search ? "every uid of the range is" : "the uid is");
+  close_if_open(&lock);
+  return code;
 }
 
 static int lease_in_context(const struct helper_config *c, const struct descriptor *d,
@@ -445,10 +428,6 @@ static int usage_in_context(const struct helper_config *c, const struct descript
 
 int run_usage(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
   return run_workspace_op(c, d, usage_in_context, f);
-}
-
-static bool uid_is_leased(const void *context, uint32_t uid) {
-  return lease_uids_contain(context, uid);
 }
 
 static int leased_launch_uid(const struct helper_config *c, const struct descriptor *d,
