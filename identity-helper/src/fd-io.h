@@ -1,4 +1,4 @@
-/* Whole-buffer writes to a file descriptor. */
+/* Whole-buffer reads and writes on a file descriptor. */
 #ifndef IDENTITY_HELPER_FD_IO_H
 #define IDENTITY_HELPER_FD_IO_H
 
@@ -8,5 +8,8 @@
 /* Writes all `len` bytes, retrying after EINTR and short writes; false on any error or a write
  * that makes no progress. */
 bool write_all(int fd, const void *data, size_t len);
+
+/* Reads until `len` bytes, end of file or an error (EINTR retried); returns the bytes read. */
+size_t read_up_to(int fd, void *data, size_t len);
 
 #endif

@@ -65,20 +65,7 @@ static int read_record_at(int dir, const char *name, struct lease_record *record
     return fail_with(f, EXIT_INTERNAL, "lease record %.64s: not a regular file of root's%s%s", name,
                      fd < 0 ? ": " : "", fd < 0 ? strerror(error) : "");
   }
-  size_t used = 0;
-  for (;;) {
-    ssize_t n = read(fd, text + used, sizeof text - 1 - used);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      break;
-    }
-    used += (size_t)n;
-    if (used == sizeof text - 1) {
-      break;
-    }
-  }
+  size_t used = read_up_to(fd, text, sizeof text - 1);
   close(fd);
   text[used] = '\0';
   if (strlen(text) != used || !parse_record(text, record)) {

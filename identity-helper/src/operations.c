@@ -35,22 +35,6 @@ typedef void (*worker_task)(const void *context, void *payload);
 typedef int (*worker_prepare)(const struct helper_config *c, const void *context,
                               struct failure *f);
 
-static size_t read_up_to(int fd, void *data, size_t len) {
-  char *cursor = data;
-  size_t used = 0;
-  while (used < len) {
-    ssize_t n = read(fd, cursor + used, len - used);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      break;
-    }
-    used += (size_t)n;
-  }
-  return used;
-}
-
 struct worker_steps {
   worker_prepare prepare; /* NULL: nothing before the drop */
   worker_task task;
