@@ -50,6 +50,14 @@ static bool same_mount(const struct node *top, const struct node *entry) {
   return !top->has_mnt_id || !entry->has_mnt_id || top->mnt_id == entry->mnt_id;
 }
 
+bool tree_walk_same_mount(int dir_a, int dir_b) {
+  struct statx stx;
+  struct node a;
+  struct node b;
+  return node_at(dir_a, "", AT_EMPTY_PATH, &stx, &a) == 0 &&
+         node_at(dir_b, "", AT_EMPTY_PATH, &stx, &b) == 0 && same_mount(&a, &b);
+}
+
 static bool is_dot_or_dot_dot(const char *name) {
   return strcmp(name, ".") == 0 || strcmp(name, "..") == 0;
 }

@@ -5,6 +5,7 @@
 #ifndef IDENTITY_HELPER_TREE_WALK_H
 #define IDENTITY_HELPER_TREE_WALK_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "failure.h"
@@ -29,5 +30,9 @@ struct tree_totals {
  * everything beneath it. Exit code 82 for a mount point inside in TREE_REMOVE; 76 when the tree
  * changes under the walk in a way it cannot follow safely, or on an I/O error. */
 int tree_walk(int top, enum tree_walk_mode mode, struct tree_totals *totals, struct failure *f);
+
+/* Whether two open directories lie on one mount (device, and mount id where the kernel gives
+ * one): a directory on another mount than its parent is a mount point. */
+bool tree_walk_same_mount(int dir_a, int dir_b);
 
 #endif

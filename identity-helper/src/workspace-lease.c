@@ -344,15 +344,7 @@ static int remove_workspace(const struct lease_context *x, const struct descript
                      "workspace %.128s: must be a directory, not a symlink: %s", d->workspace,
                      strerror(errno));
   }
-  struct statx root_stx;
-  struct statx top_stx;
-  bool same_mount = statx(x->root, "", AT_EMPTY_PATH, STATX_MNT_ID, &root_stx) == 0 &&
-                    statx(top, "", AT_EMPTY_PATH, STATX_MNT_ID, &top_stx) == 0 &&
-                    root_stx.stx_dev_major == top_stx.stx_dev_major &&
-                    root_stx.stx_dev_minor == top_stx.stx_dev_minor &&
-                    ((root_stx.stx_mask & top_stx.stx_mask & STATX_MNT_ID) == 0 ||
-                     root_stx.stx_mnt_id == top_stx.stx_mnt_id);
-  if (!same_mount) {
+  if (!tree_walk_same_mount(x->root, top)) {
     close(top);
     return fail_with(f, EXIT_WORKSPACE_BUSY,
                      "workspace %.128s is a mount point: it is never entered nor unmounted",
