@@ -146,6 +146,9 @@ function startPipes(spec: CommandSpec, file: string): Promise<Result<{ command: 
   });
 }
 
+/** The terminal's end-of-input character (^D, the default VEOF of a new pty). */
+const VEOF = '\x04';
+
 /** The most a drain reads: a pty holds 12-17 KiB (8 KiB of buffers and 4 KiB in the line discipline). */
 const MAX_PTY_DRAIN_BYTES = 1024 * 1024;
 
@@ -220,12 +223,17 @@ async function startPty(
   // Before node-pty closes the master on this end: what libuv left in the pty is read first.
   master.stream.prependListener('end', () => drainPtyMaster(master.fd, forwardOutput));
   const forwardInput = (chunk: Buffer): void => term.write(chunk);
+  // The supervisor ends the worker's stdin when the turn's input ends; on a terminal the end of
+  // input is the VEOF character (the line discipline turns it into a zero-length read).
+  const endInput = (): void => term.write(VEOF);
   process.stdin.on('data', forwardInput);
+  process.stdin.once('end', endInput);
   let running = true;
   const exited = new Promise<CommandExit>((resolve) => {
     term.onExit(({ exitCode, signal }) => {
       running = false;
       process.stdin.off('data', forwardInput);
+      process.stdin.off('end', endInput);
       process.stdin.pause();
       const name = signalName(signal ?? null);
       resolve({ exitCode: name ? null : exitCode, signal: name });

@@ -4,6 +4,7 @@
  * the exit code is the command's, 128+signal when signalled, or a documented refusal code.
  */
 import os from 'node:os';
+import { ok } from '../../core/result.js';
 import { createLogger } from '../../core/log.js';
 import type { ConfigOverrides } from '../config/load.js';
 import { loadConfig } from '../config/load.js';
@@ -80,7 +81,14 @@ function remoteAttachment(socket: OpenedSocket): TurnAttachment {
         if (!exited) listener({ type: 'exit', result: LOST });
       });
     },
-    write: (data) => send({ type: 'input', data: data.toString('base64') }),
+    write: (data) => {
+      send({ type: 'input', data: data.toString('base64') });
+      return ok({});
+    },
+    endInput: () => {
+      send({ type: 'eof' });
+      return ok({});
+    },
     resize: (cols, rows) => send({ type: 'resize', cols, rows }),
     signal: (signal) => send({ type: 'signal', signal }),
     pauseOutput: () => socket.pause(),
@@ -114,11 +122,14 @@ function drive(attachment: TurnAttachment, options: { tty: boolean; json: boolea
   return new Promise((resolve) => {
     const stdin = process.stdin;
     const rawMode = options.tty && stdin.isTTY;
-    const onInput = (chunk: Buffer): void => attachment.write(chunk);
+    const onInput = (chunk: Buffer): void => void attachment.write(chunk);
+    // The end of this process's input is the end of the command's: `cmd < /dev/null` ends at once.
+    const onInputEnd = (): void => void attachment.endInput();
     const onResize = (): void => attachment.resize(process.stdout.columns, process.stdout.rows);
     const onSignal = (signal: NodeJS.Signals): void => attachment.signal(signal as 'SIGINT');
     if (rawMode) stdin.setRawMode(true);
     stdin.on('data', onInput);
+    stdin.once('end', onInputEnd);
     if (options.tty && process.stdout.isTTY) process.stdout.on('resize', onResize);
     for (const signal of FORWARDED_SIGNALS) process.on(signal, onSignal);
 
@@ -140,6 +151,7 @@ function drive(attachment: TurnAttachment, options: { tty: boolean; json: boolea
       }
       if (rawMode) stdin.setRawMode(false);
       stdin.off('data', onInput);
+      stdin.off('end', onInputEnd);
       stdin.pause();
       // A file or pipe on stdin is no socket and has no unref.
       // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition

@@ -5,7 +5,7 @@
  *   ids only increase, so a client never sees a gap or a duplicate.
  * - `/api/turns/:id/attach`: output as `{type:"output", stream, data(base64)}`, then
  *   `{type:"exit", result}` and a normal close. The client sends `{type:"input", data(base64)}`,
- *   `{type:"resize", cols, rows}` and `{type:"signal", signal}`.
+ *   `{type:"eof"}` (ends the command's input), `{type:"resize", cols, rows}` and `{type:"signal", signal}`.
  * A client that falls more than MAX_BUFFERED_BYTES behind is closed with 1013 (try again).
  */
 import type { IncomingMessage } from 'node:http';
@@ -13,7 +13,7 @@ import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
 import type { Logger } from '../../core/log.js';
 import type { EventQuery, EventStore, GovernanceEvent } from '../events/types.js';
-import type { TurnAttachment, TurnManager, TurnStreamEvent } from '../turns/types.js';
+import type { InputOutcome, TurnAttachment, TurnManager, TurnStreamEvent } from '../turns/types.js';
 import { isAuthorized, sessionAuthorizes, UNAUTHENTICATED_MESSAGE } from './auth.js';
 import { sameOrigin, type UiSessions } from './ui-session.js';
 import { MAX_BODY_BYTES, type ErrorCode } from './errors.js';
@@ -120,36 +120,42 @@ function encodeStreamEvent(event: TurnStreamEvent): string {
     : JSON.stringify({ type: 'exit', result: event.result });
 }
 
-/** One client message; answers an error text or null when applied. */
-function applyClientMessage(attachment: TurnAttachment, raw: string): string | null {
+type ClientMessageError = { code: 'invalid_request' | 'input_closed'; error: string };
+
+/** One client message; answers an error or null when applied. */
+function applyClientMessage(attachment: TurnAttachment, raw: string): ClientMessageError | null {
+  const invalid = (error: string): ClientMessageError => ({ code: 'invalid_request', error });
+  const closed = (outcome: InputOutcome): ClientMessageError | null =>
+    outcome.ok ? null : { code: 'input_closed', error: `input: ${outcome.detail}` };
   let message: unknown;
   try {
     message = JSON.parse(raw);
   } catch {
-    return 'message: not valid JSON';
+    return invalid('message: not valid JSON');
   }
-  if (typeof message !== 'object' || message === null) return 'message: expected an object';
+  if (typeof message !== 'object' || message === null) return invalid('message: expected an object');
   const m = message as Record<string, unknown>;
   switch (m['type']) {
     case 'input':
-      if (typeof m['data'] !== 'string') return 'data: expected base64 text';
-      attachment.write(Buffer.from(m['data'], 'base64'));
-      return null;
+      if (typeof m['data'] !== 'string') return invalid('data: expected base64 text');
+      return closed(attachment.write(Buffer.from(m['data'], 'base64')));
+    case 'eof':
+      return closed(attachment.endInput());
     case 'resize': {
       const { cols, rows } = m;
       const dimension = (v: unknown): v is number => Number.isInteger(v) && (v as number) >= 1 && (v as number) <= 1000;
-      if (!dimension(cols)) return 'cols: expected an integer 1-1000';
-      if (!dimension(rows)) return 'rows: expected an integer 1-1000';
+      if (!dimension(cols)) return invalid('cols: expected an integer 1-1000');
+      if (!dimension(rows)) return invalid('rows: expected an integer 1-1000');
       attachment.resize(cols, rows);
       return null;
     }
     case 'signal':
       if (typeof m['signal'] !== 'string' || !SIGNALS.has(m['signal']))
-        return `signal: expected one of ${[...SIGNALS].join(', ')}`;
+        return invalid(`signal: expected one of ${[...SIGNALS].join(', ')}`);
       attachment.signal(m['signal'] as 'SIGINT');
       return null;
     default:
-      return "type: expected 'input', 'resize' or 'signal'";
+      return invalid("type: expected 'input', 'eof', 'resize' or 'signal'");
   }
 }
 
@@ -176,8 +182,10 @@ function attachTurn(ws: WebSocket, attachment: TurnAttachment): void {
     }
   });
   ws.on('message', (data, isBinary) => {
-    const error = isBinary ? 'message: expected JSON text' : applyClientMessage(attachment, rawText(data));
-    if (error !== null) ws.send(JSON.stringify({ type: 'error', code: 'invalid_request', error }));
+    const refused = isBinary
+      ? { code: 'invalid_request', error: 'message: expected JSON text' }
+      : applyClientMessage(attachment, rawText(data));
+    if (refused !== null) ws.send(JSON.stringify({ type: 'error', ...refused }));
   });
   ws.on('close', () => attachment.detach());
 }

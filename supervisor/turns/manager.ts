@@ -14,7 +14,7 @@ import { recoverInterruptedTurns } from './recovery.js';
 import type { RunningTurn } from './running-turn.js';
 import { createTurnRecordStore, type TurnRecordStore } from './store.js';
 import { workerKey, type WorkerSpec } from './turn-request.js';
-import { validateTurnRequest } from './validate.js';
+import { requestStdin, validateTurnRequest } from './validate.js';
 import type { TurnAttachment, TurnManager, TurnManagerDeps, TurnRecord, TurnResult } from './types.js';
 
 const RECENT_TURNS_KEPT = 64;
@@ -65,6 +65,8 @@ export function createTurnManager(deps: TurnManagerDeps): Promise<TurnManager> {
       const launched = await launchTurn(launchEnv, pool, { ...request, turnId: id }, output);
       if (!launched.ok) return launched;
       const turn = launched.turn;
+      const stdin = requestStdin(request);
+      if (stdin !== null) turn.provideInput(stdin, 'the input was given with the turn request (stdin)');
       running.set(id, turn);
       void turn.done.then(() => retire(id, turn));
       return ok({ turn: turn.record });
@@ -130,7 +132,8 @@ function finishedAttachment(record: TurnRecord): TurnAttachment {
   const result = record.result as TurnResult;
   return {
     onEvent: (listener) => listener({ type: 'exit', result }),
-    write: () => undefined,
+    write: () => fail('input_closed', 'the turn has finished'),
+    endInput: () => fail('input_closed', 'the turn has finished'),
     resize: () => undefined,
     signal: () => undefined,
     pauseOutput: () => undefined,

@@ -14,7 +14,8 @@ import type { ForwardableSignal } from '../../worker/protocol.js';
 import type { LaunchEnvironment } from './launch-environment.js';
 import type { OutputChannel } from './output.js';
 import { finishedWithoutRun } from './turn-result.js';
-import type { TurnAttachment, TurnCreateFailure, TurnRecord, TurnRequest, TurnResult } from './types.js';
+import { fail, ok } from '../../core/result.js';
+import type { InputOutcome, TurnAttachment, TurnCreateFailure, TurnRecord, TurnRequest, TurnResult } from './types.js';
 import type { WorkerConnection } from './worker-connection.js';
 
 /** Why a turn got no worker: one shape for every refusal, naming the field or the requirement. */
@@ -33,6 +34,8 @@ export interface RunningTurn {
   done: Promise<TurnResult>;
   stop(reason: 'cancelled' | 'timeout'): void;
   attach(): TurnAttachment;
+  /** Writes the command's whole input and ends it; attach input is refused from then on. */
+  provideInput(data: Buffer, why: string): void;
   /** The held roots for host writes while the worker runs; null once it has exited. */
   hostWriteTarget(): { roots: HostWriteRoots; turn: HostWriteTurn } | null;
 }
@@ -67,6 +70,8 @@ export class Turn implements RunningTurn {
   private timer: NodeJS.Timeout | null = null;
   private rootsOpen = false;
   private boundAt = Date.now();
+  /** Why the command's input is closed (shared by every attachment); null while open. */
+  private inputClosed: string | null = null;
 
   constructor(
     private readonly env: LaunchEnvironment,
@@ -208,6 +213,25 @@ export class Turn implements RunningTurn {
     this.worker?.kill();
   }
 
+  private writeInput(data: Buffer): InputOutcome {
+    if (this.inputClosed !== null) return fail('input_closed', this.inputClosed);
+    if (this.record.state === 'finished') return fail('input_closed', 'the turn has finished');
+    this.worker?.connection.writeInput(data);
+    return ok({});
+  }
+
+  private endInput(why: string): InputOutcome {
+    if (this.inputClosed !== null) return fail('input_closed', this.inputClosed);
+    this.inputClosed = why;
+    this.worker?.connection.endInput();
+    return ok({});
+  }
+
+  provideInput(data: Buffer, why: string): void {
+    this.writeInput(data);
+    this.endInput(why);
+  }
+
   attach(): TurnAttachment {
     let unsubscribe: (() => void) | null = null;
     let releaseOutput: (() => void) | null = null;
@@ -220,7 +244,8 @@ export class Turn implements RunningTurn {
         unsubscribe?.();
         unsubscribe = this.output.subscribe(listener);
       },
-      write: (data) => this.worker?.connection.writeInput(data),
+      write: (data) => this.writeInput(data),
+      endInput: () => this.endInput('the input was ended (eof)'),
       resize: (cols, rows) => this.worker?.connection.send({ type: 'resize', cols, rows }),
       signal: (signal) => this.worker?.connection.send({ type: 'signal', signal: signal as ForwardableSignal }),
       pauseOutput: () => {

@@ -31,6 +31,12 @@ export interface TurnRequest {
   /** Per-turn limits; each may only lower the configured default. */
   limits?: LimitSettings;
   model?: string;
+  /**
+   * The command's whole input, written to it and then closed (attach input is then refused):
+   * text, or base64 with `stdinEncoding: 'base64'`; at most 512 KiB once decoded.
+   */
+  stdin?: string;
+  stdinEncoding?: 'utf8' | 'base64';
 }
 
 export type TurnStatus =
@@ -95,7 +101,10 @@ export type TurnStreamEvent =
 export interface TurnAttachment {
   /** Output produced before attaching is replayed first (bounded backlog). */
   onEvent(listener: (event: TurnStreamEvent) => void): void;
-  write(data: Buffer): void;
+  /** `input_closed` once the turn's input has ended (eof, request stdin, or the turn finished). */
+  write(data: Buffer): InputOutcome;
+  /** Ends the command's input: EOF on its stdin pipe, or the terminal's EOF character (VEOF) on a pty. */
+  endInput(): InputOutcome;
   resize(cols: number, rows: number): void;
   signal(signal: 'SIGINT' | 'SIGTERM' | 'SIGHUP' | 'SIGQUIT'): void;
   /**
@@ -106,6 +115,8 @@ export interface TurnAttachment {
   resumeOutput(): void;
   detach(): void;
 }
+
+export type InputOutcome = Result<object, 'input_closed'>;
 
 export type TurnCreateFailure = 'invalid_request' | 'worker_host_unsupported' | 'capacity_exhausted' | 'conflict';
 

@@ -46,7 +46,18 @@ const KNOWN_FIELDS = new Set([
   'egressAllow',
   'limits',
   'model',
+  'stdin',
+  'stdinEncoding',
 ]);
+
+/** The most input a request may carry (decoded); larger input goes through attach. */
+export const MAX_REQUEST_STDIN_BYTES = 512 * 1024;
+
+/** The request's stdin as bytes (validated by validateTurnRequest), or null without one. */
+export function requestStdin(request: TurnRequest): Buffer | null {
+  if (request.stdin === undefined) return null;
+  return Buffer.from(request.stdin, request.stdinEncoding === 'base64' ? 'base64' : 'utf8');
+}
 
 export function validateTurnRequest(
   body: unknown,
@@ -137,6 +148,21 @@ export function validateTurnRequest(
     if (typeof model !== 'string' || model.length > 200 || hasControl(model))
       return refuse('model', 'expected a string of at most 200 characters');
     request.model = model;
+  }
+
+  const { stdin, stdinEncoding } = body;
+  if (stdinEncoding !== undefined && stdinEncoding !== 'utf8' && stdinEncoding !== 'base64')
+    return refuse('stdinEncoding', "expected 'utf8' or 'base64'");
+  if (stdinEncoding !== undefined && stdin === undefined) return refuse('stdinEncoding', 'given without stdin');
+  if (stdin !== undefined) {
+    if (typeof stdin !== 'string') return refuse('stdin', 'expected a string');
+    if (stdinEncoding === 'base64' && !/^[A-Za-z0-9+/]*={0,2}$/.test(stdin))
+      return refuse('stdin', 'expected base64 (stdinEncoding is base64)');
+    const bytes = stdinEncoding === 'base64' ? Buffer.byteLength(stdin, 'base64') : Buffer.byteLength(stdin);
+    if (bytes > MAX_REQUEST_STDIN_BYTES)
+      return refuse('stdin', `${bytes} bytes; at most ${MAX_REQUEST_STDIN_BYTES} (512 KiB) once decoded`);
+    request.stdin = stdin;
+    if (stdinEncoding !== undefined) request.stdinEncoding = stdinEncoding;
   }
   return { ok: true, request };
 }

@@ -190,7 +190,16 @@ export class WorkerConnection {
 
   writeInput(data: Buffer): void {
     const { stdin } = this.child;
-    if (stdin && !stdin.destroyed) stdin.write(data);
+    if (stdin && !stdin.destroyed && !stdin.writableEnded) stdin.write(data);
+  }
+
+  /**
+   * Ends the worker's stdin after what was written: in pipes mode the command reads EOF (it holds
+   * the other end itself); in pty mode the worker answers the end with the terminal's VEOF.
+   */
+  endInput(): void {
+    const { stdin } = this.child;
+    if (stdin && !stdin.destroyed && !stdin.writableEnded) stdin.end();
   }
 
   /**

@@ -95,7 +95,9 @@ function fakeTurns(): {
         write: (data) => {
           inputs.push(data.toString());
           channel.push({ type: 'output', stream: 'stderr', data });
+          return ok({});
         },
+        endInput: () => ok({}),
         resize: (cols, rows) => void resizes.push([cols, rows]),
         signal: (signal) => void signals.push(signal),
         pauseOutput: () => undefined,
