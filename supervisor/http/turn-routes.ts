@@ -7,6 +7,7 @@ import express, { type Router } from 'express';
 import type { TurnManager } from '../turns/types.js';
 import { refuseBody, route } from './routing.js';
 import { MAX_BODY_BYTES, sendError } from './errors.js';
+import { parseTurnQuery } from './turn-query.js';
 
 export const TURN_ID_PARAM = /^[A-Za-z0-9_-]{1,64}$/;
 
@@ -41,15 +42,11 @@ export function registerTurnRoutes(router: Router, turns: TurnManager): void {
       },
     ],
     get: (req, res) => {
-      const params = new URL(req.originalUrl, 'http://localhost').searchParams;
-      for (const name of new Set(params.keys()))
-        if (name !== 'session') return sendError(res, 400, 'invalid_request', `${name}: unknown parameter`);
-      const sessions = params.getAll('session');
-      if (sessions.length > 1) return sendError(res, 400, 'invalid_request', 'session: given more than once');
-      const session = sessions[0];
-      if (session !== undefined && (session.length === 0 || session.length > 128))
-        return sendError(res, 400, 'invalid_request', 'session: expected 1-128 characters');
-      res.json({ turns: turns.list(session === undefined ? {} : { sessionId: session }) });
+      const parsed = parseTurnQuery(new URL(req.originalUrl, 'http://localhost').searchParams);
+      if (!parsed.ok) return sendError(res, 400, 'invalid_request', parsed.detail);
+      const page = turns.page(parsed.query);
+      if (!page.ok) return sendError(res, 503, 'store_unavailable', page.detail);
+      res.json({ turns: page.turns, nextAfter: page.nextAfter });
     },
   });
 

@@ -79,6 +79,16 @@ export function createTurnManager(deps: TurnManagerDeps): Promise<TurnManager> {
       return stored.map((r) => running.get(r.id)?.record ?? r);
     },
 
+    page(query) {
+      try {
+        const page = records.page(query);
+        return ok({ ...page, turns: page.turns.map((r) => running.get(r.id)?.record ?? r) });
+      } catch (error) {
+        deps.logger.error('turn listing failed', { detail: (error as Error).message });
+        return fail('store_unavailable', 'the turn records could not be read');
+      }
+    },
+
     cancel(id) {
       const turn = running.get(id);
       if (!turn)

@@ -3,7 +3,23 @@
  * running when the supervisor died is found here at boot and marked interrupted.
  */
 import type Database from 'better-sqlite3';
-import type { TurnRecord, TurnResult } from './types.js';
+import type { TurnFilter, TurnPage, TurnPageQuery, TurnRecord, TurnResult } from './types.js';
+
+export const TURN_STATES: ReadonlyArray<TurnRecord['state']> = ['starting', 'running', 'finished'];
+export const DEFAULT_TURN_PAGE = 100;
+export const MAX_TURN_PAGE = 1000;
+
+/**
+ * The filters as a table, in the order their terms appear in the query. A filter on another
+ * column is one entry here (and its field in TurnFilter).
+ */
+const TURN_FILTER_COLUMNS: ReadonlyArray<{ key: keyof TurnFilter; column: string }> = [
+  { key: 'sessionId', column: 'session_id' },
+  { key: 'state', column: 'state' },
+];
+
+/** A cursor as the store writes it; anything else is refused before it reaches SQL. */
+export const TURN_CURSOR_PATTERN = /^[0-9]{1,15}$/;
 
 interface TurnRow {
   id: string;
@@ -43,6 +59,7 @@ export interface TurnRecordStore {
   get(id: string): TurnRecord | undefined;
   exists(id: string): boolean;
   list(filter: { sessionId?: string; limit?: number }): TurnRecord[];
+  page(query: TurnPageQuery): TurnPage;
   /** Turns not finished (a previous process died while they ran), with their cgroup paths. */
   unfinished(): Array<{ turn: TurnRecord; cgroupPaths: string[] }>;
 }
@@ -60,6 +77,19 @@ export function createTurnRecordStore(db: Database.Database): TurnRecordStore {
   const listAll = db.prepare(`SELECT * FROM turns ORDER BY created_at DESC, id LIMIT ?`);
   const listSession = db.prepare(`SELECT * FROM turns WHERE session_id = ? ORDER BY created_at DESC, id LIMIT ?`);
   const unfinished = db.prepare(`SELECT * FROM turns WHERE state != 'finished'`);
+  const pageStatements = new Map<string, Database.Statement<unknown[], TurnRow & { cursor: number }>>();
+  const pageStatement = (used: ReadonlyArray<{ column: string }>, after: boolean) => {
+    const key = `${used.map((f) => f.column).join(',')}|${after}`;
+    let statement = pageStatements.get(key);
+    if (!statement) {
+      const where = [...used.map((f) => `${f.column} = ?`), ...(after ? ['rowid < ?'] : [])];
+      statement = db.prepare<unknown[], TurnRow & { cursor: number }>(
+        `SELECT rowid AS cursor, * FROM turns ${where.length > 0 ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY rowid DESC LIMIT ?`,
+      );
+      pageStatements.set(key, statement);
+    }
+    return statement;
+  };
 
   const params = (turn: TurnRecord) => ({
     id: turn.id,
@@ -86,6 +116,20 @@ export function createTurnRecordStore(db: Database.Database): TurnRecordStore {
     exists: (id) => getOne.get(id) !== undefined,
     list: ({ sessionId, limit = 100 }) =>
       ((sessionId ? listSession.all(sessionId, limit) : listAll.all(limit)) as TurnRow[]).map(fromRow),
+    page: (query) => {
+      const limit = query.limit ?? DEFAULT_TURN_PAGE;
+      const used = TURN_FILTER_COLUMNS.filter(({ key }) => query[key] !== undefined);
+      const params: unknown[] = used.map(({ key }) => query[key]);
+      if (query.after !== undefined) params.push(Number(query.after));
+      // One row more than the page tells whether another page follows.
+      const rows = pageStatement(used, query.after !== undefined).all(...params, limit + 1);
+      const shown = rows.slice(0, limit);
+      const last = shown.at(-1);
+      return {
+        turns: shown.map(fromRow),
+        nextAfter: rows.length > limit && last ? String(last.cursor) : null,
+      };
+    },
     unfinished: () =>
       (unfinished.all() as TurnRow[]).map((row) => ({
         turn: fromRow(row),

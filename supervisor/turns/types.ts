@@ -39,6 +39,28 @@ export interface TurnRequest {
   stdinEncoding?: 'utf8' | 'base64';
 }
 
+/** What a turn page may be narrowed by: each filter is one equality on one column. */
+export interface TurnFilter {
+  sessionId?: string;
+  state?: TurnRecord['state'];
+}
+
+/**
+ * One page of turns, newest first (the order their records were stored); `nextAfter` is the
+ * cursor of the next page, null on the last. The cursor is the record's rowid: a record stored
+ * later gets a larger one, so paging never repeats or skips a record that existed throughout.
+ */
+export interface TurnPage {
+  turns: TurnRecord[];
+  nextAfter: string | null;
+}
+
+export interface TurnPageQuery extends TurnFilter {
+  /** A cursor from a previous page's `nextAfter`. */
+  after?: string;
+  limit?: number;
+}
+
 export type TurnStatus =
   | 'ok'
   | 'nonzero_exit'
@@ -126,6 +148,8 @@ export interface TurnManager {
   create(request: unknown): Promise<Result<{ turn: TurnRecord }, TurnCreateFailure> & { field?: string }>;
   get(id: string): TurnRecord | undefined;
   list(filter?: { sessionId?: string }): TurnRecord[];
+  /** One page of turn records, newest first (supervisor/turns/store.ts); running turns as they are now. */
+  page(query: TurnPageQuery): Result<TurnPage, 'store_unavailable'>;
   cancel(id: string): Result<{ turn: TurnRecord }, 'not_found' | 'not_running'>;
   attach(id: string): Result<{ attachment: TurnAttachment }, 'not_found'>;
   /**

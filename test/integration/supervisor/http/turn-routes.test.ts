@@ -77,6 +77,11 @@ function fakeTurns(): {
     get: (id) => records.get(id),
     list: (filter) =>
       [...records.values()].filter((r) => filter?.sessionId === undefined || r.sessionId === filter.sessionId),
+    page: (query) =>
+      ok({
+        turns: [...records.values()].filter((r) => query.sessionId === undefined || r.sessionId === query.sessionId),
+        nextAfter: null,
+      }),
     cancel(id) {
       const record = records.get(id);
       if (!record) return fail('not_found', `no turn ${id}`);
