@@ -222,6 +222,24 @@ export async function createProductionTurnManager(ctx: {
   }
 }
 
+/** Ended sessions past `events.sessionRetentionDays` (read at each pass) are deleted at boot and hourly. */
+function startSessionRetention(turns: TurnManager, config: TurnhostConfig, logger: Logger): () => void {
+  const pass = (): void => {
+    if (config.events.sessionRetentionDays <= 0) return;
+    const pruned = turns.pruneSessions();
+    if (!pruned.ok) logger.error('session retention failed', { detail: pruned.detail });
+    else if (pruned.deleted.length > 0)
+      logger.info('deleted sessions past retention', {
+        sessions: pruned.deleted.length,
+        retentionDays: config.events.sessionRetentionDays,
+      });
+  };
+  pass();
+  const timer = setInterval(pass, PRUNE_INTERVAL_MS);
+  timer.unref();
+  return () => clearInterval(timer);
+}
+
 export async function startDaemon(
   options: DaemonOptions = {},
 ): Promise<Result<{ daemon: DaemonHandle }, DaemonFailure>> {
@@ -323,6 +341,7 @@ export async function startDaemon(
         () => built.close(),
         () => built.turns.close(),
       );
+      cleanup.push(startSessionRetention(built.turns, config, logger));
     } else {
       logger.error('turn manager unavailable; serving without turn routes', { detail: built.detail });
     }

@@ -10,7 +10,7 @@
  *   old policy is not claimed (the policy is part of its key, supervisor/turns/turn-request.ts);
  * - `limits`, `limitsDisabled`: resolved per turn (and part of a prepared worker's key);
  * - `logLevel`: every logger shares one level switch;
- * - `events.unboundRetentionDays`: read at each pruning;
+ * - `events.unboundRetentionDays`, `events.sessionRetentionDays`: read at each pruning;
  * - `events.journal`: read for each committed event;
  * - `turns.maxConcurrent`, `turns.defaultTimeoutSeconds`, `turns.maxTimeoutSeconds`,
  *   `turns.envExtra`: read at each turn's creation.
@@ -32,6 +32,7 @@ export const LIVE_KEYS: readonly string[] = [
   'limitsDisabled',
   'logLevel',
   'events.unboundRetentionDays',
+  'events.sessionRetentionDays',
   'events.journal',
   'turns.maxConcurrent',
   'turns.defaultTimeoutSeconds',

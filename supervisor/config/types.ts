@@ -37,6 +37,8 @@ export interface TurnhostConfig {
     unboundRetentionDays: number;
     /** Also send each committed event to the systemd journal as a structured entry. */
     journal: boolean;
+    /** Days an ended session (events and turn records) is kept after its last activity; 0 keeps it forever. */
+    sessionRetentionDays: number;
   };
   metrics: {
     /** A separate loopback "HOST:PORT" serving only GET /metrics without the token, or null. */

@@ -120,4 +120,9 @@ export const EVENT_KINDS: EventKindRegistry = new Map<string, EventKind>([
     defineKind(2, { bytes: count, inodes: count, outcome: oneOf('purged', 'unmeasured') }),
   ],
   ['scratch_overage', defineKind(1, { bytes: count, pinnedFiles: count, pinnedBytes: count, overageBytes: count })],
+  // Unbound: the session's own events are gone with it, this receipt stays (counts only).
+  [
+    'session_deleted',
+    defineKind(1, { sessionId: string, events: count, turns: count, trigger: oneOf('api', 'retention') }),
+  ],
 ]);

@@ -15,6 +15,7 @@ import { parseEventQuery } from './event-query.js';
 import type { HostFacts } from './host-facts.js';
 import { refuseBody, route } from './routing.js';
 import { registerTurnRoutes } from './turn-routes.js';
+import { registerSessionRoutes } from './session-routes.js';
 import { registerHostWriteRoute } from './host-write-route.js';
 import type { Activity } from '../observe/activity.js';
 import type { Metrics } from '../observe/metrics.js';
@@ -180,6 +181,7 @@ export function createApp(deps: AppDeps): Express {
     registerTurnRoutes(api, deps.turns);
     route(api, '/api/turns/:id/attach', { get: upgradeRequired });
   }
+  if (deps.turns !== undefined) registerSessionRoutes(api, deps.turns);
   app.use(api);
 
   app.use((req, res) => sendError(res, 404, 'not_found', `no route ${req.method} ${req.path}`));

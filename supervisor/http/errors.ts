@@ -20,6 +20,7 @@ export type ErrorCode =
   | 'store_unavailable'
   | 'upgrade_required'
   | 'internal_error'
+  | 'session_busy'
   // Host writes (supervisor/http/host-write-route.ts): the fs guard's refusal names.
   | 'invalid_path'
   | 'turn_finished'

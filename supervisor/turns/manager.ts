@@ -12,6 +12,7 @@ import { createOutputChannel } from './output.js';
 import { createPreparedWorkerPool } from './prepared-workers.js';
 import { recoverInterruptedTurns } from './recovery.js';
 import type { RunningTurn } from './running-turn.js';
+import { deleteSession, pruneSessions, type SessionDeps } from './sessions.js';
 import { createTurnRecordStore, type TurnRecordStore } from './store.js';
 import { workerKey, type WorkerSpec } from './turn-request.js';
 import { requestStdin, validateTurnRequest } from './validate.js';
@@ -35,6 +36,29 @@ export function createTurnManager(deps: TurnManagerDeps): Promise<TurnManager> {
       if (recent.size <= RECENT_TURNS_KEPT) break;
       recent.delete(oldest);
     }
+  };
+  /** Turns per session that are launching or running: such a session cannot be deleted. */
+  const activeInSession = new Map<string, number>();
+  const holdSession = (sessionId: string): (() => void) => {
+    activeInSession.set(sessionId, (activeInSession.get(sessionId) ?? 0) + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const left = (activeInSession.get(sessionId) ?? 1) - 1;
+      if (left > 0) activeInSession.set(sessionId, left);
+      else activeInSession.delete(sessionId);
+    };
+  };
+  const sessionDeps: SessionDeps = {
+    db: deps.db,
+    events: deps.events,
+    logger: deps.logger.child({ component: 'sessions' }),
+    isBusy: (sessionId) => activeInSession.has(sessionId),
+  };
+  /** A deleted session's finished turns leave the attach backlog too. */
+  const forgetSession = (sessionId: string): void => {
+    for (const [id, turn] of recent) if (turn.record.sessionId === sessionId) recent.delete(id);
   };
   const launchEnv = prepareLaunchEnvironment(deps, records);
   recoverInterruptedTurns(launchEnv);
@@ -62,9 +86,18 @@ export function createTurnManager(deps: TurnManagerDeps): Promise<TurnManager> {
         );
 
       const output = createOutputChannel();
-      const launched = await launchTurn(launchEnv, pool, { ...request, turnId: id }, output);
-      if (!launched.ok) return launched;
+      // Held from before the launch's first await, so a delete of the session cannot slip in.
+      const releaseSession = holdSession(request.sessionId);
+      const launched = await launchTurn(launchEnv, pool, { ...request, turnId: id }, output).catch((error: unknown) => {
+        releaseSession();
+        throw error;
+      });
+      if (!launched.ok) {
+        releaseSession();
+        return launched;
+      }
       const turn = launched.turn;
+      void turn.done.then(releaseSession);
       const stdin = requestStdin(request);
       if (stdin !== null) turn.provideInput(stdin, 'the input was given with the turn request (stdin)');
       running.set(id, turn);
@@ -87,6 +120,18 @@ export function createTurnManager(deps: TurnManagerDeps): Promise<TurnManager> {
         deps.logger.error('turn listing failed', { detail: (error as Error).message });
         return fail('store_unavailable', 'the turn records could not be read');
       }
+    },
+
+    deleteSession(sessionId) {
+      const deleted = deleteSession(sessionDeps, sessionId, { trigger: 'api' });
+      if (deleted.ok) forgetSession(sessionId);
+      return deleted;
+    },
+
+    pruneSessions(now = new Date()) {
+      const pruned = pruneSessions(sessionDeps, { now, retentionDays: deps.config.events.sessionRetentionDays });
+      if (pruned.ok) for (const { sessionId } of pruned.deleted) forgetSession(sessionId);
+      return pruned;
     },
 
     cancel(id) {

@@ -13,6 +13,7 @@ import type { ProbeContext } from '../probes/index.js';
 import type { HostWriteRoots, HostWriteTurn } from '../fs/host-write.js';
 import type { RelayReport } from '../../proxy/relay/kernel-relay.js';
 import type { OwnListeners } from '../../proxy/self-connection.js';
+import type { SessionDeleteFailure, SessionDeletion } from './sessions.js';
 
 export interface TurnRequest {
   sessionId: string;
@@ -151,6 +152,13 @@ export interface TurnManager {
   /** One page of turn records, newest first (supervisor/turns/store.ts); running turns as they are now. */
   page(query: TurnPageQuery): Result<TurnPage, 'store_unavailable'>;
   cancel(id: string): Result<{ turn: TurnRecord }, 'not_found' | 'not_running'>;
+  /**
+   * Deletes a session's events and turn records (supervisor/turns/sessions.ts); refused with
+   * `session_busy` while a turn of it runs or is being launched.
+   */
+  deleteSession(sessionId: string): Result<{ deleted: SessionDeletion }, SessionDeleteFailure>;
+  /** One retention pass (`events.sessionRetentionDays`, read now) as of `now`: the ended sessions it deleted. */
+  pruneSessions(now?: Date): Result<{ deleted: SessionDeletion[] }, 'store_unavailable'>;
   attach(id: string): Result<{ attachment: TurnAttachment }, 'not_found'>;
   /**
    * A running turn's held roots for host writes. Valid until the caller next yields

@@ -11,7 +11,7 @@ import type { TurnRequest } from './types.js';
 export type RequestFailure = Fail<'invalid_request'> & { field: string };
 
 export const TURN_ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
-const SESSION_ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/;
+export const SESSION_ID_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/;
 const LIMIT_NAMES = new Set(['memory', 'pids', 'cpu', 'processes', 'open_files', 'file_size', 'data']);
 const MAX_ARGV = 4096;
 const MAX_ARG_BYTES = 128 * 1024;

@@ -82,6 +82,8 @@ function fakeTurns(): {
         turns: [...records.values()].filter((r) => query.sessionId === undefined || r.sessionId === query.sessionId),
         nextAfter: null,
       }),
+    deleteSession: (sessionId) => fail('not_found', `no session ${sessionId}`),
+    pruneSessions: () => ok({ deleted: [] }),
     cancel(id) {
       const record = records.get(id);
       if (!record) return fail('not_found', `no turn ${id}`);

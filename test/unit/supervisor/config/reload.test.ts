@@ -14,10 +14,17 @@ t.test('live keys are applied in place; boot-bound keys are reported for a resta
   next.limits = { ...next.limits, memory: '1G' };
   next.logLevel = 'debug';
   next.events.unboundRetentionDays = 7;
+  next.events.sessionRetentionDays = 30;
   next.listen.tcp = '127.0.0.1:9999';
   next.turns.preparedWorkers = 0;
   const plan = planReload(running, next);
-  t.same(plan.live, ['egress.allowlist', 'events.unboundRetentionDays', 'limits', 'logLevel']);
+  t.same(plan.live, [
+    'egress.allowlist',
+    'events.sessionRetentionDays',
+    'events.unboundRetentionDays',
+    'limits',
+    'logLevel',
+  ]);
   t.same(plan.restart, ['listen.tcp', 'turns.preparedWorkers']);
   applyLiveKeys(running, next, plan);
   t.same(running.egress.allowlist, ['example.org']);
@@ -25,6 +32,7 @@ t.test('live keys are applied in place; boot-bound keys are reported for a resta
   t.equal(running.limits.memory, '1G');
   t.equal(running.logLevel, 'debug');
   t.equal(running.events.unboundRetentionDays, 7);
+  t.equal(running.events.sessionRetentionDays, 30, 'session retention is read at each pass');
   t.equal(running.listen.tcp, '127.0.0.1:7707', 'a restart key is not applied');
   t.equal(running.turns.preparedWorkers, 1);
   next.egress.allowlist.push('later.example');
