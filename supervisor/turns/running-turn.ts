@@ -86,6 +86,7 @@ export class Turn implements RunningTurn {
       endedAt: null,
       tty: request.tty !== undefined,
       result: null,
+      workspaceId: request.workspace ?? null,
     };
     this.attribution = {
       sessionId: request.sessionId,
