@@ -2,7 +2,7 @@
 import type { Request, RequestHandler, Router } from 'express';
 import { sendError } from './errors.js';
 
-type Method = 'get' | 'post' | 'put'; // put: host writes
+type Method = 'get' | 'post' | 'put' | 'delete'; // put: host writes
 type Handler = RequestHandler | RequestHandler[];
 
 /** Registers `path` with its methods; any other method answers 405 with an Allow header. */

@@ -52,7 +52,10 @@ export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnMana
       const probe = await probeMode(deps.probeContext, 'ordinary', 'check');
       return probe.uidRange
         ? ok({ uid: probe.uidRange.first })
-        : fail('uid_range_unverified', probe.availability.requirement ?? 'the identity helper gave no verified uid range');
+        : fail(
+            'uid_range_unverified',
+            probe.availability.requirement ?? 'the identity helper gave no verified uid range',
+          );
     },
     turns: {
       running: (workspaceId) =>

@@ -33,7 +33,14 @@ export function workerKey(
   // allowlist holds a proxy with the old policy and must not serve a turn resolved under the new one.
   const { allow, deny, inference, allowAddressRanges } = spec.policy;
   const policy = [allow, deny, inference, allowAddressRanges].map((entries) => entries.map((entry) => entry.text));
-  return JSON.stringify([spec.mode, spec.cwd, limits, [...spec.egressAdditions].sort(), policy, spec.lease?.id ?? null]);
+  return JSON.stringify([
+    spec.mode,
+    spec.cwd,
+    limits,
+    [...spec.egressAdditions].sort(),
+    policy,
+    spec.lease?.id ?? null,
+  ]);
 }
 
 /** The worker spec of a request, or the field that makes it invalid. */

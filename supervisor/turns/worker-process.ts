@@ -97,7 +97,11 @@ export function spawnWorker(launch: WorkerLaunch): Result<SpawnedWorker, 'spawn_
         launch.helper,
         {
           ...(separate
-            ? { uid: launch.uidHint ?? 0, gid: launch.uidHint ?? 0, ...(launch.lease ? { lease: launch.lease } : { uidSearch: true }) }
+            ? {
+                uid: launch.uidHint ?? 0,
+                gid: launch.uidHint ?? 0,
+                ...(launch.lease ? { lease: launch.lease } : { uidSearch: true }),
+              }
             : {}),
           cgroups: [...launch.cgroupPaths],
           rlimits: helperRlimits(launch.limits, launch.helper.shared === true),

@@ -85,13 +85,18 @@ export interface WorkspaceService {
 }
 
 function newWorkspaceId(): string {
-  return `ws_${randomBytes(9).toString('base64url').replace(/[^A-Za-z0-9_-]/g, '_')}`;
+  return `ws_${randomBytes(9)
+    .toString('base64url')
+    .replace(/[^A-Za-z0-9_-]/g, '_')}`;
 }
 
 /** A helper refusal as a workspace failure: a turn holding the uid is busy, anything else unavailable. */
 function helperFailure(what: string, failure: { reason: HelperFailureReason; detail: string }) {
   if (failure.reason === 'workspace_busy') return fail('workspace_busy' as const, `${what}: ${failure.detail}`);
-  return fail('workspaces_unavailable' as const, `${what}: the identity helper refused (${failure.reason}): ${failure.detail}`);
+  return fail(
+    'workspaces_unavailable' as const,
+    `${what}: the identity helper refused (${failure.reason}): ${failure.detail}`,
+  );
 }
 
 /** Shared mode's own measure: every entry beneath, never following a link (apparent sizes). */
@@ -139,7 +144,8 @@ export function createWorkspaceService(deps: WorkspaceServiceDeps): WorkspaceSer
   const usageOf = async (record: WorkspaceRecord): Promise<Result<WorkspaceUsage, WorkspaceFailure>> => {
     if (record.identity === 'separate_uid') {
       const helper = deps.helper();
-      if (!helper) return fail('workspaces_unavailable', 'the workspace has a leased uid but no identity helper is configured');
+      if (!helper)
+        return fail('workspaces_unavailable', 'the workspace has a leased uid but no identity helper is configured');
       const measured = await runHelperUsage(helper, { lease: record.id, workspace: record.path });
       return measured.ok ? ok({ bytes: measured.bytes, files: measured.files }) : helperFailure('usage', measured);
     }
@@ -154,13 +160,13 @@ export function createWorkspaceService(deps: WorkspaceServiceDeps): WorkspaceSer
     let removed: WorkspaceUsage;
     if (record.identity === 'separate_uid') {
       const helper = deps.helper();
-      if (!helper) return fail('workspaces_unavailable', 'the workspace has a leased uid but no identity helper is configured');
+      if (!helper)
+        return fail('workspaces_unavailable', 'the workspace has a leased uid but no identity helper is configured');
       const released = await runHelperRelease(helper, { lease: record.id, workspace: record.path });
       if (!released.ok) {
         // No lease (a create that died before the helper wrote it, or a release that finished
         // before the row went): nothing of the helper's remains; only an empty directory might.
-        if (released.reason !== 'lease_refused' || hasLeftovers(record.path))
-          return helperFailure('release', released);
+        if (released.reason !== 'lease_refused' || hasLeftovers(record.path)) return helperFailure('release', released);
         removed = { bytes: 0, files: 0 };
       } else {
         removed = { bytes: released.removedBytes, files: released.removedFiles };
@@ -184,7 +190,8 @@ export function createWorkspaceService(deps: WorkspaceServiceDeps): WorkspaceSer
       const rooted = rootOf();
       if (!rooted.ok) return rooted;
       const id = options.id ?? newWorkspaceId();
-      if (!WORKSPACE_ID_PATTERN.test(id)) return fail('invalid_request', 'id: expected 1-64 characters of [A-Za-z0-9_-]');
+      if (!WORKSPACE_ID_PATTERN.test(id))
+        return fail('invalid_request', 'id: expected 1-64 characters of [A-Za-z0-9_-]');
       if (store.get(id)) return fail('workspace_exists', `workspace ${id} already exists`);
       const helper = deps.helper();
       const record: WorkspaceRecord = {
@@ -255,7 +262,8 @@ export function createWorkspaceService(deps: WorkspaceServiceDeps): WorkspaceSer
           );
         await Promise.all(running.map((turnId) => deps.turns.cancelAndWait(turnId)));
       }
-      if (deps.turns.running(id).length > 0) return fail('workspace_busy', `a turn started on workspace ${id} meanwhile`);
+      if (deps.turns.running(id).length > 0)
+        return fail('workspace_busy', `a turn started on workspace ${id} meanwhile`);
       store.setDeleting(id);
       const removed = await remove({ ...record, state: 'deleting' });
       if (!removed.ok) {
