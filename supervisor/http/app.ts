@@ -124,7 +124,7 @@ export function createApp(deps: AppDeps): Express {
       maxBytes: deps.config.fs.hostWriteMaxBytes,
       logger: deps.logger,
     });
-  if (deps.turns !== undefined)
+  if (deps.turns?.workspaces !== undefined)
     registerWorkspaceRoutes(app, {
       workspaces: deps.turns.workspaces,
       config: () => deps.config,

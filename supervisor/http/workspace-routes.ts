@@ -62,7 +62,7 @@ const FS_STATUS: Record<FsRefusal, number> = {
 
 function sendFailure(res: Response, failure: { reason: WorkspaceFailure; detail: string }): void {
   const extra = failure.reason === 'invalid_request' ? { field: failure.detail.split(':')[0] } : {};
-  sendError(res, FAILURE_STATUS[failure.reason], failure.reason as ErrorCode, failure.detail, extra);
+  sendError(res, FAILURE_STATUS[failure.reason], failure.reason, failure.detail, extra);
 }
 
 function publicView(workspace: WorkspaceView, usage?: { bytes: number; files: number } | null) {
@@ -192,7 +192,7 @@ export function registerWorkspaceRoutes(router: Router, deps: WorkspaceRouteDeps
   });
 
   route(router, '/api/workspaces/:id/files', {
-    get: async (req, res) => {
+    get: (req, res) => {
       const parsed = query(req, ['path']);
       if (!parsed.ok) return sendError(res, 400, 'invalid_request', parsed.detail);
       const rel = parsed.params.get('path');
@@ -243,7 +243,7 @@ export function registerWorkspaceRoutes(router: Router, deps: WorkspaceRouteDeps
         return sendError(
           res,
           409,
-          'workspace_full' as ErrorCode,
+          'workspace_full',
           `workspace ${workspace.id} holds ${usage.bytes} bytes; ${body.length} more exceed its cap of ${config.workspaces.maxBytes} (workspaces.maxBytes)`,
         );
       const root = openRoot(workspace.path);

@@ -79,7 +79,7 @@ export function createTurnRecordStore(db: Database.Database): TurnRecordStore {
 
   return {
     insert: (turn, cgroupPaths) =>
-      insert.run({ ...params(turn), cgroupPaths: JSON.stringify(cgroupPaths), workspaceId: turn.workspaceId }),
+      insert.run({ ...params(turn), cgroupPaths: JSON.stringify(cgroupPaths), workspaceId: turn.workspaceId ?? null }),
     update: (turn) => update.run(params(turn)),
     setCgroupPaths: (id, paths) => setPaths.run(JSON.stringify(paths), id),
     get: (id) => {

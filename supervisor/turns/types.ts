@@ -95,7 +95,7 @@ export interface TurnRecord {
   tty: boolean;
   result: TurnResult | null;
   /** The workspace the turn ran in, or null. */
-  workspaceId: string | null;
+  workspaceId?: string | null;
 }
 
 /** What an attached client receives, in order; `exit` is last. */
@@ -139,7 +139,7 @@ export interface TurnManager {
   /** The kernel relay the turn proxies hand CONNECT tunnels to (relay/); null before any proxy started. */
   egressRelay(): RelayReport | null;
   /** The workspaces whose turns this manager runs. */
-  readonly workspaces: WorkspaceService;
+  readonly workspaces?: WorkspaceService;
   close(): Promise<void>;
 }
 
