@@ -56,6 +56,8 @@ export interface HarnessOptions {
    * leases recorded in `uidLeaseDir` (root's, outside /tmp; default inside the helper dir).
    */
   workspaces?: { uidLeaseDir?: string; root?: string };
+  /** close() leaves the state directory (and workspaces root) for a restarted harness. */
+  keepStateOnClose?: boolean;
   /** Size of the helper's worker uid range (default 64). */
   uidCount?: number;
   /** The worker entry to run instead of dist/worker/main.js (a file under the repository: the view shows only that). */
@@ -171,6 +173,7 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
       db.db.close();
       fs.rmSync(helperDir, { recursive: true, force: true });
       removeCgroupSubtree(prepared.subtree);
+      if (options.keepStateOnClose) return;
       fs.rmSync(base, { recursive: true, force: true });
       if (options.workspaces?.root) fs.rmSync(options.workspaces.root, { recursive: true, force: true });
     },
@@ -205,12 +208,15 @@ export async function runTurn(
     limits?: Record<string, string | number>;
     env?: Record<string, string>;
     sessionId?: string;
+    /** A workspace id: the turn runs in it, cwd relative to it. */
+    workspace?: string;
+    cwd?: string;
   },
 ) {
   const created = await harness.turns.create({
     sessionId: request.sessionId ?? 'session-test',
     mode: 'ordinary',
-    cwd: harness.workspace,
+    cwd: request.workspace === undefined ? harness.workspace : '.',
     ...request,
   });
   if (!created.ok) throw new Error(`turn refused: ${created.reason}: ${created.detail}`);
