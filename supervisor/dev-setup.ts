@@ -49,6 +49,8 @@ function main(): number {
   const helperDir = path.join(DEV_HELPER_PARENT, key.slice(0, 16));
   mkdirOwnedByRoot(helperDir, 0o755);
   const helperPath = path.join(helperDir, 'identity-helper');
+  const workspacesRoot = `${dataDir}-workspaces`;
+  mkdirOwnedByRoot(workspacesRoot, 0o711);
   const helperConfig = path.join(helperDir, 'identity-helper.conf');
   fs.copyFileSync(path.join(repo, 'identity-helper/build/identity-helper'), `${helperPath}.new`);
   fs.chmodSync(`${helperPath}.new`, 0o755);
@@ -60,6 +62,10 @@ function main(): number {
     workerExec: process.execPath,
     workerArgs: [path.join(repo, 'dist/worker/main.js')],
     viewPaths: [repo], // the strict view must still show the checkout's worker and its modules
+    // Workspaces: leases recorded next to the helper (root's, persistent), workspaces beside
+    // the data directory, root's 0711 so a worker reaches its own without listing the others.
+    uidLeaseDir: path.join(helperDir, 'leases'),
+    workspaceRoots: [workspacesRoot],
   });
   // Sticky and world-writable like /tmp: each worker uid keeps what it creates its own.
   const workspace = `${dataDir}-workspace`;
@@ -69,6 +75,7 @@ function main(): number {
     dataDir,
     identityHelper: { path: helperPath, configPath: helperConfig },
     turns: { workspaceRoots: [workspace] },
+    workspaces: { root: workspacesRoot },
   };
   fs.writeFileSync(configFile, JSON.stringify(config, null, 2) + '\n', { mode: 0o600 });
   process.stderr.write(`dev-setup: turns run in ${workspace} (e.g. bin/turnhost run --cwd ${workspace} -- id)\n`);

@@ -618,11 +618,32 @@ static int cover_proc(int root, struct failure *f) {
   return 0;
 }
 
+/* Whether the hidden path `hidden` lies strictly above the workspace. A mask there would cover
+ * the workspace too, so such a path is emptied instead: the governed view puts a fresh tmpfs of
+ * its own over it before the bindings (the workspace's mountpoint is then made inside it), the
+ * strict root never shows it. A workspaces root is hidden this way from its own workspaces'
+ * turns: each sees its own workspace and none of its siblings, whatever uid it runs as. */
+static bool hides_above_workspace(const char *hidden, const char *workspace) {
+  size_t length = strlen(hidden);
+  return strncmp(hidden, workspace, length) == 0 && workspace[length] == '/';
+}
+
+static int empty_above_workspace(int root, const struct descriptor *d, struct failure *f) {
+  for (size_t i = 0; i < d->hide_count; i++) {
+    if (!hides_above_workspace(d->hides[i], d->workspace)) continue;
+    int code = attach_new_filesystem(root, d->hides[i], "tmpfs", run_options,
+                                     ATTR_FIXED | MOUNT_ATTR_NOEXEC, true, f);
+    if (code != 0) return code;
+  }
+  return 0;
+}
+
 /* Host root read-only (every mount, recursively); fresh /tmp (also at /var/tmp), /run, /dev
- * and /proc; the bindings and the protected paths on top. /run, /tmp and /var/tmp are
+ * and /proc; hidden paths above the workspace emptied; the bindings and the protected paths on
+ * top. /run, /tmp and /var/tmp are
  * replaced because a read-only mount still lets a worker connect to the unix sockets host
  * daemons keep there. */
-static int build_governed(int root, struct failure *f) {
+static int build_governed(int root, const struct descriptor *d, struct failure *f) {
   int error = mounts_set_attributes(root, true, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID);
   if (error != 0) {
     return mount_failed(f, "making read-only", "/", error);
@@ -640,6 +661,7 @@ static int build_governed(int root, struct failure *f) {
   }
   if (code == 0) code = cover_proc(root, f);
   if (code == 0) code = create_symlinks(root, f);
+  if (code == 0) code = empty_above_workspace(root, d, f);
   if (code == 0) code = attach_bindings(root, f);
   return code;
 }
@@ -738,6 +760,11 @@ static int apply_hide(int root, const char *path, struct hide_masks *masks, stru
 
 static int apply_hides(int root, const struct descriptor *d, struct failure *f) {
   for (size_t i = 0; i < d->hide_count; i++) {
+    if (hides_above_workspace(d->hides[i], d->workspace)) {
+      close(plan.hide_trees[i].dir);
+      close(plan.hide_trees[i].file);
+      continue; /* emptied before the bindings (governed) or never shown (strict) */
+    }
     int code = apply_hide(root, d->hides[i], &plan.hide_trees[i], f);
     if (code != 0) {
       return code;
@@ -769,7 +796,7 @@ int view_enter(const struct helper_config *c, const struct descriptor *d, struct
   if (code == 0) code = plan_view(c, d, staging, f);
   int new_root = -1;
   if (code == 0 && d->view_profile == PROFILE_GOVERNED) {
-    code = build_governed(root, f);
+    code = build_governed(root, d, f);
   } else if (code == 0) {
     code = build_strict(staging, &new_root, f);
   }

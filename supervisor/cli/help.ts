@@ -17,7 +17,8 @@ export const USAGE = `usage: turnhost <command> [options]
   check   [--json]                       re-run the worker-host probes (exit 4 when ordinary is unavailable)
   events  [--session S] [--turn T] [--kind K] [--after ID] [--limit N] [--follow] [--json]
   run     [--mode M] [--tty] [--timeout S] [--cwd DIR] [--env K=V]... [--allow HOST]...
-          [--limit NAME=VALUE]... [--session S] [--turn-id ID] [--json] [--local] -- CMD ARGS...
+          [--limit NAME=VALUE]... [--session S] [--turn-id ID] [--workspace ID] [--json] [--local] -- CMD ARGS...
+  workspace create [ID] [--session S] | list [--session S] | show ID | delete ID [--cancel]  [--json]
   completion                             print the bash completion script
 
 client options: --server URL (http://HOST:PORT or unix:/PATH), --data-dir DIR, --config FILE
@@ -71,7 +72,9 @@ Runs one turn through the running supervisor and exits with the command's exit c
   --mode M            ordinary (default) or restricted
   --tty               a pseudo-terminal of this terminal's size
   --timeout S         seconds before the turn is stopped
-  --cwd DIR           working directory inside a workspace root (default: the current directory)
+  --cwd DIR           working directory inside a workspace root (default: the current directory);
+                      with --workspace, a path relative to the workspace (default: its top)
+  --workspace ID      run in workspace ID, as its uid (turnhost workspace create)
   --env K=V           an environment variable for the command (repeatable)
   --allow HOST        an allowlist addition the configuration permits (repeatable)
   --limit NAME=VALUE  a lower limit for this turn, e.g. memory=512M (repeatable)
@@ -79,6 +82,25 @@ Runs one turn through the running supervisor and exits with the command's exit c
   --turn-id ID        the turn id (default: generated)
   --json              print only { turnId, ...TurnResult }
   --local             run in-process without a server (refused while one holds the data directory)
+
+${CLIENT_OPTIONS_HELP}
+${EXIT_CODES_HELP}
+`,
+  workspace: `usage: turnhost workspace create [ID] [--session S] [--json] [client options]
+       turnhost workspace list [--session S] [--json] [client options]
+       turnhost workspace show ID [--json] [client options]
+       turnhost workspace delete ID [--cancel] [--json] [client options]
+
+Workspaces: a directory that outlives turns and, with the identity helper, a worker uid leased
+to it for its whole life (docs/workspaces.md). Run a turn in one with \`turnhost run --workspace ID\`.
+
+  create [ID]   make a workspace (an id is generated when none is given); prints its id
+  list          every workspace (--session: those bound to that session)
+  show ID       one workspace with its usage (bytes, files) and running turns
+  delete ID     remove it, its files and its uid lease; refused (exit 8) while a turn runs on it
+  --session S   create: bind it to session S (deleted with the session); list: filter
+  --cancel      delete: cancel the workspace's running turns first, and wait for them to end
+  --json        print the API's JSON answer
 
 ${CLIENT_OPTIONS_HELP}
 ${EXIT_CODES_HELP}

@@ -17,6 +17,7 @@ import { formatEvent, formatStatus, formatWorkerHost } from './format.js';
 import { COMMAND_HELP, USAGE } from './help.js';
 import { bashCompletion } from './completion.js';
 import { runLocal, runRemote } from './run.js';
+import { WORKSPACE_ACTIONS, workspaceCommand } from './workspace.js';
 import { EVENT_KINDS } from '../events/kinds.js';
 import { softwareIdentity } from '../software.js';
 
@@ -52,8 +53,10 @@ const COMMAND_OPTIONS: Record<string, Options> = {
     limit: { type: 'string', multiple: true },
     session: { type: 'string' },
     'turn-id': { type: 'string' },
+    workspace: { type: 'string' },
     local: { type: 'boolean' },
   },
+  workspace: { ...CLIENT_OPTIONS, session: { type: 'string' }, cancel: { type: 'boolean' } },
   completion: { help: { type: 'boolean', short: 'h' } },
 };
 
@@ -73,6 +76,8 @@ export function completionScript(): string {
       '--mode': ['ordinary', 'restricted'],
       '--log-level': ['debug', 'info', 'warn', 'error'],
       '--kind': [...EVENT_KINDS.keys()],
+      // The word after `workspace` is its action.
+      workspace: [...WORKSPACE_ACTIONS],
     },
   });
 }
@@ -220,13 +225,16 @@ export function buildTurnRequest(values: Values, argv: string[], cwd: string): T
   const mode = str(values, 'mode') ?? 'ordinary';
   if (mode !== 'ordinary' && mode !== 'restricted')
     throw usage(`--mode: expected ordinary or restricted, not ${mode}`, 'run');
+  const workspace = str(values, 'workspace');
   const request: TurnRequest = {
     sessionId: str(values, 'session') ?? `cli-${randomBytes(6).toString('hex')}`,
     mode,
     argv,
     // The server knows nothing of this shell's directory: a relative --cwd is resolved here.
-    cwd: path.resolve(cwd, str(values, 'cwd') ?? '.'),
+    // In a workspace, --cwd is relative to the workspace (default its top).
+    cwd: workspace === undefined ? path.resolve(cwd, str(values, 'cwd') ?? '.') : (str(values, 'cwd') ?? '.'),
   };
+  if (workspace !== undefined) request.workspace = workspace;
   const turnId = str(values, 'turn-id');
   if (turnId !== undefined) request.turnId = turnId;
   const timeout = str(values, 'timeout');
@@ -274,7 +282,12 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
   if (options === undefined) throw usage(`unknown command '${command}'`);
   let parsed: { values: Values; positionals: string[] };
   try {
-    parsed = parseArgs({ args: rest, options, allowPositionals: command === 'run', strict: true }) as typeof parsed;
+    parsed = parseArgs({
+      args: rest,
+      options,
+      allowPositionals: command === 'run' || command === 'workspace',
+      strict: true,
+    }) as typeof parsed;
   } catch (error) {
     throw usage((error as Error).message, command);
   }
@@ -294,6 +307,22 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
       return check(parsed.values, env);
     case 'events':
       return events(parsed.values, env);
+    case 'workspace': {
+      const [action, id, ...extra] = parsed.positionals;
+      if (extra.length > 0) throw usage(`workspace: unexpected ${extra.join(' ')}`, 'workspace');
+      return workspaceCommand(
+        () => connect(parsed.values, env),
+        {
+          action,
+          id,
+          session: str(parsed.values, 'session'),
+          cancel: parsed.values['cancel'] === true,
+          json: parsed.values['json'] === true,
+        },
+        (message) => usage(message, 'workspace'),
+        print,
+      );
+    }
     default:
       return run(parsed.values, parsed.positionals, env);
   }

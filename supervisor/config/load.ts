@@ -27,6 +27,8 @@ import type { TurnhostConfig } from './types.js';
 export const INSTALLED_CODE_ROOT = '/usr/lib/turnhost';
 export const INSTALLED_CONFIG_PATH = '/etc/turnhost/turnhost.json';
 export const INSTALLED_DATA_DIR = '/var/lib/turnhost';
+/** Outside the data directory: every turn's view hides the data directory whole. */
+export const INSTALLED_WORKSPACES_ROOT = '/var/lib/turnhost-workspaces';
 export const DEV_DATA_DIR_NAME = '.turnhost-dev';
 export const DEFAULT_LISTEN = '127.0.0.1:7707';
 const MAX_CONFIG_FILE_BYTES = 1024 * 1024;
@@ -116,6 +118,7 @@ export function defaultConfig(options: { installed: boolean; cwd: string }): Tur
       preparedWorkers: 1,
       preparedWorkerIdleSeconds: 120,
     },
+    workspaces: { root: options.installed ? INSTALLED_WORKSPACES_ROOT : null, maxBytes: 10 * 1024 * 1024 * 1024 },
     probeRoots: { proc: '/proc', sysFsCgroup: '/sys/fs/cgroup' },
   };
 }
@@ -223,6 +226,7 @@ export const CONFIG_SCHEMA: ObjectSchema = {
         tempRoot: "each turn's /tmp is a tmpfs of its own in its view, sized by limits.tmp_size",
       },
     },
+    workspaces: { fields: { root: orNull(absolutePath), maxBytes: positiveInteger } },
     probeRoots: { fields: { proc: absolutePath, sysFsCgroup: absolutePath } },
   },
 };
@@ -359,6 +363,11 @@ function chooseConfigFile(options: LoadConfigOptions, installed: boolean, cwd: s
   return null;
 }
 
+function isBeneathDir(dir: string, root: string): boolean {
+  const rel = path.relative(root, dir);
+  return rel === '' || (!rel.startsWith('..') && !path.isAbsolute(rel));
+}
+
 /** Rules that span keys, checked on the final configuration. */
 function checkCombination(config: TurnhostConfig): string | null {
   if (config.listen.tcp === null && config.listen.socket === null)
@@ -375,6 +384,12 @@ function checkCombination(config: TurnhostConfig): string | null {
   }
   if (config.turns.defaultTimeoutSeconds > config.turns.maxTimeoutSeconds)
     return 'turns.defaultTimeoutSeconds: must not exceed turns.maxTimeoutSeconds';
+  const workspacesRoot = config.workspaces.root;
+  if (workspacesRoot !== null && workspacesRoot === '/') return 'workspaces.root: must not be /';
+  if (workspacesRoot !== null && isBeneathDir(config.dataDir, workspacesRoot))
+    return 'workspaces.root: must not contain the data directory (dataDir)';
+  if (workspacesRoot !== null && isBeneathDir(workspacesRoot, config.dataDir))
+    return 'workspaces.root: must not lie inside the data directory (dataDir), which every view hides';
   if (config.limitsDisabled.includes('tmp_size'))
     return "limitsDisabled: tmp_size cannot be disabled: the turn's /tmp is always a tmpfs of a set size (set limits.tmp_size instead)";
   return null;

@@ -90,6 +90,15 @@ export interface TurnhostConfig {
     /** A prepared worker nobody claimed within this time is stopped. */
     preparedWorkerIdleSeconds: number;
   };
+  workspaces: {
+    /**
+     * The directory whose entries are workspaces (`<root>/<id>`), or null: no workspaces. With an
+     * identity helper it must equal one of the helper config's `workspace_root` entries.
+     */
+    root: string | null;
+    /** A workspace holding more than this many bytes starts no turn and takes no host write. */
+    maxBytes: number;
+  };
   /** Roots the probes read; "/" in production, a constructed tree in tests. */
   probeRoots: { proc: string; sysFsCgroup: string };
 }

@@ -57,4 +57,24 @@ export const MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    description: 'workspaces, and the workspace a turn ran in',
+    sql: `
+      -- A workspace: a directory <workspaces.root>/<id> and, with an identity helper, the uid
+      -- leased to it. state: creating (the lease or directory may be half made: boot removes it),
+      -- ready, deleting (the release may be half done: boot finishes it).
+      CREATE TABLE workspaces (
+        id TEXT PRIMARY KEY,
+        session_id TEXT,
+        uid INTEGER,
+        identity TEXT NOT NULL,
+        path TEXT NOT NULL,
+        state TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        last_used_at TEXT
+      );
+      CREATE INDEX workspaces_session_id ON workspaces (session_id);
+      ALTER TABLE turns ADD COLUMN workspace_id TEXT;
+    `,
+  },
 ];

@@ -112,6 +112,11 @@ export const EVENT_KINDS: EventKindRegistry = new Map<string, EventKind>([
     }),
   ],
   ['egress_denial', defineKind(1, { host: string, port: orNull(port), reason: string })],
+  [
+    'workspace_created',
+    defineKind(1, { workspaceId: string, uid: orNull(uid), identity: oneOf('separate_uid', 'shared_uid') }),
+  ],
+  ['workspace_deleted', defineKind(1, { workspaceId: string, bytesRemoved: count, filesRemoved: count })],
   ['host_write', defineKind(1, { path: string, bytes: count, sha256: string, replaced: boolean })],
   ['host_write_refused', defineKind(1, { path: string, reason: string })],
   [

@@ -17,6 +17,7 @@ import { refuseBody, route } from './routing.js';
 import { registerTurnRoutes } from './turn-routes.js';
 import { registerSessionRoutes } from './session-routes.js';
 import { registerHostWriteRoute } from './host-write-route.js';
+import { registerWorkspaceRoutes } from './workspace-routes.js';
 import type { Activity } from '../observe/activity.js';
 import type { Metrics } from '../observe/metrics.js';
 import { registerMetricsRoute } from './metrics-route.js';
@@ -122,6 +123,13 @@ export function createApp(deps: AppDeps): Express {
       turns: deps.turns,
       events: deps.store,
       maxBytes: deps.config.fs.hostWriteMaxBytes,
+      logger: deps.logger,
+    });
+  if (deps.turns?.workspaces !== undefined)
+    registerWorkspaceRoutes(app, {
+      workspaces: deps.turns.workspaces,
+      config: () => deps.config,
+      events: deps.store,
       logger: deps.logger,
     });
   app.use(bodyCap);

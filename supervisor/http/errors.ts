@@ -28,7 +28,14 @@ export type ErrorCode =
   | 'stale_base'
   | 'topology_changed'
   | 'alias_denied'
-  | 'not_a_directory';
+  | 'not_a_directory'
+  // Workspaces (supervisor/http/workspace-routes.ts).
+  | 'workspace_not_found'
+  | 'workspace_exists'
+  | 'workspace_busy'
+  | 'workspace_full'
+  | 'workspaces_unconfigured'
+  | 'workspaces_unavailable';
 
 /** The request body cap of every route: 413 above 1 MiB. */
 export const MAX_BODY_BYTES = 1024 * 1024;

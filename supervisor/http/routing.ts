@@ -2,7 +2,7 @@
 import type { Request, RequestHandler, Router } from 'express';
 import { sendError } from './errors.js';
 
-type Method = 'get' | 'post' | 'put' | 'delete'; // put: host writes; delete: sessions
+type Method = 'get' | 'post' | 'put' | 'delete';
 type Handler = RequestHandler | RequestHandler[];
 
 /** Registers `path` with its methods; any other method answers 405 with an Allow header. */

@@ -32,6 +32,8 @@ export interface LaunchEnvironment {
   sharedLauncher: HelperLocation | null;
   /** Why there is no shared launcher, when there is none. */
   sharedLauncherProblem: string | null;
+  /** What a workspace holds (set by the manager once its workspace service exists). */
+  workspaceUsage?: (id: string) => Promise<Result<{ bytes: number; files: number }>>;
   close(): void;
 }
 

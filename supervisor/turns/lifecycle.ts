@@ -65,6 +65,14 @@ import { hostRefusal, Turn, type LaunchFailure, type LaunchOutcome } from './run
 import { buildResult } from './turn-result.js';
 import { commandEnv, resolveWorkerSpec, workerKey, type WorkerSpec } from './turn-request.js';
 import type { TurnRequest } from './types.js';
+
+/** A workspace turn's lease, as the manager resolved it from the workspace record. */
+export interface WorkspaceLease {
+  id: string;
+  /** The leased uid, or null for a workspace made in shared_uid mode. */
+  uid: number | null;
+  path: string;
+}
 import { leaseUid } from './uid-pool.js';
 import { turnViewKeys, viewFingerprint } from './view-descriptor.js';
 import { attestWorker, type AttestationExpectation } from './worker-attestation.js';
@@ -203,15 +211,26 @@ async function workerLifecycle(env: LaunchEnvironment, w: WorkerState): Promise<
 
   // 2. Acquire: a uid to start the helper's search at, the cgroup leaf, the view, the listener channel.
   let uidHint: number | null = null;
-  if (separate) {
-    if (!probe.uidRange) return refuse(hostRefusal('the identity helper gave no verified uid range'));
-    let lease = leaseUid(env.uidPools, probe.uidRange);
-    // Idle prepared workers hold uids too; a turn that arrives comes first.
-    if (!lease.ok && w.makeRoom && (await w.makeRoom())) lease = leaseUid(env.uidPools, probe.uidRange);
-    if (!lease.ok) return refuse({ ok: false, reason: 'capacity_exhausted', detail: lease.detail });
-    const held = lease;
-    scope.defer(() => held.release());
+  const lease = spec.lease;
+  if (lease && separate !== (lease.uid !== null))
+    return refuse(
+      hostRefusal(
+        separate
+          ? `workspace ${lease.id} was made without an identity helper (shared_uid); it cannot run as a leased uid`
+          : `workspace ${lease.id} holds a uid leased by the identity helper, which is not configured now`,
+      ),
+    );
+  if (separate && lease) {
     uidHint = lease.uid;
+  } else if (separate) {
+    if (!probe.uidRange) return refuse(hostRefusal('the identity helper gave no verified uid range'));
+    let pooled = leaseUid(env.uidPools, probe.uidRange);
+    // Idle prepared workers hold uids too; a turn that arrives comes first.
+    if (!pooled.ok && w.makeRoom && (await w.makeRoom())) pooled = leaseUid(env.uidPools, probe.uidRange);
+    if (!pooled.ok) return refuse({ ok: false, reason: 'capacity_exhausted', detail: pooled.detail });
+    const held = pooled;
+    scope.defer(() => held.release());
+    uidHint = pooled.uid;
   }
   const leaf = createTurnCgroup(env.cgroupSubtree.subtree, name, spec.limits);
   if (!leaf.ok) return refuse(hostRefusal(`the turn cgroup could not be created: ${leaf.detail}`));
@@ -220,7 +239,7 @@ async function workerLifecycle(env: LaunchEnvironment, w: WorkerState): Promise<
     cgroup.kill();
     cgroup.remove();
   });
-  const view = turnViewKeys(deps.config, spec.cwd);
+  const view = turnViewKeys(deps.config, spec.cwd, lease?.path);
   if (!view.ok) return refuse(hostRefusal(`the worker filesystem view: ${view.detail}`));
   const fingerprint = viewFingerprint(view);
   const channel = openListenerChannel();
@@ -232,6 +251,7 @@ async function workerLifecycle(env: LaunchEnvironment, w: WorkerState): Promise<
   const spawned = spawnWorker({
     helper,
     uidHint,
+    ...(separate && lease ? { lease: lease.id } : {}),
     cgroupPaths: cgroup.paths,
     limits: spec.limits,
     cwd: spec.cwd,
@@ -378,6 +398,12 @@ async function workerLifecycle(env: LaunchEnvironment, w: WorkerState): Promise<
 
   // 12. Dispose (the turn's workspace root last), 13. record the result and its events.
   await scope.dispose();
+  // A workspace turn's result says what its workspace holds now that no process of it runs.
+  if (lease && env.workspaceUsage) {
+    const usage = await env.workspaceUsage(lease.id);
+    if (usage.ok) result.workspace = { id: lease.id, bytes: usage.bytes, files: usage.files };
+    else logger.warn('workspace usage unavailable', { workspaceId: lease.id, detail: usage.detail });
+  }
   turn.release();
   turn.finish(result);
 }
@@ -428,15 +454,38 @@ export async function launchTurn(
   pool: PreparedWorkerPool<Worker, WorkerSpec>,
   request: TurnRequest & { turnId: string },
   output: OutputChannel,
+  workspaceLease?: WorkspaceLease,
 ): Promise<LaunchOutcome> {
   const { deps } = env;
   const resolved = resolveWorkerSpec(deps.config, deps.env ?? process.env, request);
   if (!resolved.ok)
     return { ok: false, reason: 'invalid_request', detail: resolved.detail, field: resolved.field ?? 'limits' };
-  const { spec } = resolved;
+  const spec: WorkerSpec = workspaceLease
+    ? { ...resolved.spec, lease: { id: workspaceLease.id, uid: workspaceLease.uid, path: workspaceLease.path } }
+    : resolved.spec;
   const workspace = openRoot(request.cwd);
   if (!workspace.ok) return { ok: false, reason: 'invalid_request', detail: `cwd: ${workspace.detail}`, field: 'cwd' };
   const turn = new Turn(env, request, output, workspace);
+  if (workspaceLease) {
+    // The byte cap is measured at the start (and the end, in the result): a workspace over it
+    // runs no turn until something removes files from it.
+    const usage = env.workspaceUsage
+      ? await env.workspaceUsage(workspaceLease.id)
+      : fail('workspaces_unavailable', 'no workspace usage');
+    if (!usage.ok) return turn.refuse(hostRefusal(`workspace ${workspaceLease.id} usage: ${usage.detail}`));
+    const maxBytes = deps.config.workspaces.maxBytes;
+    if (usage.bytes > maxBytes)
+      return turn.refuse(
+        hostRefusal(
+          `workspace ${workspaceLease.id} holds ${usage.bytes} bytes, above its cap of ${maxBytes} (workspaces.maxBytes)`,
+        ),
+      );
+    // A workspace's turns start their own worker: a prepared one runs under no lease.
+    const claim = await startWorker(env, spec, turn.record.id).claim(turn);
+    if (claim.kind === 'refused') return claim.failure;
+    if (claim.kind === 'unusable') return turn.refuse(hostRefusal(claim.detail));
+    return turn.launched;
+  }
 
   const prepared = await pool.take(workerKey(spec));
   let claim = prepared ? await prepared.claim(turn) : null;

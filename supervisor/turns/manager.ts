@@ -4,10 +4,14 @@
  * prepared-worker pool, and the durable records.
  */
 import { randomBytes } from 'node:crypto';
+import path from 'node:path';
 import { fail, ok } from '../../core/result.js';
+import { probeMode } from '../probes/index.js';
+import { createWorkspaceService } from '../workspaces/service.js';
+import { helperLocation } from './worker-process.js';
 import { kernelRelayReport } from '../../proxy/relay/kernel-relay.js';
 import { prepareLaunchEnvironment } from './launch-environment.js';
-import { launchTurn, prepareWorker, type Worker } from './lifecycle.js';
+import { launchTurn, prepareWorker, type Worker, type WorkspaceLease } from './lifecycle.js';
 import { createOutputChannel } from './output.js';
 import { createPreparedWorkerPool } from './prepared-workers.js';
 import { recoverInterruptedTurns } from './recovery.js';
@@ -24,7 +28,7 @@ function newTurnId(): string {
   return `turn_${randomBytes(9).toString('base64url')}`;
 }
 
-export function createTurnManager(deps: TurnManagerDeps): Promise<TurnManager> {
+export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnManager> {
   const records: TurnRecordStore = createTurnRecordStore(deps.db);
   const running = new Map<string, RunningTurn>();
   /** Recently finished turns keep their output backlog, so a client that attaches late still gets it. */
@@ -62,6 +66,35 @@ export function createTurnManager(deps: TurnManagerDeps): Promise<TurnManager> {
   };
   const launchEnv = prepareLaunchEnvironment(deps, records);
   recoverInterruptedTurns(launchEnv);
+  const workspaces = createWorkspaceService({
+    config: () => deps.config,
+    db: deps.db,
+    events: deps.events,
+    logger: deps.logger,
+    helper: () => helperLocation(deps.config),
+    uidSearchStart: async () => {
+      const probe = await probeMode(deps.probeContext, 'ordinary', 'check');
+      return probe.uidRange
+        ? ok({ uid: probe.uidRange.first })
+        : fail(
+            'uid_range_unverified',
+            probe.availability.requirement ?? 'the identity helper gave no verified uid range',
+          );
+    },
+    turns: {
+      running: (workspaceId) =>
+        [...running.values()].filter((turn) => turn.record.workspaceId === workspaceId).map((turn) => turn.record.id),
+      cancelAndWait: async (turnId) => {
+        const turn = running.get(turnId);
+        if (!turn) return;
+        turn.stop('cancelled');
+        await turn.done;
+      },
+    },
+  });
+  launchEnv.workspaceUsage = (id) => workspaces.usage(id);
+  // Before any turn: a workspace half made or half removed by a crash is settled first.
+  await workspaces.recover();
   const pool = createPreparedWorkerPool<Worker, WorkerSpec>({
     capacity: deps.config.turns.preparedWorkers,
     idleMs: deps.config.turns.preparedWorkerIdleSeconds * 1000,
@@ -85,13 +118,24 @@ export function createTurnManager(deps: TurnManagerDeps): Promise<TurnManager> {
           `${running.size} turns are running; the limit is ${deps.config.turns.maxConcurrent} (turns.maxConcurrent)`,
         );
 
+      let workspaceLease: WorkspaceLease | undefined;
+      if (request.workspace !== undefined) {
+        const claimed = workspaces.claimForTurn(request.workspace);
+        if (!claimed.ok)
+          return { ok: false, reason: 'invalid_request', detail: `workspace: ${claimed.detail}`, field: 'workspace' };
+        const { workspace } = claimed;
+        workspaceLease = { id: workspace.id, uid: workspace.uid, path: workspace.path };
+        request.cwd = request.cwd === '.' ? workspace.path : path.join(workspace.path, request.cwd);
+      }
       const output = createOutputChannel();
       // Held from before the launch's first await, so a delete of the session cannot slip in.
       const releaseSession = holdSession(request.sessionId);
-      const launched = await launchTurn(launchEnv, pool, { ...request, turnId: id }, output).catch((error: unknown) => {
-        releaseSession();
-        throw error;
-      });
+      const launched = await launchTurn(launchEnv, pool, { ...request, turnId: id }, output, workspaceLease).catch(
+        (error: unknown) => {
+          releaseSession();
+          throw error;
+        },
+      );
       if (!launched.ok) {
         releaseSession();
         return launched;
@@ -171,6 +215,8 @@ export function createTurnManager(deps: TurnManagerDeps): Promise<TurnManager> {
 
     egressRelay: () => kernelRelayReport(),
 
+    workspaces,
+
     async close() {
       const pending = [...running.values()];
       for (const turn of pending) turn.stop('cancelled');
@@ -179,7 +225,7 @@ export function createTurnManager(deps: TurnManagerDeps): Promise<TurnManager> {
       launchEnv.close();
     },
   };
-  return Promise.resolve(manager);
+  return manager;
 }
 
 /** Attaching to a finished turn replays only its exit record. */

@@ -91,6 +91,7 @@ export class Turn implements RunningTurn {
       endedAt: null,
       tty: request.tty !== undefined,
       result: null,
+      workspaceId: request.workspace ?? null,
     };
     this.attribution = {
       sessionId: request.sessionId,

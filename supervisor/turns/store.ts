@@ -34,6 +34,7 @@ interface TurnRow {
   ended_at: string | null;
   tty: number;
   result_json: string | null;
+  workspace_id?: string | null;
 }
 
 function fromRow(row: TurnRow): TurnRecord {
@@ -49,6 +50,7 @@ function fromRow(row: TurnRow): TurnRecord {
     endedAt: row.ended_at,
     tty: row.tty === 1,
     result: row.result_json ? (JSON.parse(row.result_json) as TurnResult) : null,
+    workspaceId: row.workspace_id ?? null,
   };
 }
 
@@ -66,8 +68,8 @@ export interface TurnRecordStore {
 
 export function createTurnRecordStore(db: Database.Database): TurnRecordStore {
   const insert = db.prepare(
-    `INSERT INTO turns (id, session_id, mode, profile, state, identity, worker_uid, cgroup_paths, created_at, ended_at, tty, result_json)
-     VALUES (@id, @sessionId, @mode, @profile, @state, @identity, @workerUid, @cgroupPaths, @createdAt, @endedAt, @tty, @result)`,
+    `INSERT INTO turns (id, session_id, mode, profile, state, identity, worker_uid, cgroup_paths, created_at, ended_at, tty, result_json, workspace_id)
+     VALUES (@id, @sessionId, @mode, @profile, @state, @identity, @workerUid, @cgroupPaths, @createdAt, @endedAt, @tty, @result, @workspaceId)`,
   );
   const update = db.prepare(
     `UPDATE turns SET state = @state, identity = @identity, worker_uid = @workerUid, ended_at = @endedAt, result_json = @result WHERE id = @id`,
@@ -106,7 +108,8 @@ export function createTurnRecordStore(db: Database.Database): TurnRecordStore {
   });
 
   return {
-    insert: (turn, cgroupPaths) => insert.run({ ...params(turn), cgroupPaths: JSON.stringify(cgroupPaths) }),
+    insert: (turn, cgroupPaths) =>
+      insert.run({ ...params(turn), cgroupPaths: JSON.stringify(cgroupPaths), workspaceId: turn.workspaceId ?? null }),
     update: (turn) => update.run(params(turn)),
     setCgroupPaths: (id, paths) => setPaths.run(JSON.stringify(paths), id),
     get: (id) => {

@@ -17,19 +17,30 @@ import type { TurnRequest } from './types.js';
 /** What a worker is started for: a prepared worker serves only a turn with the same key. */
 export interface WorkerSpec {
   mode: WorkerMode;
+  /** A workspace turn: the lease its worker runs under (uid null: a shared_uid workspace). */
+  lease?: { id: string; uid: number | null; path: string };
   cwd: string;
   limits: ResolvedLimits;
   egressAdditions: readonly string[];
   policy: EgressPolicy;
 }
 
-export function workerKey(spec: Pick<WorkerSpec, 'mode' | 'cwd' | 'limits' | 'egressAdditions' | 'policy'>): string {
+export function workerKey(
+  spec: Pick<WorkerSpec, 'mode' | 'cwd' | 'limits' | 'egressAdditions' | 'policy' | 'lease'>,
+): string {
   const limits = Object.entries(spec.limits).sort(([a], [b]) => a.localeCompare(b));
   // The policy is part of the key: a worker prepared before a configuration reload changed the
   // allowlist holds a proxy with the old policy and must not serve a turn resolved under the new one.
   const { allow, deny, inference, allowAddressRanges } = spec.policy;
   const policy = [allow, deny, inference, allowAddressRanges].map((entries) => entries.map((entry) => entry.text));
-  return JSON.stringify([spec.mode, spec.cwd, limits, [...spec.egressAdditions].sort(), policy]);
+  return JSON.stringify([
+    spec.mode,
+    spec.cwd,
+    limits,
+    [...spec.egressAdditions].sort(),
+    policy,
+    spec.lease?.id ?? null,
+  ]);
 }
 
 /** The worker spec of a request, or the field that makes it invalid. */

@@ -2,6 +2,7 @@
  * Turns: the request a host application sends, the record the supervisor keeps, and the
  * manager surface the HTTP routes and the CLI call. Implemented by `supervisor/turns/manager.ts`.
  */
+import type { WorkspaceService } from '../workspaces/service.js';
 import type Database from 'better-sqlite3';
 import type { EventSink } from '../../core/events.js';
 import type { LimitHit } from '../../core/limits.js';
@@ -21,8 +22,13 @@ export interface TurnRequest {
   turnId?: string;
   mode: WorkerMode;
   argv: string[];
-  /** Absolute working directory inside a configured workspace root. */
+  /**
+   * Absolute working directory inside a configured workspace root; with `workspace`, relative to
+   * the workspace (the manager makes it absolute before the launch).
+   */
   cwd: string;
+  /** The id of a workspace (supervisor/workspaces/) the turn runs in, as the workspace's uid. */
+  workspace?: string;
   env?: Record<string, string>;
   /** A pseudo-terminal of this size, or pipes when absent. */
   tty?: { cols: number; rows: number };
@@ -99,6 +105,8 @@ export interface TurnResult {
    * supervisor does not see that wait status itself). Absent in records of earlier versions.
    */
   source?: 'supervisor' | 'worker_report';
+  /** A workspace turn: what its workspace held when the turn ended. */
+  workspace?: { id: string; bytes: number; files: number };
   /** The command never started: not_found (exit 127) or not_executable (126); `detail` says why. */
   spawnError?: 'not_found' | 'not_executable';
 }
@@ -115,6 +123,8 @@ export interface TurnRecord {
   endedAt: string | null;
   tty: boolean;
   result: TurnResult | null;
+  /** The workspace the turn ran in, or null. */
+  workspaceId?: string | null;
 }
 
 /** What an attached client receives, in order; `exit` is last. */
@@ -171,6 +181,8 @@ export interface TurnManager {
   preparedWorkers(): { ready: number; starting: number };
   /** The kernel relay the turn proxies hand CONNECT tunnels to (relay/); null before any proxy started. */
   egressRelay(): RelayReport | null;
+  /** The workspaces whose turns this manager runs. */
+  readonly workspaces?: WorkspaceService;
   close(): Promise<void>;
 }
 

@@ -48,6 +48,7 @@ const KNOWN_FIELDS = new Set([
   'model',
   'stdin',
   'stdinEncoding',
+  'workspace',
 ]);
 
 /** The most input a request may carry (decoded); larger input goes through attach. */
@@ -66,7 +67,7 @@ export function validateTurnRequest(
   if (!isRecord(body)) return refuse('body', 'expected a JSON object');
   for (const key of Object.keys(body)) if (!KNOWN_FIELDS.has(key)) return refuse(key, 'unknown field');
 
-  const { sessionId, turnId, mode, argv, cwd, env, tty, timeoutSeconds, egressAllow, limits, model } = body;
+  const { sessionId, turnId, mode, argv, cwd, workspace } = body;
   if (typeof sessionId !== 'string' || !SESSION_ID_PATTERN.test(sessionId))
     return refuse('sessionId', 'expected 1-128 characters of [A-Za-z0-9_.:-]');
   if (turnId !== undefined && (typeof turnId !== 'string' || !TURN_ID_PATTERN.test(turnId)))
@@ -87,6 +88,17 @@ export function validateTurnRequest(
   if (argv[0] === '') return refuse('argv[0]', 'must not be empty');
   if (argBytes > MAX_ARG_BYTES) return refuse('argv', `longer than ${MAX_ARG_BYTES} bytes`);
 
+  if (workspace !== undefined) {
+    if (typeof workspace !== 'string' || !/^[A-Za-z0-9_-]{1,64}$/.test(workspace))
+      return refuse('workspace', 'expected a workspace id (1-64 characters of [A-Za-z0-9_-])');
+    if (cwd !== undefined && (typeof cwd !== 'string' || path.isAbsolute(cwd)))
+      return refuse('cwd', 'with workspace, cwd is a path relative to the workspace (absolute paths are refused)');
+    const relative = cwd === undefined ? '.' : cwd;
+    if (relative !== '.' && !isCanonicalRelative(relative))
+      return refuse('cwd', 'expected a normalised relative path without .. (or ".")');
+    const request: TurnRequest = { sessionId, mode, argv: argv as string[], cwd: relative, workspace };
+    return finishRequest(request, body, config);
+  }
   if (typeof cwd !== 'string' || !path.isAbsolute(cwd) || hasControl(cwd) || path.resolve(cwd) !== cwd)
     return refuse('cwd', 'expected a normalised absolute path');
   if (!config.turns.workspaceRoots.some((root) => isBeneath(cwd, root)))
@@ -94,9 +106,29 @@ export function validateTurnRequest(
       'cwd',
       `must lie beneath a configured workspace root (turns.workspaceRoots: ${config.turns.workspaceRoots.join(', ') || 'none configured'})`,
     );
+  const workspacesRoot = config.workspaces.root;
+  if (workspacesRoot !== null && (isBeneath(cwd, workspacesRoot) || isBeneath(workspacesRoot, cwd)))
+    return refuse(
+      'cwd',
+      `must not contain or lie in the workspaces root (workspaces.root ${workspacesRoot}): run in a workspace with the workspace field`,
+    );
 
-  const request: TurnRequest = { sessionId, mode, argv: argv as string[], cwd };
-  if (turnId !== undefined) request.turnId = turnId;
+  return finishRequest({ sessionId, mode, argv: argv as string[], cwd }, body, config);
+}
+
+function isCanonicalRelative(value: string): boolean {
+  if (hasControl(value) || value.length > 4096) return false;
+  return value.split('/').every((part) => part !== '' && part !== '.' && part !== '..');
+}
+
+/** The fields every request shares, whatever its cwd. */
+function finishRequest(
+  request: TurnRequest,
+  body: Record<string, unknown>,
+  config: TurnhostConfig,
+): { ok: true; request: TurnRequest } | RequestFailure {
+  const { turnId, env, tty, timeoutSeconds, egressAllow, limits, model } = body;
+  if (typeof turnId === 'string') request.turnId = turnId;
 
   if (env !== undefined) {
     if (!isRecord(env)) return refuse('env', 'expected an object of strings');

@@ -70,7 +70,11 @@ export function supervisorStatePaths(config: TurnhostConfig): string[] {
  * DESCRIPTOR_LIMITS.maxHide entries; the supervisor's own state comes first.
  */
 export function hiddenHostPaths(config: TurnhostConfig): string[] {
-  const hidden = [...supervisorStatePaths(config), ...HOST_SECRETS, ...hostSshKeys()]
+  // The workspaces root: a turn on a workspace sees its own workspace inside it and nothing else
+  // (the helper empties a hidden path above the workspace instead of masking it), any other turn
+  // sees none of it. In shared_uid mode this is all that keeps workspaces apart.
+  const workspacesRoot = config.workspaces.root === null ? [] : [config.workspaces.root];
+  const hidden = [...supervisorStatePaths(config), ...workspacesRoot, ...HOST_SECRETS, ...hostSshKeys()]
     .map(resolveExisting)
     .filter((entry) => entry !== '/');
   return [...new Set(hidden)].slice(0, DESCRIPTOR_LIMITS.maxHide);
@@ -87,8 +91,15 @@ export interface TurnView {
   hide: string[];
 }
 
-/** The view's workspace, protect rules and hidden paths for a turn whose cwd is `cwd` (absolute). */
-export function turnViewKeys(config: TurnhostConfig, cwd: string): Result<TurnView> {
+/**
+ * The view's workspace, protect rules and hidden paths for a turn whose cwd is `cwd` (absolute);
+ * a turn on a workspace (supervisor/workspaces/) passes its directory, the view's workspace.
+ */
+export function turnViewKeys(config: TurnhostConfig, cwd: string, workspaceDir?: string): Result<TurnView> {
+  if (workspaceDir !== undefined) {
+    if (!contains(workspaceDir, cwd)) return fail('workspace_unconfigured', `cwd ${cwd} lies outside its workspace`);
+    return ok({ workspace: workspaceDir, protect: [], hide: hiddenHostPaths(config) });
+  }
   const roots = config.turns.workspaceRoots.map((root) => path.resolve(root)).filter((root) => contains(root, cwd));
   const workspace = roots.sort((a, b) => b.length - a.length)[0];
   if (workspace === undefined)

@@ -66,8 +66,10 @@ export function markInheritedFdsCloseOnExec(): Result {
 export interface WorkerLaunch {
   /** The helper: a separate-uid helper, or the shared_uid launcher (`shared: true`). */
   helper: HelperLocation;
-  /** separate_uid: where the helper's search for a free uid of its range starts. */
+  /** separate_uid: where the helper's search for a free uid of its range starts (with `lease`: the lease's uid). */
   uidHint: number | null;
+  /** A workspace turn (separate_uid): the workspace lease the worker runs under, as its uid. */
+  lease?: string;
   cgroupPaths: readonly string[];
   limits: ResolvedLimits;
   cwd: string;
@@ -94,7 +96,13 @@ export function spawnWorker(launch: WorkerLaunch): Result<SpawnedWorker, 'spawn_
       spawnHelperLaunch(
         launch.helper,
         {
-          ...(separate ? { uid: launch.uidHint ?? 0, gid: launch.uidHint ?? 0, uidSearch: true } : {}),
+          ...(separate
+            ? {
+                uid: launch.uidHint ?? 0,
+                gid: launch.uidHint ?? 0,
+                ...(launch.lease ? { lease: launch.lease } : { uidSearch: true }),
+              }
+            : {}),
           cgroups: [...launch.cgroupPaths],
           rlimits: helperRlimits(launch.limits, launch.helper.shared === true),
           hostname: 'turnhost',

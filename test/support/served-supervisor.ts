@@ -39,6 +39,8 @@ export interface SupervisorOptions {
   uid?: number;
   helper?: HelperSetup;
   limits?: Record<string, string | number>;
+  /** workspaces.root at `<base>/workspaces`, the supervisor's own (0711). */
+  workspaces?: boolean;
 }
 
 export interface CliResult {
@@ -109,7 +111,11 @@ function delegateV1Cgroups(name: string, uid: number): string[] {
 }
 
 /** A helper copy and config in a root-owned directory, for `supervisors` (their data dirs). */
-export function setUpHelper(dataDirs: string[], uidRange: { first: number; count: number }): HelperSetup {
+export function setUpHelper(
+  dataDirs: string[],
+  uidRange: { first: number; count: number },
+  workspaces: { roots: string[] } | null = null,
+): HelperSetup {
   const dir = fs.mkdtempSync('/run/turnhost-esc-helper-');
   fs.chmodSync(dir, 0o755);
   const layout = discoverCgroupLayout({ proc: '/proc', sysFsCgroup: '/sys/fs/cgroup' });
@@ -128,6 +134,7 @@ export function setUpHelper(dataDirs: string[], uidRange: { first: number; count
     workerExec: process.execPath,
     workerArgs: [path.join(REPO_ROOT, 'dist/worker/main.js')],
     viewPaths: [REPO_ROOT],
+    ...(workspaces ? { workspaceRoots: workspaces.roots, uidLeaseDir: path.join(dir, 'leases') } : {}),
   });
   const helperPath = path.join(dir, 'identity-helper');
   fs.copyFileSync(HELPER_PATH, helperPath);
@@ -144,10 +151,20 @@ export function setUpHelper(dataDirs: string[], uidRange: { first: number; count
 }
 
 /** The directories a supervisor named `name` uses, so a helper config can be written first. */
-export function supervisorBase(name: string): { base: string; dataDir: string; workspace: string } {
+export function supervisorBase(name: string): {
+  base: string;
+  dataDir: string;
+  workspace: string;
+  workspacesRoot: string;
+} {
   // Where an installed supervisor keeps its state (/var/lib), visible in the view unless hidden.
   const base = path.join('/var/lib', `turnhost-esc-${name}-${process.pid}`);
-  return { base, dataDir: path.join(base, 'data'), workspace: path.join(base, 'workspace') };
+  return {
+    base,
+    dataDir: path.join(base, 'data'),
+    workspace: path.join(base, 'workspace'),
+    workspacesRoot: path.join(base, 'workspaces'),
+  };
 }
 
 function collect(child: ChildProcess, input?: string): Promise<CliResult> {
@@ -177,8 +194,12 @@ export function writeSupervisorConfig(options: SupervisorOptions): {
   configPath: string;
 } {
   const uid = options.uid ?? 0;
-  const { base, dataDir, workspace } = supervisorBase(options.name);
+  const { base, dataDir, workspace, workspacesRoot } = supervisorBase(options.name);
   fs.mkdirSync(workspace, { recursive: true });
+  if (options.workspaces) {
+    fs.mkdirSync(workspacesRoot, { mode: 0o711 });
+    fs.chownSync(workspacesRoot, uid, uid);
+  }
   fs.chmodSync(base, 0o755);
   fs.chmodSync(workspace, 0o777);
   fs.chownSync(base, uid, uid);
@@ -196,6 +217,7 @@ export function writeSupervisorConfig(options: SupervisorOptions): {
       limits: options.limits ?? { memory: '512M', pids: 128, cpu: 1, open_files: 1024, tmp_size: '16M' },
       egress: { allowAddressRanges: [] },
       turns: { workspaceRoots: [workspace], preparedWorkers: 0 },
+      ...(options.workspaces ? { workspaces: { root: workspacesRoot } } : {}),
     }),
   );
   fs.chmodSync(configPath, 0o644);

@@ -51,6 +51,13 @@ export interface HarnessOptions {
   stateDir?: string;
   /** False runs the non-root supervisor's turn temp path (helper chown and reclaim); see TurnManagerDeps. */
   supervisorIsRoot?: boolean;
+  /**
+   * Workspaces under `<base>/workspaces` (workspaces.root, and the helper's workspace_root);
+   * leases recorded in `uidLeaseDir` (root's, outside /tmp; default inside the helper dir).
+   */
+  workspaces?: { uidLeaseDir?: string; root?: string };
+  /** close() leaves the state directory (and workspaces root) for a restarted harness. */
+  keepStateOnClose?: boolean;
   /** Size of the helper's worker uid range (default 64). */
   uidCount?: number;
   /** The worker entry to run instead of dist/worker/main.js (a file under the repository: the view shows only that). */
@@ -87,6 +94,12 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
   const layout = discoverCgroupLayout(config.probeRoots);
   const prepared = prepareCgroupSubtree(layout, { name: subtreeName });
   if (!prepared.ok) throw new Error(`test cgroup subtree: ${prepared.detail}`);
+  // A root outside /tmp is what a view shows unless it hides it (the view replaces /tmp whole).
+  const workspacesRoot = options.workspaces?.root ?? path.join(base, 'workspaces');
+  if (options.workspaces) {
+    fs.mkdirSync(workspacesRoot, { recursive: true, mode: 0o711 });
+    config.workspaces.root = workspacesRoot;
+  }
   if (options.separateUid !== false) {
     const helperConfig = path.join(helperDir, 'identity-helper.conf');
     writeHelperConfig(helperConfig, {
@@ -96,6 +109,12 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
       workerExec: process.execPath,
       workerArgs: [options.workerEntry ?? WORKER_ENTRY],
       viewPaths: [REPO_ROOT], // the worker entry, its modules and the native test programs
+      ...(options.workspaces
+        ? {
+            workspaceRoots: [workspacesRoot],
+            uidLeaseDir: options.workspaces.uidLeaseDir ?? path.join(helperDir, 'leases'),
+          }
+        : {}),
     });
     // A copy in the root-owned helper dir: the probe refuses a helper below a group- or
     // world-writable directory, and a checkout may live under /tmp.
@@ -154,7 +173,9 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
       db.db.close();
       fs.rmSync(helperDir, { recursive: true, force: true });
       removeCgroupSubtree(prepared.subtree);
+      if (options.keepStateOnClose) return;
       fs.rmSync(base, { recursive: true, force: true });
+      if (options.workspaces?.root) fs.rmSync(options.workspaces.root, { recursive: true, force: true });
     },
   };
 }
@@ -187,12 +208,15 @@ export async function runTurn(
     limits?: Record<string, string | number>;
     env?: Record<string, string>;
     sessionId?: string;
+    /** A workspace id: the turn runs in it, cwd relative to it. */
+    workspace?: string;
+    cwd?: string;
   },
 ) {
   const created = await harness.turns.create({
     sessionId: request.sessionId ?? 'session-test',
     mode: 'ordinary',
-    cwd: harness.workspace,
+    cwd: request.workspace === undefined ? harness.workspace : '.',
     ...request,
   });
   if (!created.ok) throw new Error(`turn refused: ${created.reason}: ${created.detail}`);

@@ -210,7 +210,12 @@ t.test('the shipped supervisor configuration loads and points at the shipped hel
   t.match(helperConf, /^caller_group turnhost$/m);
   t.match(helperConf, /^cgroup_root \/sys\/fs\/cgroup\/system\.slice\/turnhost\.service\/turns$/m);
   t.match(helperConf, /^uid_lease_dir \/var\/lib\/turnhost-uid-leases$/m);
-  t.match(helperConf, /^#workspace_root \//m, 'workspace_root documented, left to the operator');
+  t.equal(loaded.config.workspaces.root, '/var/lib/turnhost-workspaces');
+  t.match(
+    helperConf,
+    /^workspace_root \/var\/lib\/turnhost-workspaces$/m,
+    "the helper's workspace_root is the supervisor's workspaces.root",
+  );
   const workerArg = /^worker_arg (\S+)$/m.exec(helperConf)?.[1] ?? '';
   t.ok(contents.has(workerArg), `worker entry ${workerArg} is in the package`);
 });

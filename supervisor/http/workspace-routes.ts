@@ -1,0 +1,274 @@
+/**
+ * Workspace routes (docs/http-api.md, "Workspaces"; decisions in docs/workspaces.md):
+ *   POST   /api/workspaces                   { sessionId?, id? } → 201, Location
+ *   GET    /api/workspaces[?session=ID]       list
+ *   GET    /api/workspaces/:id                one, with its usage
+ *   DELETE /api/workspaces/:id[?cancel=1]     409 workspace_busy while a turn runs, unless cancel
+ *   PUT    /api/workspaces/:id/files?path=REL[&mode=create|replace]   host write (raw body)
+ *   GET    /api/workspaces/:id/files?path=REL                         host read (raw bytes)
+ * Registered ahead of the app's 1 MiB body cap: the file routes enforce fs.hostWriteMaxBytes
+ * themselves, the JSON route its own 1 MiB parser limit.
+ */
+import express, { type Request, type Response, type Router } from 'express';
+import type { EventSink } from '../../core/events.js';
+import type { Logger } from '../../core/log.js';
+import type { TurnhostConfig } from '../config/types.js';
+import { closeRoot, openRoot, readFile, validateRelativePath, writeFile, type FsRefusal } from '../fs/guard.js';
+import type { WorkspaceFailure, WorkspaceService, WorkspaceView } from '../workspaces/service.js';
+import { MAX_BODY_BYTES, sendError, type ErrorCode } from './errors.js';
+import { route } from './routing.js';
+
+export interface WorkspaceRouteDeps {
+  workspaces: WorkspaceService;
+  config: () => TurnhostConfig;
+  events: EventSink;
+  logger: Logger;
+}
+
+const ID = /^[A-Za-z0-9_-]{1,64}$/;
+const SESSION_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
+
+const FAILURE_STATUS: Record<WorkspaceFailure, number> = {
+  invalid_request: 400,
+  workspace_not_found: 404,
+  workspace_exists: 409,
+  workspace_busy: 409,
+  workspace_full: 409,
+  workspaces_unconfigured: 503,
+  workspaces_unavailable: 503,
+};
+
+const FS_CODE = (reason: FsRefusal): ErrorCode =>
+  reason === 'too_large'
+    ? 'body_too_large'
+    : reason === 'invalid_option'
+      ? 'invalid_request'
+      : reason === 'io_error'
+        ? 'internal_error'
+        : reason;
+
+const FS_STATUS: Record<FsRefusal, number> = {
+  invalid_path: 400,
+  invalid_option: 400,
+  too_large: 413,
+  not_found: 404,
+  exists: 409,
+  stale_base: 409,
+  topology_changed: 409,
+  alias_denied: 409,
+  not_a_directory: 409,
+  io_error: 500,
+};
+
+function sendFailure(res: Response, failure: { reason: WorkspaceFailure; detail: string }): void {
+  const extra = failure.reason === 'invalid_request' ? { field: failure.detail.split(':')[0] } : {};
+  sendError(res, FAILURE_STATUS[failure.reason], failure.reason, failure.detail, extra);
+}
+
+function publicView(workspace: WorkspaceView, usage?: { bytes: number; files: number } | null) {
+  return {
+    id: workspace.id,
+    sessionId: workspace.sessionId,
+    uid: workspace.uid,
+    identity: workspace.identity,
+    turnsRunning: workspace.turnsRunning,
+    createdAt: workspace.createdAt,
+    lastUsedAt: workspace.lastUsedAt,
+    ...(usage === undefined ? {} : { bytes: usage?.bytes ?? null, files: usage?.files ?? null }),
+  };
+}
+
+function query(req: Request, allowed: string[]): { ok: true; params: URLSearchParams } | { ok: false; detail: string } {
+  const params = new URL(req.originalUrl, 'http://localhost').searchParams;
+  for (const name of new Set(params.keys())) {
+    if (!allowed.includes(name)) return { ok: false, detail: `${name}: unknown parameter` };
+    if (params.getAll(name).length > 1) return { ok: false, detail: `${name}: given more than once` };
+  }
+  return { ok: true, params };
+}
+
+/** Reads the raw body, refusing the first byte above `maxBytes`. */
+function readBody(req: Request, maxBytes: number): Promise<Buffer | 'too_large' | 'aborted'> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let total = 0;
+    let settled = false;
+    const settle = (value: Buffer | 'too_large' | 'aborted') => {
+      if (!settled) {
+        settled = true;
+        resolve(value);
+      }
+    };
+    req.on('data', (chunk: Buffer) => {
+      if (settled) return;
+      total += chunk.length;
+      if (total > maxBytes) {
+        req.pause();
+        settle('too_large');
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on('end', () => settle(Buffer.concat(chunks, total)));
+    req.on('error', () => settle('aborted'));
+    req.on('close', () => settle('aborted'));
+  });
+}
+
+export function registerWorkspaceRoutes(router: Router, deps: WorkspaceRouteDeps): void {
+  const json = express.json({ limit: MAX_BODY_BYTES, strict: true });
+  const { workspaces } = deps;
+  const lookup = (req: Request, res: Response): WorkspaceView | null => {
+    const id = String(req.params['id']);
+    const found = ID.test(id) ? workspaces.get(id) : undefined;
+    if (!found || found.state !== 'ready') {
+      sendError(res, 404, 'workspace_not_found', `no workspace ${ID.test(id) ? id : '(malformed id)'}`);
+      return null;
+    }
+    return found;
+  };
+
+  route(router, '/api/workspaces', {
+    post: [
+      json,
+      async (req, res) => {
+        const body: unknown = req.body ?? {};
+        if (typeof body !== 'object' || body === null || Array.isArray(body))
+          return sendError(res, 400, 'invalid_request', 'body: expected a JSON object');
+        const fields = body as Record<string, unknown>;
+        for (const key of Object.keys(fields))
+          if (key !== 'sessionId' && key !== 'id')
+            return sendError(res, 400, 'invalid_request', `${key}: unknown field`, { field: key });
+        const { sessionId, id } = fields;
+        if (sessionId !== undefined && (typeof sessionId !== 'string' || !SESSION_ID.test(sessionId)))
+          return sendError(res, 400, 'invalid_request', 'sessionId: expected 1-128 characters of [A-Za-z0-9_.:-]', {
+            field: 'sessionId',
+          });
+        if (id !== undefined && (typeof id !== 'string' || !ID.test(id)))
+          return sendError(res, 400, 'invalid_request', 'id: expected 1-64 characters of [A-Za-z0-9_-]', {
+            field: 'id',
+          });
+        const created = await workspaces.create({
+          ...(typeof id === 'string' ? { id } : {}),
+          ...(typeof sessionId === 'string' ? { sessionId } : {}),
+        });
+        if (!created.ok) return sendFailure(res, created);
+        res.setHeader('Location', `/api/workspaces/${created.workspace.id}`);
+        res.status(201).json({ workspace: publicView(created.workspace) });
+      },
+    ],
+    get: (req, res) => {
+      const parsed = query(req, ['session']);
+      if (!parsed.ok) return sendError(res, 400, 'invalid_request', parsed.detail);
+      const session = parsed.params.get('session');
+      if (session !== null && !SESSION_ID.test(session))
+        return sendError(res, 400, 'invalid_request', 'session: expected 1-128 characters of [A-Za-z0-9_.:-]');
+      const listed = workspaces.list(session === null ? {} : { sessionId: session }).filter((w) => w.state === 'ready');
+      res.json({ workspaces: listed.map((w) => publicView(w)) });
+    },
+  });
+
+  route(router, '/api/workspaces/:id', {
+    get: async (req, res) => {
+      const parsed = query(req, []);
+      if (!parsed.ok) return sendError(res, 400, 'invalid_request', parsed.detail);
+      const workspace = lookup(req, res);
+      if (!workspace) return;
+      const usage = await workspaces.usage(workspace.id);
+      res.json({ workspace: publicView(workspace, usage.ok ? usage : null) });
+    },
+    delete: async (req, res) => {
+      const parsed = query(req, ['cancel']);
+      if (!parsed.ok) return sendError(res, 400, 'invalid_request', parsed.detail);
+      const cancel = parsed.params.get('cancel');
+      if (cancel !== null && cancel !== '1' && cancel !== '0')
+        return sendError(res, 400, 'invalid_request', "cancel: expected '1' or '0'");
+      const workspace = lookup(req, res);
+      if (!workspace) return;
+      const removed = await workspaces.delete(workspace.id, { cancel: cancel === '1' });
+      if (!removed.ok) return sendFailure(res, removed);
+      res.json({ deleted: workspace.id, bytesRemoved: removed.bytes, filesRemoved: removed.files });
+    },
+  });
+
+  route(router, '/api/workspaces/:id/files', {
+    get: (req, res) => {
+      const parsed = query(req, ['path']);
+      if (!parsed.ok) return sendError(res, 400, 'invalid_request', parsed.detail);
+      const rel = parsed.params.get('path');
+      if (rel === null) return sendError(res, 400, 'invalid_request', 'path: required', { field: 'path' });
+      const valid = validateRelativePath(rel);
+      if (!valid.ok) return sendError(res, 400, 'invalid_path', `path: ${valid.detail}`, { field: 'path' });
+      const workspace = lookup(req, res);
+      if (!workspace) return;
+      const root = openRoot(workspace.path);
+      if (!root.ok) return sendError(res, 503, 'workspaces_unavailable', root.detail);
+      try {
+        const read = readFile(root, rel, deps.config().fs.hostWriteMaxBytes);
+        if (!read.ok) return sendError(res, FS_STATUS[read.reason], FS_CODE(read.reason), read.detail);
+        res.setHeader('Content-Type', 'application/octet-stream');
+        res.setHeader('X-Content-Sha256', read.sha256);
+        res.status(200).send(read.data);
+      } finally {
+        closeRoot(root);
+      }
+    },
+    put: async (req, res) => {
+      const parsed = query(req, ['path', 'mode']);
+      if (!parsed.ok) return sendError(res, 400, 'invalid_request', parsed.detail);
+      const rel = parsed.params.get('path');
+      if (rel === null) return sendError(res, 400, 'invalid_request', 'path: required', { field: 'path' });
+      const valid = validateRelativePath(rel);
+      if (!valid.ok) return sendError(res, 400, 'invalid_path', `path: ${valid.detail}`, { field: 'path' });
+      const mode = parsed.params.get('mode') ?? 'replace';
+      if (mode !== 'create' && mode !== 'replace')
+        return sendError(res, 400, 'invalid_request', "mode: expected 'create' or 'replace'", { field: 'mode' });
+      const workspace = lookup(req, res);
+      if (!workspace) return;
+      const config = deps.config();
+      const maxBytes = config.fs.hostWriteMaxBytes;
+      if (Number(req.headers['content-length'] ?? 0) > maxBytes) {
+        res.setHeader('Connection', 'close');
+        return sendError(res, 413, 'body_too_large', `body: larger than ${maxBytes} bytes (fs.hostWriteMaxBytes)`);
+      }
+      const body = await readBody(req, maxBytes);
+      if (body === 'aborted') return void res.destroy();
+      if (body === 'too_large') {
+        res.setHeader('Connection', 'close');
+        return sendError(res, 413, 'body_too_large', `body: larger than ${maxBytes} bytes (fs.hostWriteMaxBytes)`);
+      }
+      const usage = await workspaces.usage(workspace.id);
+      if (!usage.ok) return sendFailure(res, usage);
+      if (usage.bytes + body.length > config.workspaces.maxBytes)
+        return sendError(
+          res,
+          409,
+          'workspace_full',
+          `workspace ${workspace.id} holds ${usage.bytes} bytes; ${body.length} more exceed its cap of ${config.workspaces.maxBytes} (workspaces.maxBytes)`,
+        );
+      const root = openRoot(workspace.path);
+      if (!root.ok) return sendError(res, 503, 'workspaces_unavailable', root.detail);
+      try {
+        // 0666 inside a 02770 workspace: the directory admits only the workspace's uid and the
+        // supervisor's group, and the workspace's turns (its uid) must be able to change the file.
+        const written = writeFile(root, rel, body, { mode, maxBytes, fileMode: 0o666 });
+        if (!written.ok) {
+          if (written.reason === 'io_error') deps.logger.error('workspace write failed', { detail: written.detail });
+          return sendError(res, FS_STATUS[written.reason], FS_CODE(written.reason), written.detail);
+        }
+        deps.events.append({
+          sessionId: workspace.sessionId,
+          turnId: null,
+          kind: 'host_write',
+          actor: 'server',
+          model: null,
+          profile: null,
+          payload: { path: rel, bytes: written.bytes, sha256: written.sha256, replaced: written.replaced },
+        });
+        res.status(written.replaced ? 200 : 201).json(written);
+      } finally {
+        closeRoot(root);
+      }
+    },
+  });
+}

@@ -1,0 +1,76 @@
+/**
+ * A supervisor restart keeps workspaces and their leases (real helper, real uids, as root): the
+ * workspace made before it keeps its uid and files, and a turn after it changes the files of a
+ * turn before it. A workspace a crash left half made (its row `creating`, the helper's lease
+ * already taken) is removed at the next boot, lease and directory, and one left half deleted
+ * (`deleting`) is finished.
+ */
+import t from 'tap';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import Database from 'better-sqlite3';
+import { runHelperLease } from '../../supervisor/identity/helper-client.js';
+import { createTurnHarness, harnessUidRange, runTurn, type TurnHarness } from '../support/turn-harness.js';
+
+const SLOT = 88;
+const stateDir = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-ws-restart-'));
+const leaseDir = `/run/turnhost-ws-restart-leases-${process.pid}`;
+const root = `/var/lib/turnhost-ws-restart-${process.pid}`;
+const options = {
+  slot: SLOT,
+  stateDir,
+  workspaces: { root, uidLeaseDir: leaseDir },
+  configure: (config: TurnHarness['config']) => (config.turns.preparedWorkers = 0),
+};
+t.teardown(() => {
+  for (const dir of [stateDir, leaseDir, root]) fs.rmSync(dir, { recursive: true, force: true });
+});
+
+t.test('workspaces and leases survive a restart; a crash is finished at boot', async (t) => {
+  const before = await createTurnHarness({ ...options, keepStateOnClose: true });
+  const created = await before.turns.workspaces!.create({ id: 'kept', sessionId: 'one' });
+  if (!created.ok) throw new Error(created.detail);
+  const uid = created.workspace.uid;
+  const first = await runTurn(before, { argv: ['/bin/sh', '-c', 'echo before > file'], workspace: 'kept', cwd: '.' });
+  t.equal(first.result.status, 'ok', first.stderr);
+  // A crash between the helper's lease and the supervisor's own record: the lease exists, the row
+  // says creating. And one in the middle of a delete.
+  const helper = { path: before.config.identityHelper.path!, configPath: before.config.identityHelper.configPath };
+  const half = await runHelperLease(helper, {
+    lease: 'half',
+    workspace: path.join(root, 'half'),
+    uid: harnessUidRange(SLOT).first,
+  });
+  t.ok(half.ok, 'the helper leased the half-made workspace');
+  const gone = await before.turns.workspaces!.create({ id: 'gone' });
+  t.ok(gone.ok);
+  await before.close();
+  const db = new Database(path.join(stateDir, 'data/turnhost.db'));
+  db.prepare(
+    `INSERT INTO workspaces (id, session_id, uid, identity, path, state, created_at) VALUES ('half', NULL, NULL, 'separate_uid', ?, 'creating', ?)`,
+  ).run(path.join(root, 'half'), new Date().toISOString());
+  db.prepare(`UPDATE workspaces SET state = 'deleting' WHERE id = 'gone'`).run();
+  db.close();
+
+  const after = await createTurnHarness(options);
+  t.teardown(() => after.close());
+  const kept = after.turns.workspaces!.get('kept');
+  t.equal(kept?.uid, uid, 'the workspace keeps its uid across the restart');
+  const second = await runTurn(after, {
+    argv: ['/bin/sh', '-c', 'echo after >> file && cat file && id -u'],
+    workspace: 'kept',
+    sessionId: 'two',
+  });
+  t.equal(second.stdout, `before\nafter\n${uid}\n`, 'the turn after the restart changes the file of the one before');
+  t.notOk(after.turns.workspaces!.get('half'), 'the half-made workspace is gone');
+  t.notOk(fs.existsSync(path.join(root, 'half')), 'its directory is gone');
+  t.notOk(fs.existsSync(path.join(leaseDir, 'half')), 'its lease record is gone');
+  t.notOk(after.turns.workspaces!.get('gone'), 'the half-deleted workspace is gone');
+  t.notOk(fs.existsSync(path.join(root, 'gone')), 'its directory is gone');
+  t.notOk(fs.existsSync(path.join(leaseDir, 'gone')), 'its lease record is gone');
+  t.ok(fs.existsSync(path.join(leaseDir, 'kept')), 'the kept lease stays');
+  const deleted = await after.turns.workspaces!.delete('kept');
+  t.ok(deleted.ok, deleted.ok ? '' : deleted.detail);
+  t.notOk(fs.existsSync(path.join(leaseDir, 'kept')), 'delete releases the lease');
+});

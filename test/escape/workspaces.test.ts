@@ -1,0 +1,256 @@
+/**
+ * Workspaces end to end through the real HTTP app, as root, with the real helper and real uids
+ * (separate_uid) and with the shared_uid launcher: a git repository made by one turn is changed
+ * and committed by a turn of another session; the host reads it back; two concurrent turns on
+ * two workspaces cannot read or write each other's files; delete is refused while a turn runs,
+ * and afterwards leaves no files, no lease and no process of the uid.
+ */
+import t from 'tap';
+import { stopTapInjectingIntoChildren } from '../support/no-tap-inject.js';
+import fs from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import { createMemoryLogger } from '../../core/log.js';
+import { createApp } from '../../supervisor/http/app.js';
+import { createTurnHarness, type TurnHarness } from '../support/turn-harness.js';
+
+stopTapInjectingIntoChildren();
+const TOKEN = 'workspaces-test-token-0123456789';
+
+async function serve(harness: TurnHarness) {
+  const { logger } = createMemoryLogger('debug');
+  const app = createApp({
+    config: harness.config,
+    logger,
+    store: harness.events,
+    probes: async () => {
+      throw new Error('not used');
+    },
+    latestStatus: () => null,
+    turns: harness.turns,
+    software: { release: 'test', sourceCommit: 'test' },
+    host: { kernel: 'test', distro: 'test', cpus: 1, memoryBytes: 1 },
+    token: TOKEN,
+  });
+  const server = http.createServer(app);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as AddressInfo).port;
+  const request = (method: string, url: string, body?: unknown, raw?: Buffer) =>
+    new Promise<{ status: number; json: any; text: string; headers: http.IncomingHttpHeaders }>((resolve, reject) => {
+      const data = raw ?? (body === undefined ? undefined : Buffer.from(JSON.stringify(body)));
+      const req = http.request(
+        {
+          host: '127.0.0.1',
+          port,
+          method,
+          path: url,
+          headers: {
+            authorization: `Bearer ${TOKEN}`,
+            ...(data ? { 'content-type': raw ? 'application/octet-stream' : 'application/json' } : {}),
+            ...(data ? { 'content-length': data.length } : {}),
+          },
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => {
+            const text = Buffer.concat(chunks).toString();
+            let json: any = null;
+            try {
+              json = JSON.parse(text);
+            } catch {
+              json = null;
+            }
+            resolve({ status: res.statusCode ?? 0, json, text, headers: res.headers });
+          });
+        },
+      );
+      req.on('error', reject);
+      req.end(data);
+    });
+  return { request, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+}
+
+type Api = Awaited<ReturnType<typeof serve>>['request'];
+
+async function runTurn(api: Api, harness: TurnHarness, body: Record<string, unknown>) {
+  const created = await api('POST', '/api/turns', { mode: 'ordinary', ...body });
+  if (created.status !== 201) throw new Error(`turn refused: ${created.text}`);
+  const id = created.json.turn.id as string;
+  const attached = harness.turns.attach(id);
+  const out: Buffer[] = [];
+  if (attached.ok) attached.attachment.onEvent((e) => e.type === 'output' && out.push(e.data));
+  const result = await harness.turns.wait(id);
+  return { id, result: result!, output: Buffer.concat(out).toString(), record: harness.turns.get(id)! };
+}
+
+function processesOf(uid: number): number[] {
+  return fs
+    .readdirSync('/proc')
+    .filter((name) => /^[0-9]+$/.test(name))
+    .filter((pid) => {
+      try {
+        const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+        const line = status.split('\n').find((l) => l.startsWith('Uid:'));
+        return line !== undefined && Number(line.split(/\s+/)[1]) === uid && !status.includes('State:\tZ');
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+}
+
+const GIT = 'git -c user.email=a@example.org -c user.name=agent -c init.defaultBranch=main -c safe.directory=*';
+
+for (const separate of [true, false]) {
+  t.test(separate ? 'separate_uid' : 'shared_uid', async (t) => {
+    const harness = await createTurnHarness({
+      slot: separate ? 86 : 87,
+      separateUid: separate,
+      // Outside /tmp: the view replaces /tmp, which would hide a root there whatever it did.
+      workspaces: { root: `/var/lib/turnhost-workspaces-test-${separate ? 86 : 87}-${process.pid}` },
+      configure: (config) => (config.turns.preparedWorkers = 0),
+    });
+    const server = await serve(harness);
+    const api = server.request;
+    t.teardown(async () => {
+      await server.close();
+      await harness.close();
+    });
+    const root = harness.config.workspaces.root!;
+
+    const created = await api('POST', '/api/workspaces', { sessionId: 'session-one', id: 'repo' });
+    t.equal(created.status, 201, created.text);
+    t.equal(created.headers.location, '/api/workspaces/repo');
+    const uid = created.json.workspace.uid as number | null;
+    if (separate) t.ok(uid !== null && uid >= harness.uidRange.first, 'a uid of the range is leased');
+    else t.equal(uid, null, 'shared_uid leases no uid');
+
+    const first = await runTurn(api, harness, {
+      sessionId: 'session-one',
+      workspace: 'repo',
+      argv: [
+        '/bin/sh',
+        '-c',
+        `${GIT} init -q && echo one > notes.txt && ${GIT} add notes.txt && ${GIT} commit -qm one && id -u`,
+      ],
+    });
+    t.equal(first.result.status, 'ok', first.output);
+    t.equal(first.record.workspaceId, 'repo');
+    if (separate) t.equal(first.record.workerUid, uid, 'the turn ran as the leased uid');
+    t.ok(first.result.workspace && first.result.workspace.files > 0, 'the result measures the workspace');
+
+    const second = await runTurn(api, harness, {
+      sessionId: 'session-two',
+      workspace: 'repo',
+      cwd: '.',
+      argv: ['/bin/sh', '-c', `echo two >> notes.txt && ${GIT} commit -qam two && ${GIT} log --oneline | wc -l`],
+    });
+    t.equal(second.result.status, 'ok', second.output);
+    t.match(second.output, /2/, 'the second turn committed on the first one');
+
+    const read = await api('GET', '/api/workspaces/repo/files?path=notes.txt');
+    t.equal(read.status, 200);
+    t.equal(read.text, 'one\ntwo\n', 'the host reads the file back');
+    const written = await api('PUT', '/api/workspaces/repo/files?path=host.txt', undefined, Buffer.from('from host\n'));
+    t.equal(written.status, 201, written.text);
+    const third = await runTurn(api, harness, {
+      sessionId: 'session-two',
+      workspace: 'repo',
+      argv: ['/bin/sh', '-c', 'echo agent >> host.txt && cat host.txt'],
+    });
+    t.equal(third.output, 'from host\nagent\n', 'a turn changes what the host wrote');
+
+    const shown = await api('GET', '/api/workspaces/repo');
+    t.equal(shown.status, 200);
+    t.ok(shown.json.workspace.bytes > 0 && shown.json.workspace.files > 0, 'usage is shown');
+    const listed = await api('GET', '/api/workspaces?session=session-one');
+    t.same(
+      listed.json.workspaces.map((w: { id: string }) => w.id),
+      ['repo'],
+    );
+
+    // Route validation.
+    t.equal((await api('POST', '/api/workspaces', { id: '../x' })).status, 400);
+    t.equal((await api('POST', '/api/workspaces', { colour: 'red' })).json.field, 'colour');
+    t.equal((await api('POST', '/api/workspaces', { id: 'repo' })).status, 409);
+    t.equal((await api('GET', '/api/workspaces/missing')).json.code, 'workspace_not_found');
+    t.equal((await api('GET', '/api/workspaces/repo/files?path=../etc/passwd')).status, 400);
+    t.equal((await api('GET', '/api/workspaces/repo/files?path=absent')).status, 404);
+    const absolute = await api('POST', '/api/turns', {
+      sessionId: 's',
+      mode: 'ordinary',
+      workspace: 'repo',
+      cwd: '/tmp',
+      argv: ['true'],
+    });
+    t.equal(absolute.status, 400);
+    t.equal(absolute.json.field, 'cwd', 'an absolute cwd with a workspace names cwd');
+    const plain = await api('POST', '/api/turns', { sessionId: 's', mode: 'ordinary', cwd: root, argv: ['true'] });
+    t.equal(plain.status, 400, 'a plain cwd in the workspaces root is refused');
+
+    // A link out of the workspace is not followed by the host read.
+    fs.symlinkSync('/etc/hostname', path.join(root, 'repo', 'link'));
+    t.equal((await api('GET', '/api/workspaces/repo/files?path=link')).status, 409, 'a link is refused');
+
+    // Two concurrent turns on two workspaces.
+    t.equal((await api('POST', '/api/workspaces', { id: 'alpha' })).status, 201);
+    t.equal((await api('POST', '/api/workspaces', { id: 'beta' })).status, 201);
+    const alphaTurn = await api('POST', '/api/turns', {
+      sessionId: 'session-a',
+      mode: 'ordinary',
+      workspace: 'alpha',
+      argv: ['/bin/sh', '-c', 'echo alpha-secret > secret && echo tmp-secret > /tmp/secret && sleep 600'],
+    });
+    t.equal(alphaTurn.status, 201, alphaTurn.text);
+    const alphaId = alphaTurn.json.turn.id as string;
+    for (let i = 0; i < 200 && !fs.existsSync(path.join(root, 'alpha', 'secret')); i++)
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    const beta = await runTurn(api, harness, {
+      sessionId: 'session-b',
+      workspace: 'beta',
+      argv: [
+        '/bin/sh',
+        '-c',
+        [
+          `cat ${root}/alpha/secret && echo READ-ALPHA`,
+          `echo x > ${root}/alpha/planted && echo WROTE-ALPHA`,
+          `ls ${root} | grep -q alpha && echo LISTED-ROOT`,
+          `ls ${root}/repo/notes.txt && echo SAW-REPO`,
+          `cat /tmp/secret && echo READ-ALPHA-TMP`,
+          'pwd',
+          'true',
+        ].join('; '),
+      ],
+    });
+    t.equal(beta.result.status, 'ok', beta.output);
+    t.notMatch(beta.output, /READ-ALPHA|WROTE-ALPHA|LISTED-ROOT|SAW-REPO|alpha-secret|tmp-secret/, beta.output);
+    t.notOk(fs.existsSync(path.join(root, 'alpha', 'planted')), 'nothing planted in alpha');
+
+    // Delete while a turn runs: refused; with cancel: the turn ends, then the workspace goes.
+    const busy = await api('DELETE', '/api/workspaces/alpha');
+    t.equal(busy.status, 409);
+    t.equal(busy.json.code, 'workspace_busy');
+    const alphaUid = harness.turns.get(alphaId)!.workerUid!;
+    const cancelled = await api('DELETE', '/api/workspaces/alpha?cancel=1');
+    t.equal(cancelled.status, 200, cancelled.text);
+    t.equal(harness.turns.get(alphaId)!.result!.status, 'cancelled');
+    t.notOk(fs.existsSync(path.join(root, 'alpha')), 'alpha is gone');
+    if (separate) t.same(processesOf(alphaUid), [], 'no process of its uid is left');
+
+    const deleted = await api('DELETE', '/api/workspaces/repo');
+    t.equal(deleted.status, 200, deleted.text);
+    t.ok(deleted.json.filesRemoved > 0, 'the removal is counted');
+    t.notOk(fs.existsSync(path.join(root, 'repo')), 'the tree is gone');
+    t.ok(fs.existsSync('/etc/hostname'), 'the link target is untouched');
+    t.equal((await api('GET', '/api/workspaces/repo')).status, 404);
+    const kinds = harness.events.query({ kind: 'workspace_deleted', limit: 10 });
+    t.ok(kinds.ok && kinds.events.length === 2, 'workspace_deleted is recorded');
+    if (separate && uid !== null) {
+      // The lease is released: a new workspace may get the same uid again.
+      t.same(processesOf(uid), [], 'no process of the released uid');
+    }
+    t.equal((await api('DELETE', '/api/workspaces/beta')).status, 200);
+  });
+}
