@@ -19,6 +19,8 @@ export const USAGE = `usage: turnhost <command> [options]
   run     [--mode M] [--tty] [--timeout S] [--cwd DIR] [--env K=V]... [--allow HOST]...
           [--limit NAME=VALUE]... [--session S] [--turn-id ID] [--workspace ID] [--json] [--local] -- CMD ARGS...
   workspace create [ID] [--session S] | list [--session S] | show ID | delete ID [--cancel]  [--json]
+  turns   list [--session S] [--state S] [--limit N] [--all] | show ID | cancel ID | attach ID
+  session delete ID                      delete a session's events and turn records
   completion                             print the bash completion script
 
 client options: --server URL (http://HOST:PORT or unix:/PATH), --data-dir DIR, --config FILE
@@ -104,6 +106,63 @@ to it for its whole life (docs/workspaces.md). Run a turn in one with \`turnhost
 
 ${CLIENT_OPTIONS_HELP}
 ${EXIT_CODES_HELP}
+`,
+  turns: `usage: turnhost turns <list|show|cancel|attach> [options] [ID]
+
+  list [--session S] [--state S] [--limit N] [--all]   the turns, newest first
+  show ID                                             one turn's record
+  cancel ID                                           stop a running turn
+  attach ID                                           follow a turn's output, as run does
+
+turnhost turns <subcommand> --help shows its options.
+`,
+  'turns list': `usage: turnhost turns list [--session S] [--state S] [--limit N] [--all] [--json] [client options]
+
+Lists turn records, newest first, one per line: id, session, state, result, created.
+
+  --session S   only this session's turns
+  --state S     only turns in this state: starting, running or finished
+  --limit N     at most N turns per page (1-1000, default 100)
+  --all         every page, not only the first
+  --json        { turns, nextAfter } (with --all, every turn and a null nextAfter)
+
+${CLIENT_OPTIONS_HELP}
+`,
+  'turns show': `usage: turnhost turns show ID [--json] [client options]
+
+Prints one turn's record (state, mode, identity, result). Exits 3 for an unknown turn.
+
+${CLIENT_OPTIONS_HELP}
+`,
+  'turns cancel': `usage: turnhost turns cancel ID [--json] [client options]
+
+Stops a running turn (its result becomes cancelled). Exits 3 for an unknown turn and 8 when it
+has already finished.
+
+${CLIENT_OPTIONS_HELP}
+`,
+  'turns attach': `usage: turnhost turns attach ID [--no-input] [--json] [client options]
+
+Follows a turn as run does: its output (the kept backlog first), then its exit code. Input is
+forwarded, and the end of this command's input ends the turn's (use --no-input to only watch);
+a pty turn puts this terminal in raw mode.
+
+  --no-input    forward neither input nor its end
+  --json        print only { turnId, ...TurnResult }
+
+${CLIENT_OPTIONS_HELP}
+${EXIT_CODES_HELP}
+`,
+  session: `usage: turnhost session delete ID [--json] [client options]
+
+turnhost session delete --help shows its options.
+`,
+  'session delete': `usage: turnhost session delete ID [--json] [client options]
+
+Deletes the session's events and turn records and prints the counts; a session_deleted event
+records it. Exits 3 for an unknown session and 8 while a turn of it runs (nothing is deleted).
+
+${CLIENT_OPTIONS_HELP}
 `,
   completion: `usage: turnhost completion
 

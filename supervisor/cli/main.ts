@@ -1,6 +1,6 @@
 /**
- * The `turnhost` command line: `serve` runs the supervisor; `status`, `check`, `events` and `run`
- * talk to a running one (or `run --local` runs one turn in-process). Exit codes: cli/exit-codes.ts
+ * The `turnhost` command line: `serve` runs the supervisor; `status`, `check`, `events`, `run`,
+ * `turns` and `session` talk to a running one (or `run --local` runs one turn in-process). Exit codes: cli/exit-codes.ts
  * and docs/cli.md.
  */
 import { randomBytes } from 'node:crypto';
@@ -18,6 +18,7 @@ import { COMMAND_HELP, USAGE } from './help.js';
 import { bashCompletion } from './completion.js';
 import { runLocal, runRemote } from './run.js';
 import { WORKSPACE_ACTIONS, workspaceCommand } from './workspace.js';
+import { attachTurnCommand, cancelTurnCommand, deleteSessionCommand, listTurns, showTurn } from './turn-commands.js';
 import { EVENT_KINDS } from '../events/kinds.js';
 import { softwareIdentity } from '../software.js';
 
@@ -60,6 +61,23 @@ const COMMAND_OPTIONS: Record<string, Options> = {
   completion: { help: { type: 'boolean', short: 'h' } },
 };
 
+/** Commands with subcommands (`turnhost turns list`): each subcommand's options; the ID is positional. */
+const SUBCOMMAND_OPTIONS: Record<string, Record<string, Options>> = {
+  turns: {
+    list: {
+      ...CLIENT_OPTIONS,
+      session: { type: 'string' },
+      state: { type: 'string' },
+      limit: { type: 'string' },
+      all: { type: 'boolean' },
+    },
+    show: CLIENT_OPTIONS,
+    cancel: CLIENT_OPTIONS,
+    attach: { ...CLIENT_OPTIONS, 'no-input': { type: 'boolean' } },
+  },
+  session: { delete: CLIENT_OPTIONS },
+};
+
 /** `turnhost completion`: every command's long options, and the values an option takes. */
 export function completionScript(): string {
   const commands = Object.fromEntries(
@@ -70,9 +88,21 @@ export function completionScript(): string {
         .map((name) => `--${name}`),
     ]),
   );
+  const optionNames = (options: Options): string[] =>
+    Object.keys(options ?? {})
+      .filter((name) => name !== 'help')
+      .map((name) => `--${name}`);
+  const subcommands = Object.fromEntries(
+    Object.entries(SUBCOMMAND_OPTIONS).map(([command, subs]) => [
+      command,
+      Object.fromEntries(Object.entries(subs).map(([sub, options]) => [sub, optionNames(options)])),
+    ]),
+  );
   return bashCompletion({
     commands,
+    subcommands,
     values: {
+      '--state': ['starting', 'running', 'finished'],
       '--mode': ['ordinary', 'restricted'],
       '--log-level': ['debug', 'info', 'warn', 'error'],
       '--kind': [...EVENT_KINDS.keys()],
@@ -266,10 +296,59 @@ async function run(values: Values, positionals: string[], env: NodeJS.ProcessEnv
   return runRemote(connect(values, env), options);
 }
 
+/** `turnhost turns ...` and `turnhost session ...`: the subcommand, its options, its one ID. */
+async function subcommand(command: string, rest: string[], env: NodeJS.ProcessEnv): Promise<number> {
+  const [sub, ...args] = rest;
+  const table = SUBCOMMAND_OPTIONS[command] ?? {};
+  if (sub === undefined || sub === '--help' || sub === '-h') {
+    print(COMMAND_HELP[command] ?? USAGE);
+    return sub === undefined ? EXIT.usage : EXIT.ok;
+  }
+  const options = table[sub];
+  const name = `${command} ${sub}`;
+  if (options === undefined) throw usage(`unknown ${command} command '${sub}'`, command);
+  let parsed: { values: Values; positionals: string[] };
+  try {
+    parsed = parseArgs({ args, options, allowPositionals: true, strict: true }) as typeof parsed;
+  } catch (error) {
+    throw usage((error as Error).message, name);
+  }
+  const { values, positionals } = parsed;
+  if (values['help']) {
+    print(COMMAND_HELP[name] ?? USAGE);
+    return EXIT.ok;
+  }
+  const json = values['json'] === true;
+  if (sub === 'list') {
+    if (positionals.length > 0) throw usage(`${name}: unexpected argument '${positionals[0]}'`, name);
+    return listTurns(
+      connect(values, env),
+      { session: str(values, 'session'), state: str(values, 'state'), limit: str(values, 'limit') },
+      { all: values['all'] === true, json },
+      print,
+    );
+  }
+  const [id] = positionals;
+  if (id === undefined || positionals.length > 1 || id === '') throw usage(`${name}: expected one ID`, name);
+  const connection = connect(values, env);
+  switch (name) {
+    case 'turns show':
+      return showTurn(connection, id, json, print);
+    case 'turns cancel':
+      return cancelTurnCommand(connection, id, json, print);
+    case 'turns attach':
+      return attachTurnCommand(connection, id, { json, input: values['no-input'] !== true });
+    default:
+      return deleteSessionCommand(connection, id, json, print);
+  }
+}
+
 export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
   const [command, ...rest] = argv;
   if (command === undefined || command === 'help' || command === '--help' || command === '-h') {
-    const topic = command === 'help' ? rest[0] : undefined;
+    const subtopic = rest[1] === undefined ? undefined : `${rest[0]} ${rest[1]}`;
+    const topic =
+      command !== 'help' ? undefined : subtopic !== undefined && COMMAND_HELP[subtopic] ? subtopic : rest[0];
     print(topic !== undefined && COMMAND_HELP[topic] !== undefined ? COMMAND_HELP[topic] : USAGE);
     return command === undefined ? EXIT.usage : EXIT.ok;
   }
@@ -278,6 +357,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
     print(`turnhost ${software.release} (commit ${software.sourceCommit})\n`);
     return EXIT.ok;
   }
+  if (SUBCOMMAND_OPTIONS[command] !== undefined) return subcommand(command, rest, env);
   const options = COMMAND_OPTIONS[command];
   if (options === undefined) throw usage(`unknown command '${command}'`);
   let parsed: { values: Values; positionals: string[] };

@@ -118,18 +118,24 @@ const LOST: TurnResult = Object.freeze({
 });
 
 /** Passes output through (unless --json), forwards input, resizes and signals; resolves with the result. */
-function drive(attachment: TurnAttachment, options: { tty: boolean; json: boolean }): Promise<TurnResult> {
+function drive(
+  attachment: TurnAttachment,
+  options: { tty: boolean; json: boolean; input?: boolean },
+): Promise<TurnResult> {
   return new Promise((resolve) => {
     const stdin = process.stdin;
-    const rawMode = options.tty && stdin.isTTY;
+    const input = options.input !== false;
+    const rawMode = input && options.tty && stdin.isTTY;
     const onInput = (chunk: Buffer): void => void attachment.write(chunk);
     // The end of this process's input is the end of the command's: `cmd < /dev/null` ends at once.
     const onInputEnd = (): void => void attachment.endInput();
     const onResize = (): void => attachment.resize(process.stdout.columns, process.stdout.rows);
     const onSignal = (signal: NodeJS.Signals): void => attachment.signal(signal as 'SIGINT');
     if (rawMode) stdin.setRawMode(true);
-    stdin.on('data', onInput);
-    stdin.once('end', onInputEnd);
+    if (input) {
+      stdin.on('data', onInput);
+      stdin.once('end', onInputEnd);
+    }
     if (options.tty && process.stdout.isTTY) process.stdout.on('resize', onResize);
     for (const signal of FORWARDED_SIGNALS) process.on(signal, onSignal);
 
@@ -182,13 +188,25 @@ async function finishedResult(connection: Connection, id: string): Promise<TurnR
   return record?.result ?? LOST;
 }
 
+/**
+ * Attaches to a turn through the server and drives it to its end (output through, input and
+ * its end forwarded unless `input` is false); answers the exit code as `run` does.
+ */
+export async function attachRemote(
+  connection: Connection,
+  turnId: string,
+  options: { tty: boolean; json: boolean; input?: boolean },
+): Promise<number> {
+  const ws = await openWebSocket(connection, `/api/turns/${encodeURIComponent(turnId)}/attach`);
+  const streamed = await drive(remoteAttachment(ws), options);
+  const result = streamed === LOST ? await finishedResult(connection, turnId) : streamed;
+  return report(turnId, result, options.json);
+}
+
 export async function runRemote(connection: Connection, options: RunOptions): Promise<number> {
   const created = await apiRequest(connection, 'POST', '/api/turns', options.request);
   const { turn } = expectOk(created, 'run') as { turn: { id: string } };
-  const ws = await openWebSocket(connection, `/api/turns/${encodeURIComponent(turn.id)}/attach`);
-  const streamed = await drive(remoteAttachment(ws), { tty: options.request.tty !== undefined, json: options.json });
-  const result = streamed === LOST ? await finishedResult(connection, turn.id) : streamed;
-  return report(turn.id, result, options.json);
+  return attachRemote(connection, turn.id, { tty: options.request.tty !== undefined, json: options.json });
 }
 
 export async function runLocal(

@@ -122,7 +122,8 @@ export const EVENT_KINDS: EventKindRegistry = new Map<string, EventKind>([
   [
     'turn_temp_purge',
     // v2: the temp is a tmpfs of the turn's own, measured by the kernel's counts (v1 walked a host directory).
-    defineKind(2, { bytes: count, inodes: count, outcome: oneOf('purged', 'unmeasured') }),
+    // 'recovered' and 'unconfirmed' (boot recovery of a crashed supervisor's turn) were added within v2.
+    defineKind(2, { bytes: count, inodes: count, outcome: oneOf('purged', 'unmeasured', 'recovered', 'unconfirmed') }),
   ],
   ['scratch_overage', defineKind(1, { bytes: count, pinnedFiles: count, pinnedBytes: count, overageBytes: count })],
   // Unbound: the session's own events are gone with it, this receipt stays (counts only).

@@ -4,7 +4,8 @@
  * worker's. The turn itself does not outlive its supervisor: its worker loses its protocol fd
  * and ends, and with it the turn's pid namespace and everything in it, a process in a session
  * of its own included. The next start removes both leaves, records `worker_recovered` for each
- * (the claimed one bound to its turn, the idle one to none), and marks the turn interrupted.
+ * (the claimed one bound to its turn, the idle one to none), marks the turn interrupted, and
+ * records the purge of the temp the turn had written to (`turn_temp_purge`, `recovered`).
  */
 import t from 'tap';
 import { spawn } from 'node:child_process';
@@ -76,6 +77,16 @@ t.test('the next start reaps the leaf, records worker_recovered and marks the tu
   t.equal(record?.state, 'finished');
   t.equal(record?.result?.status, 'interrupted');
   for (const dir of event.payload.paths as string[]) t.notOk(fs.existsSync(dir), `${dir} is removed`);
+
+  // The temp the turn wrote to went with its processes; the receipt says so, without counts.
+  const purge = restarted.events.query({ turn: 'turn-crash', kind: 'turn_temp_purge' });
+  if (!purge.ok) throw new Error(purge.detail);
+  t.equal(purge.events.length, 1, 'one temp receipt for the interrupted turn');
+  t.match(purge.events[0], {
+    sessionId: 'session-crash',
+    schemaVersion: 2,
+    payload: { outcome: 'recovered', bytes: 0, inodes: 0 },
+  });
 
   const all = restarted.events.query({ kind: 'worker_recovered' });
   if (!all.ok) throw new Error(all.detail);
