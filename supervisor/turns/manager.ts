@@ -42,14 +42,18 @@ export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnMana
   };
   const launchEnv = prepareLaunchEnvironment(deps, records);
   recoverInterruptedTurns(launchEnv);
+  let uidSearchStart: number | null = null;
   const workspaces = createWorkspaceService({
     config: () => deps.config,
     db: deps.db,
     events: deps.events,
     logger: deps.logger,
     helper: () => helperLocation(deps.config),
+    // Only where the helper's search starts: the helper itself decides which uid is free.
     uidSearchStart: async () => {
+      if (uidSearchStart !== null) return ok({ uid: uidSearchStart });
       const probe = await probeMode(deps.probeContext, 'ordinary', 'check');
+      if (probe.uidRange) uidSearchStart = probe.uidRange.first;
       return probe.uidRange
         ? ok({ uid: probe.uidRange.first })
         : fail(
