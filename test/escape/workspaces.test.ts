@@ -190,6 +190,31 @@ for (const separate of [true, false]) {
     const plain = await api('POST', '/api/turns', { sessionId: 's', mode: 'ordinary', cwd: root, argv: ['true'] });
     t.equal(plain.status, 400, 'a plain cwd in the workspaces root is refused');
 
+    const unknown = await api('POST', '/api/turns', {
+      sessionId: 's',
+      mode: 'ordinary',
+      workspace: 'nope',
+      argv: ['true'],
+    });
+    t.equal(unknown.status, 400);
+    t.equal(unknown.json.field, 'workspace', 'an unknown workspace names the field');
+
+    // The byte cap: a workspace above it takes no host write and starts no turn.
+    const cap = harness.config.workspaces.maxBytes;
+    harness.config.workspaces.maxBytes = 1024;
+    const full = await api('PUT', '/api/workspaces/repo/files?path=more.txt', undefined, Buffer.from('more\n'));
+    t.equal(full.status, 409);
+    t.equal(full.json.code, 'workspace_full');
+    const overCap = await api('POST', '/api/turns', {
+      sessionId: 's',
+      mode: 'ordinary',
+      workspace: 'repo',
+      argv: ['true'],
+    });
+    t.equal(overCap.status, 503, overCap.text);
+    t.match(overCap.json.requirement, /workspaces\.maxBytes/, 'the refusal names the requirement');
+    harness.config.workspaces.maxBytes = cap;
+
     // A link out of the workspace is not followed by the host read.
     fs.symlinkSync('/etc/hostname', path.join(root, 'repo', 'link'));
     t.equal((await api('GET', '/api/workspaces/repo/files?path=link')).status, 409, 'a link is refused');
