@@ -43,6 +43,12 @@ export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnMana
   const launchEnv = prepareLaunchEnvironment(deps, records);
   recoverInterruptedTurns(launchEnv);
   let uidSearchStart: number | null = null;
+  /**
+   * Workspace turns between their workspace claim and their place in `running`: a delete counts
+   * them as running, so no tree is removed under a turn that is starting. The claim and the
+   * entry here happen in one synchronous step, as do a delete's last check and its state change.
+   */
+  const launching = new Map<string, string>();
   const workspaces = createWorkspaceService({
     config: () => deps.config,
     db: deps.db,
@@ -62,8 +68,12 @@ export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnMana
           );
     },
     turns: {
-      running: (workspaceId) =>
-        [...running.values()].filter((turn) => turn.record.workspaceId === workspaceId).map((turn) => turn.record.id),
+      running: (workspaceId) => [
+        ...[...running.values()]
+          .filter((turn) => turn.record.workspaceId === workspaceId)
+          .map((turn) => turn.record.id),
+        ...[...launching].filter(([, id]) => id === workspaceId).map(([turnId]) => turnId),
+      ],
       cancelAndWait: async (turnId) => {
         const turn = running.get(turnId);
         if (!turn) return;
@@ -106,9 +116,18 @@ export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnMana
         const { workspace } = claimed;
         workspaceLease = { id: workspace.id, uid: workspace.uid, path: workspace.path };
         request.cwd = request.cwd === '.' ? workspace.path : path.join(workspace.path, request.cwd);
+        launching.set(id, workspace.id);
       }
       const output = createOutputChannel();
-      const launched = await launchTurn(launchEnv, pool, { ...request, turnId: id }, output, workspaceLease);
+      let launched: Awaited<ReturnType<typeof launchTurn>>;
+      try {
+        launched = await launchTurn(launchEnv, pool, { ...request, turnId: id }, output, workspaceLease);
+      } catch (error) {
+        launching.delete(id);
+        throw error;
+      }
+      // Out of `launching` and into `running` in one step: a delete never sees neither.
+      launching.delete(id);
       if (!launched.ok) return launched;
       const turn = launched.turn;
       running.set(id, turn);
