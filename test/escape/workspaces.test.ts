@@ -110,7 +110,10 @@ for (const separate of [true, false]) {
       separateUid: separate,
       // Outside /tmp: the view replaces /tmp, which would hide a root there whatever it did.
       workspaces: { root: `/var/lib/turnhost-workspaces-test-${separate ? 86 : 87}-${process.pid}` },
-      configure: (config) => (config.turns.preparedWorkers = 0),
+      configure: (config) => {
+        config.turns.preparedWorkers = 0;
+        config.modes.restricted.enabled = true;
+      },
     });
     const server = await serve(harness);
     const api = server.request;
@@ -250,6 +253,17 @@ for (const separate of [true, false]) {
       ],
     });
     t.equal(beta.result.status, 'ok', beta.output);
+    // The strict profile: the root shows the turn's own workspace (read-only) and nothing else.
+    const strict = await runTurn(api, harness, {
+      sessionId: 'session-b',
+      mode: 'restricted',
+      workspace: 'beta',
+      argv: ['/bin/sh', '-c', `ls -A ${root}; cat ${root}/alpha/secret; echo x > mine || echo READ-ONLY`],
+    });
+    t.equal(strict.result.status, 'ok', strict.output);
+    t.match(strict.output, /^beta\n/, 'the strict root shows only its own workspace');
+    t.notMatch(strict.output, /alpha-secret|repo/, strict.output);
+    t.match(strict.output, /READ-ONLY/, 'the strict workspace is read-only');
     t.notMatch(beta.output, /READ-ALPHA|WROTE-ALPHA|LISTED-ROOT|SAW-REPO|alpha-secret|tmp-secret/, beta.output);
     t.notOk(fs.existsSync(path.join(root, 'alpha', 'planted')), 'nothing planted in alpha');
 
