@@ -13,7 +13,8 @@
  * - `events.unboundRetentionDays`, `events.sessionRetentionDays`: read at each pruning;
  * - `events.journal`: read for each committed event;
  * - `turns.maxConcurrent`, `turns.defaultTimeoutSeconds`, `turns.maxTimeoutSeconds`,
- *   `turns.envExtra`: read at each turn's creation.
+ *   `turns.envExtra`: read at each turn's creation;
+ * - `workspaces.maxBytes`: read at each workspace turn's start and each workspace host write.
  *
  * Every other key is bound at boot (listeners, token, data directory, helper, turn temp, cgroup
  * names, the prepared-worker pool, protected paths and workspace roots that prepared workers
@@ -38,6 +39,7 @@ export const LIVE_KEYS: readonly string[] = [
   'turns.defaultTimeoutSeconds',
   'turns.maxTimeoutSeconds',
   'turns.envExtra',
+  'workspaces.maxBytes',
 ];
 
 type Tree = Record<string, unknown>;

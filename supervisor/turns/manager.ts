@@ -66,14 +66,24 @@ export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnMana
   };
   const launchEnv = prepareLaunchEnvironment(deps, records);
   recoverInterruptedTurns(launchEnv);
+  let uidSearchStart: number | null = null;
+  /**
+   * Workspace turns between their workspace claim and their place in `running`: a delete counts
+   * them as running, so no tree is removed under a turn that is starting. The claim and the
+   * entry here happen in one synchronous step, as do a delete's last check and its state change.
+   */
+  const launching = new Map<string, string>();
   const workspaces = createWorkspaceService({
     config: () => deps.config,
     db: deps.db,
     events: deps.events,
     logger: deps.logger,
     helper: () => helperLocation(deps.config),
+    // Only where the helper's search starts: the helper itself decides which uid is free.
     uidSearchStart: async () => {
+      if (uidSearchStart !== null) return ok({ uid: uidSearchStart });
       const probe = await probeMode(deps.probeContext, 'ordinary', 'check');
+      if (probe.uidRange) uidSearchStart = probe.uidRange.first;
       return probe.uidRange
         ? ok({ uid: probe.uidRange.first })
         : fail(
@@ -82,8 +92,12 @@ export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnMana
           );
     },
     turns: {
-      running: (workspaceId) =>
-        [...running.values()].filter((turn) => turn.record.workspaceId === workspaceId).map((turn) => turn.record.id),
+      running: (workspaceId) => [
+        ...[...running.values()]
+          .filter((turn) => turn.record.workspaceId === workspaceId)
+          .map((turn) => turn.record.id),
+        ...[...launching].filter(([, id]) => id === workspaceId).map(([turnId]) => turnId),
+      ],
       cancelAndWait: async (turnId) => {
         const turn = running.get(turnId);
         if (!turn) return;
@@ -126,16 +140,21 @@ export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnMana
         const { workspace } = claimed;
         workspaceLease = { id: workspace.id, uid: workspace.uid, path: workspace.path };
         request.cwd = request.cwd === '.' ? workspace.path : path.join(workspace.path, request.cwd);
+        launching.set(id, workspace.id);
       }
       const output = createOutputChannel();
       // Held from before the launch's first await, so a delete of the session cannot slip in.
       const releaseSession = holdSession(request.sessionId);
-      const launched = await launchTurn(launchEnv, pool, { ...request, turnId: id }, output, workspaceLease).catch(
-        (error: unknown) => {
-          releaseSession();
-          throw error;
-        },
-      );
+      let launched: Awaited<ReturnType<typeof launchTurn>>;
+      try {
+        launched = await launchTurn(launchEnv, pool, { ...request, turnId: id }, output, workspaceLease);
+      } catch (error) {
+        launching.delete(id);
+        releaseSession();
+        throw error;
+      }
+      // Out of `launching` and into `running` in one step: a delete never sees neither.
+      launching.delete(id);
       if (!launched.ok) {
         releaseSession();
         return launched;

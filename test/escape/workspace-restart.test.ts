@@ -73,4 +73,24 @@ t.test('workspaces and leases survive a restart; a crash is finished at boot', a
   const deleted = await after.turns.workspaces!.delete('kept');
   t.ok(deleted.ok, deleted.ok ? '' : deleted.detail);
   t.notOk(fs.existsSync(path.join(leaseDir, 'kept')), 'delete releases the lease');
+
+  // Session deletion's entry point: every workspace bound to the session goes, others stay.
+  for (const id of ['bound-a', 'bound-b']) t.ok((await after.turns.workspaces!.create({ id, sessionId: 'ending' })).ok);
+  t.ok((await after.turns.workspaces!.create({ id: 'unbound' })).ok);
+  const ended = await after.turns.workspaces!.deleteForSession('ending');
+  t.same(ended.ok ? ended.deleted : ended.detail, ['bound-a', 'bound-b']);
+  t.notOk(fs.existsSync(path.join(root, 'bound-a')), 'a bound workspace is gone');
+  t.ok(after.turns.workspaces!.get('unbound'), 'an unbound workspace stays');
+  t.ok((await after.turns.workspaces!.delete('unbound')).ok);
+
+  // A delete while a turn of the workspace is still starting (claimed, not yet running) is
+  // refused: the tree is never removed under a turn that is being launched.
+  t.ok((await after.turns.workspaces!.create({ id: 'starting' })).ok);
+  const starting = after.turns.create({ sessionId: 's', mode: 'ordinary', workspace: 'starting', argv: ['true'] });
+  const early = await after.turns.workspaces!.delete('starting');
+  t.equal(early.ok ? 'deleted' : early.reason, 'workspace_busy', 'a starting turn keeps its workspace');
+  const startedTurn = await starting;
+  t.ok(startedTurn.ok, startedTurn.ok ? '' : startedTurn.detail);
+  if (startedTurn.ok) await after.turns.wait(startedTurn.turn.id);
+  t.ok((await after.turns.workspaces!.delete('starting')).ok, 'deleted once the turn ended');
 });

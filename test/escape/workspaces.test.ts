@@ -110,7 +110,10 @@ for (const separate of [true, false]) {
       separateUid: separate,
       // Outside /tmp: the view replaces /tmp, which would hide a root there whatever it did.
       workspaces: { root: `/var/lib/turnhost-workspaces-test-${separate ? 86 : 87}-${process.pid}` },
-      configure: (config) => (config.turns.preparedWorkers = 0),
+      configure: (config) => {
+        config.turns.preparedWorkers = 0;
+        config.modes.restricted.enabled = true;
+      },
     });
     const server = await serve(harness);
     const api = server.request;
@@ -190,6 +193,31 @@ for (const separate of [true, false]) {
     const plain = await api('POST', '/api/turns', { sessionId: 's', mode: 'ordinary', cwd: root, argv: ['true'] });
     t.equal(plain.status, 400, 'a plain cwd in the workspaces root is refused');
 
+    const unknown = await api('POST', '/api/turns', {
+      sessionId: 's',
+      mode: 'ordinary',
+      workspace: 'nope',
+      argv: ['true'],
+    });
+    t.equal(unknown.status, 400);
+    t.equal(unknown.json.field, 'workspace', 'an unknown workspace names the field');
+
+    // The byte cap: a workspace above it takes no host write and starts no turn.
+    const cap = harness.config.workspaces.maxBytes;
+    harness.config.workspaces.maxBytes = 1024;
+    const full = await api('PUT', '/api/workspaces/repo/files?path=more.txt', undefined, Buffer.from('more\n'));
+    t.equal(full.status, 409);
+    t.equal(full.json.code, 'workspace_full');
+    const overCap = await api('POST', '/api/turns', {
+      sessionId: 's',
+      mode: 'ordinary',
+      workspace: 'repo',
+      argv: ['true'],
+    });
+    t.equal(overCap.status, 503, overCap.text);
+    t.match(overCap.json.requirement, /workspaces\.maxBytes/, 'the refusal names the requirement');
+    harness.config.workspaces.maxBytes = cap;
+
     // A link out of the workspace is not followed by the host read.
     fs.symlinkSync('/etc/hostname', path.join(root, 'repo', 'link'));
     t.equal((await api('GET', '/api/workspaces/repo/files?path=link')).status, 409, 'a link is refused');
@@ -225,6 +253,17 @@ for (const separate of [true, false]) {
       ],
     });
     t.equal(beta.result.status, 'ok', beta.output);
+    // The strict profile: the root shows the turn's own workspace (read-only) and nothing else.
+    const strict = await runTurn(api, harness, {
+      sessionId: 'session-b',
+      mode: 'restricted',
+      workspace: 'beta',
+      argv: ['/bin/sh', '-c', `ls -A ${root}; cat ${root}/alpha/secret; echo x > mine || echo READ-ONLY`],
+    });
+    t.equal(strict.result.status, 'ok', strict.output);
+    t.match(strict.output, /^beta\n/, 'the strict root shows only its own workspace');
+    t.notMatch(strict.output, /alpha-secret|repo/, strict.output);
+    t.match(strict.output, /READ-ONLY/, 'the strict workspace is read-only');
     t.notMatch(beta.output, /READ-ALPHA|WROTE-ALPHA|LISTED-ROOT|SAW-REPO|alpha-secret|tmp-secret/, beta.output);
     t.notOk(fs.existsSync(path.join(root, 'alpha', 'planted')), 'nothing planted in alpha');
 

@@ -168,6 +168,64 @@ await check('turnhost events --json has worker_launch and worker_exit', () => {
   expect(kinds.has('worker_launch') && kinds.has('worker_exit'), 'missing worker events', { kinds: [...kinds] });
 });
 
+const WORKSPACES_ROOT = '/var/lib/turnhost-workspaces';
+
+await check("postinst made the workspaces root: turnhost's, 0711", () => {
+  const stat = fs.statSync(WORKSPACES_ROOT);
+  const uid = Number(sh('id -u turnhost'));
+  expect(stat.isDirectory() && stat.uid === uid && (stat.mode & 0o7777) === 0o711, 'wrong owner or mode', {
+    uid: stat.uid,
+    mode: (stat.mode & 0o7777).toString(8),
+  });
+});
+
+await check('a workspace: two turns of two sessions share its files as its leased uid, then delete removes it', () => {
+  const created = expectSuccess(['turnhost', 'workspace', 'create', 'vm-project', '--session', 'vm-one', '--json']);
+  const workspace = JSON.parse(created.stdout).workspace;
+  expect(
+    range !== null && workspace.uid >= range.first && workspace.uid < range.first + range.count,
+    `workspace uid ${workspace.uid} outside the range`,
+    { range },
+  );
+  const first = expectSuccess([
+    'turnhost',
+    'run',
+    '--workspace',
+    'vm-project',
+    '--session',
+    'vm-one',
+    '--',
+    '/bin/sh',
+    '-c',
+    'mkdir -p src && echo first > src/notes && id -u',
+  ]);
+  expect(Number(first.stdout.trim()) === workspace.uid, `the first turn ran as uid ${first.stdout.trim()}`);
+  const second = expectSuccess([
+    'turnhost',
+    'run',
+    '--workspace',
+    'vm-project',
+    '--cwd',
+    'src',
+    '--session',
+    'vm-two',
+    '--',
+    '/bin/sh',
+    '-c',
+    'echo second >> notes && cat notes',
+  ]);
+  expect(second.stdout === 'first\nsecond\n', "the second turn did not change the first one's file", {
+    stdout: second.stdout,
+  });
+  const shown = JSON.parse(expectSuccess(['turnhost', 'workspace', 'show', 'vm-project', '--json']).stdout);
+  expect(shown.workspace.files >= 1 && shown.workspace.bytes > 0, 'show does not count the files', { shown });
+  const deleted = expectSuccess(['turnhost', 'workspace', 'delete', 'vm-project', '--json']);
+  expect(JSON.parse(deleted.stdout).filesRemoved >= 1, 'delete removed nothing', { stdout: deleted.stdout });
+  expect(!fs.existsSync(`${WORKSPACES_ROOT}/vm-project`), 'the workspace directory is still there');
+  expect(!fs.existsSync('/var/lib/turnhost-uid-leases/vm-project'), 'the lease record is still there');
+  expect(run(['turnhost', 'workspace', 'show', 'vm-project']).code === 3, 'the workspace is still shown');
+});
+
 const nodeLines = (args) =>
   sh(`journalctl -u ${UNIT} --no-pager -o json ${args}`)
     .split('\n')
@@ -255,6 +313,7 @@ await check('dpkg -P turnhost removes data, user, group, ranges and the statover
   expectSuccess(['dpkg', '-P', 'turnhost']);
   expect(!fs.existsSync(DATA_DIR), `${DATA_DIR} still exists`);
   expect(!fs.existsSync('/etc/turnhost'), '/etc/turnhost still exists');
+  expect(!fs.existsSync('/var/lib/turnhost-workspaces'), '/var/lib/turnhost-workspaces still exists');
   expect(!userExists(), 'user turnhost still exists');
   expect(run(['getent', 'group', 'turnhost']).code !== 0, 'group turnhost still exists');
   expect(

@@ -270,3 +270,24 @@ t.test('parseHostPort', async (t) => {
   t.equal(parseHostPort('127.0.0.1'), null);
   t.equal(parseHostPort('[nothex]:1'), null);
 });
+
+t.test('workspaces: off by default in a checkout, packaged root when installed, refusals name the key', async (t) => {
+  t.equal(defaultConfig({ installed: false, cwd }).workspaces.root, null);
+  t.equal(defaultConfig({ installed: true, cwd }).workspaces.root, '/var/lib/turnhost-workspaces');
+  const ok = load({ file: { workspaces: { root: '/srv/workspaces', maxBytes: 1024 } } });
+  t.ok(ok.ok && ok.config.workspaces.root === '/srv/workspaces' && ok.config.workspaces.maxBytes === 1024);
+  t.match(refusal(load({ file: { workspaces: { root: 'relative' } } })), /workspaces\.root: expected/);
+  t.match(
+    refusal(load({ file: { workspaces: { maxBytes: 0 } } })),
+    /workspaces\.maxBytes: expected a positive integer/,
+  );
+  t.match(refusal(load({ file: { workspaces: { root: '/' } } })), /^workspaces\.root: must not be \//);
+  t.match(
+    refusal(load({ file: { dataDir: '/srv/w/data', workspaces: { root: '/srv/w' } } })),
+    /^workspaces\.root: must not contain the data directory/,
+  );
+  t.match(
+    refusal(load({ file: { dataDir: '/srv/data', workspaces: { root: '/srv/data/ws' } } })),
+    /^workspaces\.root: must not lie inside the data directory/,
+  );
+});
