@@ -19,7 +19,7 @@ export const USAGE = `usage: turnhost <command> [options]
   run     [--mode M] [--tty] [--timeout S] [--cwd DIR] [--env K=V]... [--allow HOST]...
           [--limit NAME=VALUE]... [--session S] [--turn-id ID] [--workspace ID] [--json] [--local] -- CMD ARGS...
   workspace create [ID] [--session S] | list [--session S] | show ID | delete ID [--cancel]  [--json]
-  turns   list [--session S] [--state S] [--limit N] [--all] | show ID | cancel ID | attach ID
+  turns   list [--session S] [--workspace W] [--state S] [--limit N] [--all] | show ID | cancel ID | attach ID
   session delete ID                      delete a session's events and turn records
   completion                             print the bash completion script
 
@@ -109,18 +109,19 @@ ${EXIT_CODES_HELP}
 `,
   turns: `usage: turnhost turns <list|show|cancel|attach> [options] [ID]
 
-  list [--session S] [--state S] [--limit N] [--all]   the turns, newest first
+  list [--session S] [--workspace W] [--state S] [--limit N] [--all]   the turns, newest first
   show ID                                             one turn's record
   cancel ID                                           stop a running turn
   attach ID                                           follow a turn's output, as run does
 
 turnhost turns <subcommand> --help shows its options.
 `,
-  'turns list': `usage: turnhost turns list [--session S] [--state S] [--limit N] [--all] [--json] [client options]
+  'turns list': `usage: turnhost turns list [--session S] [--workspace W] [--state S] [--limit N] [--all] [--json] [client options]
 
 Lists turn records, newest first, one per line: id, session, state, result, created.
 
   --session S   only this session's turns
+  --workspace W only the turns that ran in workspace W
   --state S     only turns in this state: starting, running or finished
   --limit N     at most N turns per page (1-1000, default 100)
   --all         every page, not only the first

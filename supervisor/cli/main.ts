@@ -67,6 +67,7 @@ const SUBCOMMAND_OPTIONS: Record<string, Record<string, Options>> = {
     list: {
       ...CLIENT_OPTIONS,
       session: { type: 'string' },
+      workspace: { type: 'string' },
       state: { type: 'string' },
       limit: { type: 'string' },
       all: { type: 'boolean' },
@@ -323,7 +324,12 @@ async function subcommand(command: string, rest: string[], env: NodeJS.ProcessEn
     if (positionals.length > 0) throw usage(`${name}: unexpected argument '${positionals[0]}'`, name);
     return listTurns(
       connect(values, env),
-      { session: str(values, 'session'), state: str(values, 'state'), limit: str(values, 'limit') },
+      {
+        session: str(values, 'session'),
+        workspace: str(values, 'workspace'),
+        state: str(values, 'state'),
+        limit: str(values, 'limit'),
+      },
       { all: values['all'] === true, json },
       print,
     );

@@ -13,6 +13,7 @@ const turnPath = (id: string): string => `/api/turns/${encodeURIComponent(id)}`;
 
 export interface TurnListQuery {
   session?: string;
+  workspace?: string;
   state?: string;
   limit?: string;
   after?: string;
@@ -58,6 +59,7 @@ export function formatTurn(turn: TurnRecord): string {
   const rows: Array<[string, string]> = [
     ['id', turn.id],
     ['session', turn.sessionId],
+    ['workspace', turn.workspaceId ?? '-'],
     ['state', turn.state],
     ['mode', `${turn.mode} (${turn.profile})`],
     ['identity', `${turn.identity}${turn.workerUid === null ? '' : `, uid ${turn.workerUid}`}`],

@@ -75,6 +75,9 @@ export const MIGRATIONS: readonly Migration[] = [
       );
       CREATE INDEX workspaces_session_id ON workspaces (session_id);
       ALTER TABLE turns ADD COLUMN workspace_id TEXT;
+      CREATE INDEX turns_workspace_id ON turns (workspace_id);
+      -- The session retention groups bound events by session; this serves it without the rows.
+      CREATE INDEX events_session_id_at ON events (session_id, at);
     `,
   },
 ];

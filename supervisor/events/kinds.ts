@@ -129,6 +129,12 @@ export const EVENT_KINDS: EventKindRegistry = new Map<string, EventKind>([
   // Unbound: the session's own events are gone with it, this receipt stays (counts only).
   [
     'session_deleted',
-    defineKind(1, { sessionId: string, events: count, turns: count, trigger: oneOf('api', 'retention') }),
+    defineKind(1, {
+      sessionId: string,
+      events: count,
+      turns: count,
+      workspaces: count,
+      trigger: oneOf('api', 'retention'),
+    }),
   ],
 ]);

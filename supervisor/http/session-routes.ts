@@ -1,7 +1,8 @@
 /**
  * Session routes: `DELETE /api/sessions/:id` deletes the session's events and turn records
- * (supervisor/turns/sessions.ts). 200 with the counts; 404 unknown session; 409 `session_busy`
- * while a turn of it runs (nothing is deleted); 503 `store_unavailable`.
+ * (supervisor/turns/sessions.ts), after the workspaces bound to it. 200 with the counts; 404
+ * unknown session; 409 `session_busy` while a turn of it or on one of its workspaces runs (nothing
+ * is deleted); 503 `store_unavailable` or `workspaces_unavailable`.
  */
 import type { Router } from 'express';
 import type { TurnManager } from '../turns/types.js';
@@ -13,10 +14,10 @@ export function registerSessionRoutes(router: Router, turns: TurnManager): void 
   route(router, '/api/sessions/:id', {
     delete: [
       refuseBody,
-      (req, res) => {
+      async (req, res) => {
         const id = String(req.params['id']);
         if (!SESSION_ID_PATTERN.test(id)) return sendError(res, 404, 'not_found', 'no session (malformed id)');
-        const deleted = turns.deleteSession(id);
+        const deleted = await turns.deleteSession(id);
         if (deleted.ok) return void res.json({ deleted: deleted.deleted });
         switch (deleted.reason) {
           case 'not_found':
@@ -25,6 +26,8 @@ export function registerSessionRoutes(router: Router, turns: TurnManager): void 
             return sendError(res, 409, 'session_busy', deleted.detail);
           case 'store_unavailable':
             return sendError(res, 503, 'store_unavailable', deleted.detail);
+          case 'workspaces_unavailable':
+            return sendError(res, 503, 'workspaces_unavailable', deleted.detail);
         }
       },
     ],

@@ -1,13 +1,14 @@
 /**
- * Query parameters of `GET /api/turns`: `session`, `state`, `after` (a previous page's
+ * Query parameters of `GET /api/turns`: `session`, `workspace`, `state`, `after` (a previous page's
  * `nextAfter`), `limit`. Unknown and repeated parameters are refused, and every refusal names
  * the parameter, as for the event pages (event-query.ts).
  */
 import { MAX_TURN_PAGE, TURN_CURSOR_PATTERN, TURN_STATES } from '../turns/store.js';
 import type { TurnPageQuery, TurnRecord } from '../turns/types.js';
 import type { QueryFailure } from './event-query.js';
+import { WORKSPACE_ID_PATTERN } from '../workspaces/service.js';
 
-const KNOWN = new Set(['session', 'state', 'after', 'limit']);
+const KNOWN = new Set(['session', 'workspace', 'state', 'after', 'limit']);
 
 function refuse(field: string, detail: string): QueryFailure {
   return { ok: false, reason: 'invalid_request', detail: `${field}: ${detail}`, field };
@@ -24,6 +25,11 @@ export function parseTurnQuery(params: URLSearchParams): { ok: true; query: Turn
     if (session.length === 0 || session.length > 128 || /[\x00-\x1f\x7f]/.test(session))
       return refuse('session', 'expected 1-128 printable characters');
     query.sessionId = session;
+  }
+  const workspace = params.get('workspace');
+  if (workspace !== null) {
+    if (!WORKSPACE_ID_PATTERN.test(workspace)) return refuse('workspace', 'expected 1-64 of A-Z a-z 0-9 _ -');
+    query.workspaceId = workspace;
   }
   const state = params.get('state');
   if (state !== null) {

@@ -43,7 +43,7 @@ export function registerTurnRoutes(router: Router, turns: TurnManager): void {
     ],
     get: (req, res) => {
       const parsed = parseTurnQuery(new URL(req.originalUrl, 'http://localhost').searchParams);
-      if (!parsed.ok) return sendError(res, 400, 'invalid_request', parsed.detail);
+      if (!parsed.ok) return sendError(res, 400, 'invalid_request', parsed.detail, { field: parsed.field });
       const page = turns.page(parsed.query);
       if (!page.ok) return sendError(res, 503, 'store_unavailable', page.detail);
       res.json({ turns: page.turns, nextAfter: page.nextAfter });

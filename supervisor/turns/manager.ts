@@ -185,14 +185,33 @@ export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnMana
       }
     },
 
-    deleteSession(sessionId) {
-      const deleted = deleteSession(sessionDeps, sessionId, { trigger: 'api' });
+    async deleteSession(sessionId) {
+      if (activeInSession.has(sessionId)) return fail('session_busy', `a turn of session ${sessionId} is running`);
+      // The session's workspaces go first: a turn of another session may run on one, and then
+      // nothing is deleted; their receipts are the session's events and go with it.
+      const removed = await workspaces.deleteForSession(sessionId);
+      if (!removed.ok)
+        return removed.reason === 'workspace_busy'
+          ? fail('session_busy', `session ${sessionId}: ${removed.detail}`)
+          : fail('workspaces_unavailable', `session ${sessionId}: ${removed.detail}`);
+      const deleted = deleteSession(sessionDeps, sessionId, {
+        trigger: 'api',
+        workspacesDeleted: removed.deleted.length,
+      });
       if (deleted.ok) forgetSession(sessionId);
       return deleted;
     },
 
     pruneSessions(now = new Date()) {
-      const pruned = pruneSessions(sessionDeps, { now, retentionDays: deps.config.events.sessionRetentionDays });
+      const pruned = pruneSessions(sessionDeps, {
+        now,
+        retentionDays: deps.config.events.sessionRetentionDays,
+        // A workspace keeps its session: retention never deletes a tree someone may still use.
+        beforeDelete: (sessionId) =>
+          workspaces.list({ sessionId }).length > 0
+            ? fail('session_has_workspaces', `session ${sessionId} has workspaces; delete them or the session`)
+            : ok({}),
+      });
       if (pruned.ok) for (const { sessionId } of pruned.deleted) forgetSession(sessionId);
       return pruned;
     },

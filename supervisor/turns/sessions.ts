@@ -15,6 +15,8 @@ export interface SessionDeletion {
   events: number;
   /** Turn records deleted. */
   turns: number;
+  /** Workspaces bound to the session, deleted before its records (each with its own receipt). */
+  workspaces: number;
 }
 
 export type SessionDeleteTrigger = 'api' | 'retention';
@@ -80,7 +82,7 @@ function prepared(db: Database.Database): SessionStatements {
 export function deleteSession<R extends string = never>(
   deps: SessionDeps,
   sessionId: string,
-  options: { trigger: SessionDeleteTrigger; beforeDelete?: BeforeSessionDelete<R> },
+  options: { trigger: SessionDeleteTrigger; beforeDelete?: BeforeSessionDelete<R>; workspacesDeleted?: number },
 ): Result<{ deleted: SessionDeletion }, SessionDeleteFailure | R> {
   if (deps.isBusy(sessionId)) return fail('session_busy', `a turn of session ${sessionId} is running`);
   let statementsOf: SessionStatements;
@@ -105,6 +107,7 @@ export function deleteSession<R extends string = never>(
         sessionId,
         events: statementsOf.deleteEvents.run(sessionId).changes,
         turns: statementsOf.deleteTurns.run(sessionId).changes,
+        workspaces: options.workspacesDeleted ?? 0,
       }))
       .immediate();
   } catch (error) {

@@ -16,6 +16,7 @@ export const MAX_TURN_PAGE = 1000;
 const TURN_FILTER_COLUMNS: ReadonlyArray<{ key: keyof TurnFilter; column: string }> = [
   { key: 'sessionId', column: 'session_id' },
   { key: 'state', column: 'state' },
+  { key: 'workspaceId', column: 'workspace_id' },
 ];
 
 /** A cursor as the store writes it; anything else is refused before it reaches SQL. */

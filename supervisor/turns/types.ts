@@ -50,6 +50,7 @@ export interface TurnRequest {
 export interface TurnFilter {
   sessionId?: string;
   state?: TurnRecord['state'];
+  workspaceId?: string;
 }
 
 /**
@@ -163,10 +164,13 @@ export interface TurnManager {
   page(query: TurnPageQuery): Result<TurnPage, 'store_unavailable'>;
   cancel(id: string): Result<{ turn: TurnRecord }, 'not_found' | 'not_running'>;
   /**
-   * Deletes a session's events and turn records (supervisor/turns/sessions.ts); refused with
-   * `session_busy` while a turn of it runs or is being launched.
+   * Deletes a session's workspaces, then its events and turn records (supervisor/turns/sessions.ts);
+   * refused with `session_busy` while a turn of it, or a turn on one of its workspaces, runs or is
+   * being launched.
    */
-  deleteSession(sessionId: string): Result<{ deleted: SessionDeletion }, SessionDeleteFailure>;
+  deleteSession(
+    sessionId: string,
+  ): Promise<Result<{ deleted: SessionDeletion }, SessionDeleteFailure | 'workspaces_unavailable'>>;
   /** One retention pass (`events.sessionRetentionDays`, read now) as of `now`: the ended sessions it deleted. */
   pruneSessions(now?: Date): Result<{ deleted: SessionDeletion[] }, 'store_unavailable'>;
   attach(id: string): Result<{ attachment: TurnAttachment }, 'not_found'>;

@@ -76,7 +76,10 @@ export interface WorkspaceService {
   usage(id: string): Promise<Result<WorkspaceUsage, WorkspaceFailure>>;
   /** Refused (workspace_busy) while a turn runs on it, unless `cancel`: then its turns end first. */
   delete(id: string, options?: { cancel?: boolean }): Promise<Result<WorkspaceUsage, WorkspaceFailure>>;
-  /** Deletes every workspace bound to the session, cancelling its turns; answers what was removed. */
+  /**
+   * Deletes every workspace bound to the session; a turn on one (of any session) refuses it
+   * (`workspace_busy`) before any is removed, and the first failure stops. Answers what was removed.
+   */
   deleteForSession(sessionId: string): Promise<Result<{ deleted: string[] }, WorkspaceFailure>>;
   /** A turn starts on the workspace: its record, if it is ready. */
   claimForTurn(id: string): Result<{ workspace: WorkspaceRecord }, WorkspaceFailure>;
@@ -280,8 +283,11 @@ export function createWorkspaceService(deps: WorkspaceServiceDeps): WorkspaceSer
 
     async deleteForSession(sessionId) {
       const deleted: string[] = [];
-      for (const record of store.list({ sessionId })) {
-        const removed = await service.delete(record.id, { cancel: true });
+      const bound = store.list({ sessionId });
+      const inUse = bound.find((record) => deps.turns.running(record.id).length > 0);
+      if (inUse) return fail('workspace_busy', `a turn runs on workspace ${inUse.id}`);
+      for (const record of bound) {
+        const removed = await service.delete(record.id);
         if (!removed.ok && removed.reason !== 'workspace_not_found') return removed;
         deleted.push(record.id);
       }

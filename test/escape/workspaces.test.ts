@@ -164,6 +164,28 @@ for (const separate of [true, false]) {
       argv: ['/bin/sh', '-c', 'echo agent >> host.txt && cat host.txt'],
     });
     t.equal(third.output, 'from host\nagent\n', 'a turn changes what the host wrote');
+    const piped = await runTurn(api, harness, {
+      sessionId: 'session-two',
+      workspace: 'repo',
+      stdin: 'a\nb\nc\n',
+      argv: ['wc', '-l'],
+    });
+    t.equal(piped.result.status, 'ok', 'the piped turn ends with its input (no timeout)');
+    t.equal(piped.output.trim(), '3', 'the turn counted the lines it was given');
+    const inRepo = await api('GET', '/api/turns?workspace=repo&limit=2');
+    t.equal(inRepo.status, 200, inRepo.text);
+    t.same(
+      inRepo.json.turns.map((turn: { id: string }) => turn.id),
+      [piped.id, third.id],
+      'the listing by workspace pages newest first',
+    );
+    const rest = await api('GET', `/api/turns?workspace=repo&after=${inRepo.json.nextAfter}`);
+    t.same(
+      rest.json.turns.map((turn: { id: string }) => turn.id),
+      [second.id, first.id],
+    );
+    t.equal(rest.json.nextAfter, null);
+    t.equal((await api('GET', '/api/turns?workspace=../x')).json.field, 'workspace');
 
     const shown = await api('GET', '/api/workspaces/repo');
     t.equal(shown.status, 200);
@@ -291,5 +313,40 @@ for (const separate of [true, false]) {
       t.same(processesOf(uid), [], 'no process of the released uid');
     }
     t.equal((await api('DELETE', '/api/workspaces/beta')).status, 200);
+
+    // A session's delete takes its workspaces; a turn of another session on one refuses it.
+    t.equal((await api('POST', '/api/workspaces', { id: 'bound', sessionId: 'session-three' })).status, 201);
+    const own = await runTurn(api, harness, { sessionId: 'session-three', workspace: 'bound', argv: ['true'] });
+    t.equal(own.result.status, 'ok');
+    const visitor = await api('POST', '/api/turns', {
+      sessionId: 'session-four',
+      mode: 'ordinary',
+      workspace: 'bound',
+      argv: ['sleep', '600'],
+    });
+    t.equal(visitor.status, 201, visitor.text);
+    const refused = await api('DELETE', '/api/sessions/session-three');
+    t.equal(refused.status, 409, refused.text);
+    t.equal(refused.json.code, 'session_busy');
+    t.ok(fs.existsSync(path.join(root, 'bound')), 'a refused session delete removes nothing');
+    t.equal((await api('POST', `/api/turns/${visitor.json.turn.id as string}/cancel`)).status, 200);
+    await harness.turns.wait(visitor.json.turn.id as string);
+    const sessionGone = await api('DELETE', '/api/sessions/session-three');
+    t.equal(sessionGone.status, 200, sessionGone.text);
+    t.match(sessionGone.json.deleted, { sessionId: 'session-three', turns: 1, workspaces: 1 });
+    t.ok(sessionGone.json.deleted.events > 0, 'its events are deleted');
+    t.notOk(fs.existsSync(path.join(root, 'bound')), 'its workspace is gone');
+    t.same((await api('GET', '/api/turns?session=session-three')).json.turns, [], 'its turns are gone');
+    const left = harness.events.query({ session: 'session-three' });
+    t.same(left.ok ? left.events : left, [], 'its events are gone');
+    const receipt = harness.events.query({ kind: 'session_deleted' });
+    t.ok(receipt.ok);
+    if (receipt.ok)
+      t.match(receipt.events.at(-1), {
+        sessionId: null,
+        payload: { sessionId: 'session-three', turns: 1, workspaces: 1, trigger: 'api' },
+      });
+    const visitorId = visitor.json.turn.id as string;
+    t.equal((await api('GET', `/api/turns/${visitorId}`)).status, 200, 'the other session keeps its turn');
   });
 }

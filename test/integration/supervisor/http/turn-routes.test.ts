@@ -82,7 +82,7 @@ function fakeTurns(): {
         turns: [...records.values()].filter((r) => query.sessionId === undefined || r.sessionId === query.sessionId),
         nextAfter: null,
       }),
-    deleteSession: (sessionId) => fail('not_found', `no session ${sessionId}`),
+    deleteSession: async (sessionId) => fail('not_found', `no session ${sessionId}`),
     pruneSessions: () => ok({ deleted: [] }),
     cancel(id) {
       const record = records.get(id);

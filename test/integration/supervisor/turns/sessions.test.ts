@@ -3,7 +3,8 @@
  * events and turn records and leaves an unbound `session_deleted` receipt; it is refused with
  * 409 while a turn of the session runs (nothing deleted) and 404 for an unknown session.
  * Retention (the function the daemon runs hourly, driven here with its clock) deletes an ended
- * session idle past `events.sessionRetentionDays` and keeps a recent one and a running one.
+ * session idle past `events.sessionRetentionDays` and keeps a recent one, a running one and one
+ * with a workspace bound to it.
  * A database that cannot be used answers store_unavailable.
  */
 import fs from 'node:fs';
@@ -46,7 +47,7 @@ t.test('DELETE /api/sessions/:id on a served supervisor', async (t) => {
 
   const deleted = await api.request('DELETE', '/api/sessions/doomed');
   t.equal(deleted.status, 200, JSON.stringify(deleted.body));
-  t.same(deleted.body, { deleted: { sessionId: 'doomed', events: before, turns: 2 } });
+  t.same(deleted.body, { deleted: { sessionId: 'doomed', events: before, turns: 2, workspaces: 0 } });
   t.same((await events('session=doomed')).events, [], 'its events are gone');
   t.same(((await api.request('GET', '/api/turns?session=doomed')).body as TurnPage).turns, [], 'its turns too');
   t.equal(((await api.request('GET', '/api/turns?session=kept')).body as TurnPage).turns.length, 1, 'others stay');
@@ -55,7 +56,7 @@ t.test('DELETE /api/sessions/:id on a served supervisor', async (t) => {
   t.match(receipt[0], {
     sessionId: null,
     turnId: null,
-    payload: { sessionId: 'doomed', events: before, turns: 2, trigger: 'api' },
+    payload: { sessionId: 'doomed', events: before, turns: 2, workspaces: 0, trigger: 'api' },
   });
 
   t.match(await api.request('DELETE', '/api/sessions/doomed'), { status: 404, body: { code: 'not_found' } });
@@ -74,15 +75,18 @@ t.test('DELETE /api/sessions/:id on a served supervisor', async (t) => {
   t.equal((await api.request('DELETE', '/api/sessions/busy')).status, 200, 'deletable once ended');
 });
 
-t.test('retention deletes an old ended session and keeps a recent and a running one', async (t) => {
+t.test('retention deletes an old ended session and keeps a recent, a running and a workspace one', async (t) => {
   const harness = await createTurnHarness({
     slot: 91,
+    workspaces: {},
     configure: (config) => (config.events.sessionRetentionDays = 5),
   });
   t.teardown(() => harness.close());
   const day = 86_400_000;
   await runTurn(harness, { argv: ['/bin/true'], sessionId: 'old' });
   await runTurn(harness, { argv: ['/bin/true'], sessionId: 'recent' });
+  const bound = await harness.turns.workspaces!.create({ id: 'kept-ws', sessionId: 'kept' });
+  t.ok(bound.ok, bound.ok ? '' : bound.detail);
   // Activity three days from now: at six days from now it is three days old, within retention.
   harness.events.append({
     sessionId: 'recent',
@@ -116,8 +120,16 @@ t.test('retention deletes an old ended session and keeps a recent and a running 
   t.equal(count('old'), 0);
   t.ok(count('recent') > 0, 'the recent session stays');
   t.ok(count('running') > 0, 'the running session stays');
+  t.ok(count('kept') > 0, 'a session with a workspace stays');
+  t.ok(harness.turns.workspaces!.get('kept-ws'), 'and so does its workspace');
+  t.ok((await harness.turns.workspaces!.delete('kept-ws')).ok);
+  const unbound = harness.turns.pruneSessions(new Date(Date.now() + 6 * day));
+  t.same(unbound.ok && unbound.deleted.map((d) => d.sessionId), ['kept'], 'without its workspace it goes');
   const receipts = harness.events.query({ kind: 'session_deleted' });
-  t.match(receipts.ok && receipts.events, [{ sessionId: null, payload: { sessionId: 'old', trigger: 'retention' } }]);
+  t.match(receipts.ok && receipts.events, [
+    { sessionId: null, payload: { sessionId: 'old', trigger: 'retention' } },
+    { sessionId: null, payload: { sessionId: 'kept', trigger: 'retention' } },
+  ]);
 
   harness.config.events.sessionRetentionDays = 0;
   const off = harness.turns.pruneSessions(new Date(Date.now() + 600 * day));

@@ -31,7 +31,9 @@ const valid: Record<string, Record<string, unknown>> = {
   host_write_refused: { path: '/w/a', reason: 'symlink' },
   turn_temp_purge: { bytes: 2, inodes: 1, outcome: 'purged' },
   scratch_overage: { bytes: 10, pinnedFiles: 1, pinnedBytes: 2, overageBytes: 3 },
-  session_deleted: { sessionId: 's1', events: 4, turns: 2, trigger: 'retention' },
+  session_deleted: { sessionId: 's1', events: 4, turns: 2, workspaces: 1, trigger: 'retention' },
+  workspace_created: { workspaceId: 'ws', uid: 3100000, identity: 'separate_uid' },
+  workspace_deleted: { workspaceId: 'ws', bytesRemoved: 4096, filesRemoved: 1 },
 };
 
 // A kind's version moves only when a field's meaning changes; every bump is listed here on purpose.
