@@ -18,6 +18,7 @@ export type ErrorCode =
   | 'capacity_exhausted'
   | 'worker_host_unsupported'
   | 'store_unavailable'
+  | 'not_ready'
   | 'upgrade_required'
   | 'internal_error'
   // Host writes (supervisor/http/host-write-route.ts): the fs guard's refusal names.

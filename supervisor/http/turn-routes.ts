@@ -20,7 +20,10 @@ export function registerTurnRoutes(router: Router, turns: TurnManager): void {
         if (!req.is('application/json'))
           return sendError(res, 400, 'invalid_request', 'body: expected an application/json object');
         const created = await turns.create(req.body);
-        if (created.ok) return void res.status(201).json({ turn: created.turn });
+        if (created.ok) {
+          res.setHeader('Location', `/api/turns/${encodeURIComponent(created.turn.id)}`);
+          return void res.status(201).json({ turn: created.turn });
+        }
         switch (created.reason) {
           case 'invalid_request':
             return sendError(

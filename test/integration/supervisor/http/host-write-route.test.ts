@@ -57,7 +57,7 @@ function put(
   query: string,
   body: Buffer | string,
   options: { chunked?: boolean } = {},
-): Promise<{ status: number; json: any }> {
+): Promise<{ status: number; json: any; headers: http.IncomingHttpHeaders }> {
   const data = Buffer.from(body);
   const length = options.chunked ? { 'transfer-encoding': 'chunked' } : { 'content-length': data.length };
   return new Promise((resolve, reject) => {
@@ -73,7 +73,11 @@ function put(
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
         res.on('end', () =>
-          resolve({ status: res.statusCode ?? 0, json: JSON.parse(Buffer.concat(chunks).toString() || 'null') }),
+          resolve({
+            status: res.statusCode ?? 0,
+            json: JSON.parse(Buffer.concat(chunks).toString() || 'null'),
+            headers: res.headers,
+          }),
         );
       },
     );
@@ -133,6 +137,7 @@ t.test('host writes into a running turn', async (t) => {
 
   const created = await put(id, 'path=sub/a.txt&mode=create', 'first');
   t.equal(created.status, 201);
+  t.equal(created.headers['location'], `/api/turns/${id}/files?path=sub%2Fa.txt&mode=replace&root=workspace`);
   t.same(created.json, { bytes: 5, sha256: sha('first'), replaced: false });
   t.equal(fs.readFileSync(path.join(harness.workspace, 'sub/a.txt'), 'utf8'), 'first');
 

@@ -131,6 +131,7 @@ t.test('create, read, list, cancel and their errors', async (t) => {
 
   const created = await s.request('POST', '/api/turns', { body: body({ turnId: 'one' }), headers: json });
   t.equal(created.status, 201);
+  t.equal(created.headers['location'], '/api/turns/one', 'a 201 names where the turn is read');
   t.match(created.json.turn, { id: 'one', sessionId: 's1', state: 'running', mode: 'ordinary' });
 
   const invalid: Array<[Record<string, unknown>, string]> = [
