@@ -22,6 +22,7 @@ import { registerMetricsRoute } from './metrics-route.js';
 import { registerStatusPage } from './status-page.js';
 import type { UiSessions } from './ui-session.js';
 import { requestIds, requestLogger } from './request-id.js';
+import { renderOpenApi } from '../../api/openapi.js';
 
 export interface SoftwareIdentity {
   release: string;
@@ -151,6 +152,14 @@ export function createApp(deps: AppDeps): Express {
   app.use(bodyCap);
 
   const api = express.Router();
+  let openApi: string | undefined;
+  route(api, '/api/openapi.json', {
+    get: (_req, res) => {
+      // docs/openapi.json is this text for the package's own version.
+      openApi ??= renderOpenApi(deps.software.release);
+      res.type('application/json').send(openApi);
+    },
+  });
   route(api, '/api/status', {
     get: (_req, res) => {
       res.json({

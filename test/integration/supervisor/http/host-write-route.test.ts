@@ -13,6 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { createMemoryLogger } from '../../../../core/log.js';
 import { createApp } from '../../../../supervisor/http/app.js';
+import { assertContract } from '../../../support/api-contract.js';
 import { createTurnHarness, runTurn, type TurnHarness } from '../../../support/turn-harness.js';
 import { until } from '../../../support/until.js';
 
@@ -72,13 +73,15 @@ function put(
       (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () =>
-          resolve({
-            status: res.statusCode ?? 0,
-            json: JSON.parse(Buffer.concat(chunks).toString() || 'null'),
-            headers: res.headers,
-          }),
-        );
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString();
+          try {
+            assertContract('PUT', `/api/turns/${id}/files?${query}`, res.statusCode ?? 0, res.headers, text);
+          } catch (error) {
+            return reject(error instanceof Error ? error : new Error(String(error)));
+          }
+          resolve({ status: res.statusCode ?? 0, json: JSON.parse(text || 'null'), headers: res.headers });
+        });
       },
     );
     // A refused upload may be cut off mid-body (EPIPE): the answer already arrived or will.

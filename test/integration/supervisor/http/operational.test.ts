@@ -1,4 +1,5 @@
 import t from 'tap';
+import { renderOpenApi } from '../../../../api/openapi.js';
 import { fakeStatus, startTestServer } from './fixtures/server.js';
 
 const logLines = (lines: string[]): Record<string, unknown>[] => lines.map((l) => JSON.parse(l));
@@ -101,4 +102,16 @@ t.test('no CORS: no Access-Control-* header on any answer; preflights get 405 or
       [],
       'no Access-Control-* headers',
     );
+});
+
+t.test('GET /api/openapi.json serves the generated document, with the token', async (t) => {
+  const s = await startTestServer();
+  t.teardown(() => s.close());
+  const res = await s.request('GET', '/api/openapi.json');
+  t.equal(res.status, 200);
+  t.match(res.headers['content-type'], /^application\/json/);
+  t.equal(res.json.openapi, '3.1.0');
+  t.equal(res.json.info.version, '0.1.0', 'the served release');
+  t.same(res.json, JSON.parse(renderOpenApi('0.1.0')));
+  t.equal((await s.request('GET', '/api/openapi.json', { token: null })).status, 401);
 });
