@@ -336,7 +336,11 @@ export function createClient(options: ClientOptions): TurnhostClient {
 
   async function attach(id: string): Promise<Attachment> {
     const ws = await openSocket(turnPath(id, '/attach'));
-    const output = channel<OutputChunk>(() => ws.resume());
+    // The socket is read while neither the caller paused nor unread output is above the mark.
+    let callerPaused = false;
+    const output = channel<OutputChunk>(() => {
+      if (!callerPaused) ws.resume();
+    });
     const errorListeners: Array<(e: { code: string; error: string }) => void> = [];
     let settle: (result: TurnResult | null) => void = () => undefined;
     const result = new Promise<TurnResult | null>((resolve) => (settle = resolve));
@@ -363,8 +367,14 @@ export function createClient(options: ClientOptions): TurnhostClient {
       resize: (cols, rows) => send({ type: 'resize', cols, rows }),
       signal: (signal) => send({ type: 'signal', signal }),
       onError: (listener) => void errorListeners.push(listener),
-      pause: () => ws.pause(),
-      resume: () => ws.resume(),
+      pause: () => {
+        callerPaused = true;
+        ws.pause();
+      },
+      resume: () => {
+        callerPaused = false;
+        if (output.size() <= HIGH_WATER_MESSAGES) ws.resume();
+      },
       close: () => ws.close(1000),
     };
   }
