@@ -4,6 +4,9 @@
  *   cgroup/, worker/ import core/ only
  *   proxy/           imports core/ only
  *   supervisor/      may import every layer; nothing imports it but bench/ and test/
+ *   api/             the HTTP contract (schemas, routes); imports nothing of ours
+ *   client/          the typed API client; imports api/ only, so it loads no daemon module
+ *   examples/        import client/ and api/ only, as an integrator would
  * and no import cycle anywhere. Type-only imports count: a type is a dependency too.
  */
 module.exports = {
@@ -31,10 +34,24 @@ module.exports = {
       to: { path: '^(cgroup|worker|proxy|supervisor|bench|test)/', pathNot: '^$1/' },
     },
     {
+      name: 'api-imports-nothing-of-ours',
+      severity: 'error',
+      comment: 'api/ is the contract the daemon, the client and integrators share; it depends on no layer.',
+      from: { path: '^api/' },
+      to: { path: '^(core|cgroup|proxy|worker|supervisor|client|examples|bench|test)/' },
+    },
+    {
+      name: 'client-imports-api-only',
+      severity: 'error',
+      comment: 'Importing the client must load no daemon module and no native addon.',
+      from: { path: '^(client|examples)/' },
+      to: { path: '^(core|cgroup|proxy|worker|supervisor|bench|test)/' },
+    },
+    {
       name: 'nothing-imports-tests-or-benches',
       severity: 'error',
-      from: { path: '^(core|cgroup|proxy|worker|supervisor)/' },
-      to: { path: '^(bench|test)/' },
+      from: { path: '^(api|client|core|cgroup|proxy|worker|supervisor)/' },
+      to: { path: '^(bench|test|examples)/' },
     },
   ],
   options: {

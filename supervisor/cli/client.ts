@@ -1,16 +1,15 @@
 /**
  * How client commands reach the supervisor: `--server URL` (http://host:port or unix:/path),
  * else the configured listener (socket first); the token from TURNHOST_API_TOKEN or `apiToken`,
- * else `<dataDir>/api-token`.
+ * else `<dataDir>/api-token`. The requests themselves are the typed client's (client/); this
+ * module only finds the server and maps refusals to exit codes.
  */
-import http from 'node:http';
-import WebSocket from 'ws';
+import { createClient, TurnhostApiError, type ServerTarget, type TurnhostClient } from '../../client/index.js';
 import { loadConfig, parseHostPort, type ConfigOverrides } from '../config/load.js';
 import { readTokenFile } from '../http/token.js';
-import { rawText } from '../http/websocket.js';
 import { CliExit, EXIT } from './exit-codes.js';
 
-export type ServerTarget = { kind: 'tcp'; host: string; port: number } | { kind: 'unix'; path: string };
+export type { ServerTarget } from '../../client/index.js';
 
 export interface Connection {
   target: ServerTarget;
@@ -73,9 +72,9 @@ export function resolveConnection(options: {
   throw new CliExit(EXIT.unavailable, `turnhost: cannot use the API token: ${read.detail}`);
 }
 
-export interface ApiResponse {
-  status: number;
-  body: unknown;
+/** The typed API client for a resolved connection. */
+export function clientFor(connection: Connection): TurnhostClient {
+  return createClient({ target: connection.target, token: connection.token });
 }
 
 function notRunning(connection: Connection, code: string | undefined): CliExit {
@@ -87,140 +86,32 @@ function notRunning(connection: Connection, code: string | undefined): CliExit {
 
 const CONNECTION_ERRORS = new Set(['ECONNREFUSED', 'ENOENT', 'ECONNRESET', 'EHOSTUNREACH', 'ENOTSOCK', 'EACCES']);
 
-export function apiRequest(connection: Connection, method: string, path: string, body?: unknown): Promise<ApiResponse> {
-  const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
-  const where =
-    connection.target.kind === 'tcp'
-      ? { host: connection.target.host, port: connection.target.port }
-      : { socketPath: connection.target.path };
-  return new Promise((resolve, reject) => {
-    const req = http.request(
-      {
-        ...where,
-        method,
-        path,
-        headers: {
-          authorization: `Bearer ${connection.token}`,
-          ...(payload ? { 'content-type': 'application/json', 'content-length': String(payload.length) } : {}),
-        },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (chunk: Buffer) => chunks.push(chunk));
-        res.on('end', () => {
-          const text = Buffer.concat(chunks).toString('utf8');
-          let parsed: unknown = text;
-          try {
-            parsed = JSON.parse(text);
-          } catch {
-            // Non-JSON answers are passed on as text.
-          }
-          resolve({ status: res.statusCode ?? 0, body: parsed });
-        });
-      },
-    );
-    req.on('error', (error: NodeJS.ErrnoException) => {
-      reject(
-        error.code !== undefined && CONNECTION_ERRORS.has(error.code) ? notRunning(connection, error.code) : error,
-      );
-    });
-    req.end(payload);
-  });
+/** A client call's refusal as the CLI's exit: the error answers every command shares. */
+export function cliFailure(connection: Connection, error: unknown, what: string): Error {
+  if (!(error instanceof TurnhostApiError)) return error instanceof Error ? error : new Error(String(error));
+  if (error.code === 'unreachable')
+    return error.errno !== undefined && CONNECTION_ERRORS.has(error.errno)
+      ? notRunning(connection, error.errno)
+      : new CliExit(EXIT.failed, `turnhost: ${what}: ${error.message}`);
+  const text = `turnhost: ${what}: ${error.message}${error.code !== 'protocol_error' ? ` (${error.code})` : ''}`;
+  if (error.status === 401) return new CliExit(EXIT.unavailable, `${text}; check --data-dir or TURNHOST_API_TOKEN`);
+  if (error.status === 400) return new CliExit(EXIT.usage, text);
+  if (error.status === 404) return new CliExit(EXIT.notFound, text);
+  if (error.status === 503) return new CliExit(EXIT.refused, text);
+  if (error.status === 429) return new CliExit(EXIT.capacity, text);
+  if (error.status === 409) return new CliExit(EXIT.conflict, text);
+  return new CliExit(EXIT.failed, text);
 }
 
-/** Maps the error answers every command shares to exit codes; answers the body otherwise. */
-export function expectOk(response: ApiResponse, what: string): unknown {
-  if (response.status >= 200 && response.status < 300) return response.body;
-  const body = response.body as { error?: string; code?: string } | undefined;
-  const text = `turnhost: ${what}: ${body?.error ?? `HTTP ${response.status}`}${body?.code ? ` (${body.code})` : ''}`;
-  if (response.status === 401) throw new CliExit(EXIT.unavailable, `${text}; check --data-dir or TURNHOST_API_TOKEN`);
-  if (response.status === 400) throw new CliExit(EXIT.usage, text);
-  if (response.status === 404) throw new CliExit(EXIT.notFound, text);
-  if (response.status === 503) throw new CliExit(EXIT.refused, text);
-  if (response.status === 429) throw new CliExit(EXIT.capacity, text);
-  if (response.status === 409) throw new CliExit(EXIT.conflict, text);
-  throw new CliExit(EXIT.failed, text);
-}
-
-/**
- * An open WebSocket whose messages and close are held until a consumer subscribes: frames that
- * arrive with the upgrade response are emitted before an `await` on the open continues.
- */
-export interface OpenedSocket {
-  onMessage(listener: (text: string) => void): void;
-  onClose(listener: (code: number) => void): void;
-  send(text: string): void;
-  /** Stops reading the socket (TCP backpressure up to the server, which pauses the turn's output). */
-  pause(): void;
-  resume(): void;
-  close(): void;
-}
-
-function holdEvents(ws: WebSocket): OpenedSocket {
-  const queued: string[] = [];
-  let messageListener: ((text: string) => void) | undefined;
-  let closeListener: ((code: number) => void) | undefined;
-  let closedWith: number | undefined;
-  ws.on('message', (data) => {
-    const text = rawText(data);
-    if (messageListener) messageListener(text);
-    else queued.push(text);
-  });
-  ws.on('close', (code) => {
-    closedWith = code;
-    if (messageListener) closeListener?.(code);
-  });
-  return {
-    onMessage(listener) {
-      messageListener = listener;
-      for (const text of queued.splice(0)) listener(text);
-    },
-    onClose(listener) {
-      closeListener = listener;
-      if (closedWith !== undefined && messageListener) listener(closedWith);
-    },
-    send: (text) => {
-      if (ws.readyState === ws.OPEN) ws.send(text);
-    },
-    pause: () => ws.pause(),
-    resume: () => ws.resume(),
-    close: () => ws.close(),
-  };
-}
-
-export function openWebSocket(connection: Connection, path: string): Promise<OpenedSocket> {
-  const url =
-    connection.target.kind === 'tcp'
-      ? `ws://${describeTarget(connection.target).slice('http://'.length)}${path}`
-      : `ws+unix://${connection.target.path}:${path}`;
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url, {
-      headers: { authorization: `Bearer ${connection.token}` },
-      maxPayload: 64 * 1024 * 1024,
-    });
-    const held = holdEvents(ws);
-    ws.once('open', () => resolve(held));
-    ws.once('unexpected-response', (_req, res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (chunk: Buffer) => chunks.push(chunk));
-      res.on('end', () => {
-        let body: unknown;
-        try {
-          body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
-        } catch {
-          body = undefined;
-        }
-        try {
-          expectOk({ status: res.statusCode ?? 0, body }, `WebSocket ${path.split('?')[0]}`);
-        } catch (error) {
-          reject(error instanceof Error ? error : new Error(String(error)));
-        }
-      });
-    });
-    ws.once('error', (error: NodeJS.ErrnoException) => {
-      reject(
-        error.code !== undefined && CONNECTION_ERRORS.has(error.code) ? notRunning(connection, error.code) : error,
-      );
-    });
-  });
+/** Runs one client call, answering its refusal as the CLI's exit. */
+export async function call<T>(
+  connection: Connection,
+  what: string,
+  run: (client: TurnhostClient) => Promise<T>,
+): Promise<T> {
+  try {
+    return await run(clientFor(connection));
+  } catch (error) {
+    throw cliFailure(connection, error, what);
+  }
 }

@@ -1,6 +1,6 @@
 /** Human-readable tables for `status`, `check` and `events`. `--json` bypasses all of this. */
-import type { GovernanceEvent } from '../events/types.js';
-import type { ModeAvailability, WorkerHostStatus } from '../probes/types.js';
+// The wire types: the CLI formats what the API answered.
+import type { GovernanceEvent, ModeAvailability, WorkerHostStatus } from '../../api/schema/index.js';
 import type { RelayReport } from '../../proxy/relay/kernel-relay.js';
 
 function table(rows: Array<[string, string]>): string {

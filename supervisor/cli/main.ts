@@ -8,10 +8,9 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { ConfigOverrides } from '../config/load.js';
-import type { EventPage, GovernanceEvent } from '../events/types.js';
-import type { WorkerHostStatus } from '../probes/types.js';
+import type { EventsPage as EventPage, GovernanceEvent, WorkerHostStatus } from '../../api/schema/index.js';
 import type { TurnRequest } from '../turns/types.js';
-import { apiRequest, expectOk, openWebSocket, resolveConnection, type Connection } from './client.js';
+import { call, cliFailure, clientFor, resolveConnection, type Connection } from './client.js';
 import { CliExit, EXIT } from './exit-codes.js';
 import { formatEvent, formatStatus, formatWorkerHost } from './format.js';
 import { COMMAND_HELP, USAGE } from './help.js';
@@ -182,7 +181,7 @@ async function serve(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
 }
 
 async function status(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
-  const body = expectOk(await apiRequest(connect(values, env), 'GET', '/api/status'), 'status');
+  const body = await call(connect(values, env), 'status', (client) => client.status());
   print(
     values['json'] ? JSON.stringify(body, null, 2) + '\n' : formatStatus(body as Parameters<typeof formatStatus>[0]),
   );
@@ -190,22 +189,19 @@ async function status(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
 }
 
 async function check(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
-  const body = expectOk(
-    await apiRequest(connect(values, env), 'POST', '/api/status/worker-host'),
-    'check',
-  ) as WorkerHostStatus;
+  const body: WorkerHostStatus = await call(connect(values, env), 'check', (client) => client.checkWorkerHost());
   print(values['json'] ? JSON.stringify(body, null, 2) + '\n' : formatWorkerHost(body));
   return body.ordinary?.available === true ? EXIT.ok : EXIT.unavailable;
 }
 
-function eventParams(values: Values, names: string[]): string {
-  const params = new URLSearchParams();
+/** The event filters given as flags; `after` and `limit` go as typed (the server validates them). */
+function eventQuery(values: Values, names: string[]): Record<string, string> {
+  const query: Record<string, string> = {};
   for (const name of names) {
     const value = str(values, name);
-    if (value !== undefined) params.set(name, value);
+    if (value !== undefined) query[name] = value;
   }
-  const text = params.toString();
-  return text === '' ? '' : `?${text}`;
+  return query;
 }
 
 async function events(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
@@ -213,34 +209,39 @@ async function events(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
   const json = values['json'] === true;
   const show = (event: GovernanceEvent): void => print(json ? JSON.stringify(event) + '\n' : formatEvent(event));
   if (!values['follow']) {
-    const query = eventParams(values, ['session', 'turn', 'kind', 'after', 'limit']);
-    const page = expectOk(await apiRequest(connection, 'GET', `/api/governance/events${query}`), 'events') as EventPage;
+    const { after, limit, ...filters } = eventQuery(values, ['session', 'turn', 'kind', 'after', 'limit']);
+    const page: EventPage = await call(connection, 'events', (client) =>
+      client.events({
+        ...filters,
+        ...(after === undefined ? {} : { after: Number(after) }),
+        ...(limit === undefined ? {} : { limit: Number(limit) }),
+      }),
+    );
     if (json) print(JSON.stringify(page) + '\n');
     else page.events.forEach(show);
     if (!json && page.nextAfter !== null) process.stderr.write(`more events: --after ${page.nextAfter}\n`);
     return EXIT.ok;
   }
   if (values['limit'] !== undefined) throw usage('--limit does not apply to --follow', 'events');
-  const socket = await openWebSocket(
-    connection,
-    `/api/governance/events/stream${eventParams(values, ['session', 'turn', 'kind', 'after'])}`,
-  );
-  return new Promise((resolve) => {
-    const stop = (): void => socket.close();
-    process.once('SIGINT', stop);
-    process.once('SIGTERM', stop);
-    socket.onMessage((text) => {
-      const message = JSON.parse(text) as { type: string; event?: GovernanceEvent };
-      if (message.type === 'event' && message.event) show(message.event);
+  const { after, ...filters } = eventQuery(values, ['session', 'turn', 'kind', 'after']);
+  const abort = new AbortController();
+  const stop = (): void => abort.abort();
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+  try {
+    const stream = clientFor(connection).streamEvents({
+      ...filters,
+      ...(after === undefined ? {} : { after: Number(after) }),
+      signal: abort.signal,
     });
-    socket.onClose((code) => {
-      process.off('SIGINT', stop);
-      process.off('SIGTERM', stop);
-      if (code === 1000 || code === 1005) return resolve(EXIT.ok);
-      process.stderr.write(`turnhost: event stream closed (${code})\n`);
-      resolve(EXIT.serverNotRunning);
-    });
-  });
+    for await (const event of stream) show(event);
+    return EXIT.ok;
+  } catch (error) {
+    throw cliFailure(connection, error, 'events');
+  } finally {
+    process.off('SIGINT', stop);
+    process.off('SIGTERM', stop);
+  }
 }
 
 function keyValues(entries: string[], flag: string): Array<[string, string]> {

@@ -8,15 +8,9 @@ import { ok } from '../../core/result.js';
 import { createLogger } from '../../core/log.js';
 import type { ConfigOverrides } from '../config/load.js';
 import { loadConfig } from '../config/load.js';
-import type {
-  TurnAttachment,
-  TurnCreateFailure,
-  TurnRecord,
-  TurnRequest,
-  TurnResult,
-  TurnStreamEvent,
-} from '../turns/types.js';
-import { apiRequest, expectOk, openWebSocket, type Connection, type OpenedSocket } from './client.js';
+import type { TurnAttachment, TurnCreateFailure, TurnRequest, TurnResult, TurnStreamEvent } from '../turns/types.js';
+import type { Attachment } from '../../client/index.js';
+import { call, clientFor, type Connection } from './client.js';
 import { CliExit, EXIT } from './exit-codes.js';
 
 const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
@@ -52,48 +46,31 @@ const CREATE_FAILURE_EXIT: Record<TurnCreateFailure, number> = {
   conflict: EXIT.conflict,
 };
 
-/** The attach WebSocket seen as a TurnAttachment, so remote and local turns are driven alike. */
-function remoteAttachment(socket: OpenedSocket): TurnAttachment {
-  const send = (message: object): void => socket.send(JSON.stringify(message));
+/** The client's attachment seen as a TurnAttachment, so remote and local turns are driven alike. */
+function remoteAttachment(attached: Attachment): TurnAttachment {
   return {
     onEvent(listener) {
-      let exited = false;
-      socket.onMessage((text) => {
-        const message = JSON.parse(text) as {
-          type: string;
-          stream?: 'stdout';
-          data?: string;
-          result?: TurnResult;
-          error?: string;
-        };
-        if (message.type === 'output')
-          listener({
-            type: 'output',
-            stream: message.stream ?? 'stdout',
-            data: Buffer.from(message.data ?? '', 'base64'),
-          });
-        else if (message.type === 'exit' && message.result) {
-          exited = true;
-          listener({ type: 'exit', result: message.result });
-        } else if (message.type === 'error') process.stderr.write(`turnhost: attach: ${message.error ?? 'error'}\n`);
-      });
-      socket.onClose(() => {
-        if (!exited) listener({ type: 'exit', result: LOST });
-      });
+      attached.onError((error) => process.stderr.write(`turnhost: attach: ${error.error}\n`));
+      void (async () => {
+        for await (const chunk of attached.output) listener({ type: 'output', stream: chunk.stream, data: chunk.data });
+        // The result's own type is the wire type; the daemon's is the same shape with narrower unions.
+        const result = (await attached.result) as TurnResult | null;
+        listener({ type: 'exit', result: result ?? LOST });
+      })();
     },
     write: (data) => {
-      send({ type: 'input', data: data.toString('base64') });
+      attached.write(data);
       return ok({});
     },
     endInput: () => {
-      send({ type: 'eof' });
+      attached.eof();
       return ok({});
     },
-    resize: (cols, rows) => send({ type: 'resize', cols, rows }),
-    signal: (signal) => send({ type: 'signal', signal }),
-    pauseOutput: () => socket.pause(),
-    resumeOutput: () => socket.resume(),
-    detach: () => socket.close(),
+    resize: (cols, rows) => attached.resize(cols, rows),
+    signal: (signal) => attached.signal(signal),
+    pauseOutput: () => attached.pause(),
+    resumeOutput: () => attached.resume(),
+    detach: () => attached.close(),
   };
 }
 
@@ -183,9 +160,12 @@ function report(turnId: string, result: TurnResult, json: boolean): number {
 }
 
 async function finishedResult(connection: Connection, id: string): Promise<TurnResult> {
-  const answer = await apiRequest(connection, 'GET', `/api/turns/${encodeURIComponent(id)}`);
-  const record = answer.status === 200 ? (answer.body as { turn: TurnRecord }).turn : undefined;
-  return record?.result ?? LOST;
+  try {
+    const record = await clientFor(connection).getTurn(id);
+    return (record.result as TurnResult | null) ?? LOST;
+  } catch {
+    return LOST;
+  }
 }
 
 /**
@@ -197,15 +177,14 @@ export async function attachRemote(
   turnId: string,
   options: { tty: boolean; json: boolean; input?: boolean },
 ): Promise<number> {
-  const ws = await openWebSocket(connection, `/api/turns/${encodeURIComponent(turnId)}/attach`);
-  const streamed = await drive(remoteAttachment(ws), options);
+  const attached = await call(connection, `WebSocket /api/turns/${turnId}/attach`, (client) => client.attach(turnId));
+  const streamed = await drive(remoteAttachment(attached), options);
   const result = streamed === LOST ? await finishedResult(connection, turnId) : streamed;
   return report(turnId, result, options.json);
 }
 
 export async function runRemote(connection: Connection, options: RunOptions): Promise<number> {
-  const created = await apiRequest(connection, 'POST', '/api/turns', options.request);
-  const { turn } = expectOk(created, 'run') as { turn: { id: string } };
+  const turn = await call(connection, 'run', (client) => client.createTurn(options.request));
   return attachRemote(connection, turn.id, { tty: options.request.tty !== undefined, json: options.json });
 }
 

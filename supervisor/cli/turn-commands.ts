@@ -1,45 +1,41 @@
 /**
- * `turnhost turns list|show|cancel|attach` and `turnhost session delete`. The HTTP calls are
- * the functions at the top (one per route, each answering the parsed body or throwing the
- * CliExit of expectOk); the commands below only format.
+ * `turnhost turns list|show|cancel|attach` and `turnhost session delete`. The calls are the
+ * typed client's (through `call`, which maps a refusal to the CLI's exit); this module formats.
  */
-import type { TurnPage, TurnRecord } from '../turns/types.js';
-import type { SessionDeletion } from '../turns/sessions.js';
-import { apiRequest, expectOk, type Connection } from './client.js';
+import type { SessionDeletion, TurnList, TurnQuery, TurnRecord } from '../../client/index.js';
+import { call, type Connection } from './client.js';
 import { EXIT } from './exit-codes.js';
 import { attachRemote } from './run.js';
-
-const turnPath = (id: string): string => `/api/turns/${encodeURIComponent(id)}`;
 
 export interface TurnListQuery {
   session?: string;
   workspace?: string;
   state?: string;
   limit?: string;
-  after?: string;
 }
 
-export async function fetchTurnPage(connection: Connection, query: TurnListQuery): Promise<TurnPage> {
-  const params = new URLSearchParams();
+/** The command line's words as the client's query; the server refuses bad values, naming them. */
+function turnQuery(query: TurnListQuery): TurnQuery {
+  const out: Record<string, string | number> = {};
   for (const [name, value] of Object.entries(query) as Array<[string, string | undefined]>)
-    if (value !== undefined) params.set(name, value);
-  const text = params.toString();
-  const answer = await apiRequest(connection, 'GET', `/api/turns${text === '' ? '' : `?${text}`}`);
-  return expectOk(answer, 'turns list') as TurnPage;
+    if (value !== undefined) out[name] = name === 'limit' && /^[0-9]+$/.test(value) ? Number(value) : value;
+  return out;
+}
+
+export async function fetchTurnPage(connection: Connection, query: TurnQuery): Promise<TurnList> {
+  return call(connection, 'turns list', (client) => client.listTurns(query));
 }
 
 export async function fetchTurn(connection: Connection, id: string): Promise<TurnRecord> {
-  return (expectOk(await apiRequest(connection, 'GET', turnPath(id)), 'turns show') as { turn: TurnRecord }).turn;
+  return call(connection, 'turns show', (client) => client.getTurn(id));
 }
 
 export async function cancelTurn(connection: Connection, id: string): Promise<TurnRecord> {
-  const answer = await apiRequest(connection, 'POST', `${turnPath(id)}/cancel`);
-  return (expectOk(answer, 'turns cancel') as { turn: TurnRecord }).turn;
+  return call(connection, 'turns cancel', (client) => client.cancelTurn(id));
 }
 
-export async function deleteSessionRemote(connection: Connection, id: string): Promise<SessionDeletion> {
-  const answer = await apiRequest(connection, 'DELETE', `/api/sessions/${encodeURIComponent(id)}`);
-  return (expectOk(answer, 'session delete') as { deleted: SessionDeletion }).deleted;
+export async function deleteSessionRemote(connection: Connection, id: string): Promise<SessionDeletion['deleted']> {
+  return call(connection, 'session delete', (client) => client.deleteSession(id));
 }
 
 function outcome(turn: TurnRecord): string {
@@ -81,10 +77,11 @@ export async function listTurns(
   print: (text: string) => void,
 ): Promise<number> {
   const turns: TurnRecord[] = [];
-  let page = await fetchTurnPage(connection, query);
+  const base = turnQuery(query);
+  let page = await fetchTurnPage(connection, base);
   turns.push(...page.turns);
   while (options.all && page.nextAfter !== null) {
-    page = await fetchTurnPage(connection, { ...query, after: page.nextAfter });
+    page = await fetchTurnPage(connection, { ...base, after: page.nextAfter });
     turns.push(...page.turns);
   }
   if (options.json) print(JSON.stringify({ turns, nextAfter: page.nextAfter }) + '\n');

@@ -2,7 +2,8 @@
  * `turnhost workspace create|list|show|delete`: the workspace routes of a running supervisor
  * (docs/cli.md, docs/workspaces.md).
  */
-import { apiRequest, expectOk, type Connection } from './client.js';
+import type { Workspace } from '../../client/index.js';
+import { call, type Connection } from './client.js';
 import { CliExit, EXIT } from './exit-codes.js';
 
 export const WORKSPACE_ACTIONS = ['create', 'list', 'show', 'delete'] as const;
@@ -15,18 +16,7 @@ export interface WorkspaceCommand {
   json: boolean;
 }
 
-interface ShownWorkspace {
-  id: string;
-  sessionId: string | null;
-  uid: number | null;
-  turnsRunning: number;
-  createdAt: string;
-  lastUsedAt: string | null;
-  bytes?: number | null;
-  files?: number | null;
-}
-
-function line(w: ShownWorkspace): string {
+function line(w: Workspace): string {
   const usage = w.bytes === undefined ? '' : `  bytes ${w.bytes ?? '-'}  files ${w.files ?? '-'}`;
   return `${w.id}  uid ${w.uid ?? 'shared'}  session ${w.sessionId ?? '-'}  turns ${w.turnsRunning}  created ${w.createdAt}  used ${w.lastUsedAt ?? '-'}${usage}\n`;
 }
@@ -45,47 +35,36 @@ export async function workspaceCommand(
   if (needsId && id === undefined) throw usage(`workspace ${action}: missing the workspace id`);
   if (!needsId && action !== 'create' && id !== undefined) throw usage(`workspace ${action}: takes no id`);
   if (command.cancel && action !== 'delete') throw usage('--cancel applies to workspace delete only');
-  const id_ = encodeURIComponent(id ?? '');
   const show = (body: unknown, text: string): number => {
     print(command.json ? JSON.stringify(body, null, 2) + '\n' : text);
     return EXIT.ok;
   };
+  const what = `workspace ${action}`;
   switch (action) {
     case 'create': {
       const request = {
         ...(id === undefined ? {} : { id }),
         ...(command.session === undefined ? {} : { sessionId: command.session }),
       };
-      const body = expectOk(await apiRequest(connection(), 'POST', '/api/workspaces', request), 'workspace create') as {
-        workspace: ShownWorkspace;
-      };
-      return show(body, `${body.workspace.id}\n`);
+      const workspace = await call(connection(), what, (client) => client.createWorkspace(request));
+      return show({ workspace }, `${workspace.id}\n`);
     }
     case 'list': {
-      const query = command.session === undefined ? '' : `?session=${encodeURIComponent(command.session)}`;
-      const body = expectOk(await apiRequest(connection(), 'GET', `/api/workspaces${query}`), 'workspace list') as {
-        workspaces: ShownWorkspace[];
-      };
-      return show(body, body.workspaces.map(line).join(''));
+      const session = command.session;
+      const workspaces = await call(connection(), what, (client) =>
+        client.listWorkspaces(session === undefined ? {} : { session }),
+      );
+      return show({ workspaces }, workspaces.map(line).join(''));
     }
     case 'show': {
-      const body = expectOk(await apiRequest(connection(), 'GET', `/api/workspaces/${id_}`), 'workspace show') as {
-        workspace: ShownWorkspace;
-      };
-      return show(body, line(body.workspace));
+      const workspace = await call(connection(), what, (client) => client.getWorkspace(id!));
+      return show({ workspace }, line(workspace));
     }
     default: {
-      const query = command.cancel ? '?cancel=1' : '';
-      const response = await apiRequest(connection(), 'DELETE', `/api/workspaces/${id_}${query}`);
-      if (response.status === 409) {
-        const refusal = response.body as { error?: string; code?: string };
-        throw new CliExit(
-          EXIT.conflict,
-          `turnhost: workspace delete: ${refusal.error ?? ''} (${refusal.code ?? '409'})`,
-        );
-      }
-      const body = expectOk(response, 'workspace delete') as { bytesRemoved: number; filesRemoved: number };
-      return show(body, `deleted ${id}: ${body.filesRemoved} files, ${body.bytesRemoved} bytes\n`);
+      const deleted = await call(connection(), what, (client) =>
+        client.deleteWorkspace(id!, { cancel: command.cancel }),
+      );
+      return show(deleted, `deleted ${id}: ${deleted.filesRemoved} files, ${deleted.bytesRemoved} bytes\n`);
     }
   }
 }

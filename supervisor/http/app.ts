@@ -23,6 +23,8 @@ import type { Metrics } from '../observe/metrics.js';
 import { registerMetricsRoute } from './metrics-route.js';
 import { registerStatusPage } from './status-page.js';
 import type { UiSessions } from './ui-session.js';
+import { requestIds, requestLogger } from './request-id.js';
+import { renderOpenApi } from '../../api/openapi.js';
 
 export interface SoftwareIdentity {
   release: string;
@@ -70,7 +72,7 @@ function accessLog(logger: Logger): RequestHandler {
     const started = process.hrtime.bigint();
     res.on('finish', () => {
       // The path only: query strings, headers and bodies are never logged.
-      logger.info('http request', {
+      requestLogger(res, logger).info('http request', {
         method: req.method,
         path: req.path,
         status: res.statusCode,
@@ -90,7 +92,7 @@ function errorHandler(logger: Logger): ErrorRequestHandler {
     if (type === 'entity.parse.failed') return sendError(res, 400, 'invalid_request', 'body: not valid JSON');
     if (type === 'encoding.unsupported' || type === 'charset.unsupported')
       return sendError(res, 415, 'unsupported_media_type', 'body: unsupported encoding or charset');
-    logger.error('request failed', {
+    requestLogger(res, logger).error('request failed', {
       method: req.method,
       path: req.path,
       error: error instanceof Error ? (error.stack ?? error.message) : String(error),
@@ -100,10 +102,24 @@ function errorHandler(logger: Logger): ErrorRequestHandler {
   };
 }
 
+/** Ready means: the latest probe found mode `ordinary` available. */
+export function readiness(
+  status: WorkerHostStatus | null,
+): { ok: true; checkedAt: string } | { ok: false; requirement: string } {
+  if (status === null) return { ok: false, requirement: 'no worker host probe has completed yet' };
+  const ordinary = status.ordinary;
+  if (ordinary === undefined) return { ok: false, requirement: 'mode ordinary was not probed' };
+  if (!ordinary.available) return { ok: false, requirement: ordinary.requirement ?? 'mode ordinary is unavailable' };
+  return { ok: true, checkedAt: ordinary.checkedAt };
+}
+
 export function createApp(deps: AppDeps): Express {
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
+  // No CORS: the API is for same-host callers with a bearer token, so no Access-Control-*
+  // header is ever sent and a browser's cross-origin request fails in the browser.
+  app.use(requestIds(deps.logger));
   app.use(accessLog(deps.logger));
 
   const publicRoutes = express.Router();
@@ -112,11 +128,21 @@ export function createApp(deps: AppDeps): Express {
       res.json({ status: 'ok', uptime: process.uptime(), timestamp: new Date().toISOString() });
     },
   });
+  route(publicRoutes, '/api/ready', {
+    get: (_req, res) => {
+      const ready = readiness(deps.latestStatus());
+      if (ready.ok) return void res.json({ status: 'ready', checkedAt: ready.checkedAt });
+      sendError(res, 503, 'not_ready', `not ready: ${ready.requirement}`, { requirement: ready.requirement });
+    },
+  });
   app.use(publicRoutes);
   if (deps.statusPage !== undefined)
     registerStatusPage(app, { ...deps.statusPage, token: deps.token, logger: deps.logger });
 
-  app.use(requireToken(deps.token, deps.statusPage?.sessions));
+  // A CORS preflight carries no credentials: it passes authentication only to reach the 405
+  // (known path) or 404 answer below; no route serves OPTIONS.
+  const authenticate = requireToken(deps.token, deps.statusPage?.sessions);
+  app.use((req, res, next) => (req.method === 'OPTIONS' ? next() : authenticate(req, res, next)));
   // Host writes: ahead of the 1 MiB body cap; the route enforces config.fs.hostWriteMaxBytes itself.
   if (deps.turns !== undefined)
     registerHostWriteRoute(app, {
@@ -135,6 +161,14 @@ export function createApp(deps: AppDeps): Express {
   app.use(bodyCap);
 
   const api = express.Router();
+  let openApi: string | undefined;
+  route(api, '/api/openapi.json', {
+    get: (_req, res) => {
+      // docs/openapi.json is this text for the package's own version.
+      openApi ??= renderOpenApi(deps.software.release);
+      res.type('application/json').send(openApi);
+    },
+  });
   route(api, '/api/status', {
     get: (_req, res) => {
       res.json({

@@ -5,37 +5,9 @@
  */
 import type { Response } from 'express';
 
-export type ErrorCode =
-  | 'invalid_request'
-  | 'unauthenticated'
-  | 'forbidden'
-  | 'not_found'
-  | 'method_not_allowed'
-  | 'body_too_large'
-  | 'unsupported_media_type'
-  | 'conflict'
-  | 'not_running'
-  | 'capacity_exhausted'
-  | 'worker_host_unsupported'
-  | 'store_unavailable'
-  | 'upgrade_required'
-  | 'internal_error'
-  | 'session_busy'
-  // Host writes (supervisor/http/host-write-route.ts): the fs guard's refusal names.
-  | 'invalid_path'
-  | 'turn_finished'
-  | 'exists'
-  | 'stale_base'
-  | 'topology_changed'
-  | 'alias_denied'
-  | 'not_a_directory'
-  // Workspaces (supervisor/http/workspace-routes.ts).
-  | 'workspace_not_found'
-  | 'workspace_exists'
-  | 'workspace_busy'
-  | 'workspace_full'
-  | 'workspaces_unconfigured'
-  | 'workspaces_unavailable';
+/** The codes and their statuses are defined once, in the API schema. */
+export type { ErrorCode } from '../../api/schema/errors.js';
+import type { ErrorCode } from '../../api/schema/errors.js';
 
 /** The request body cap of every route: 413 above 1 MiB. */
 export const MAX_BODY_BYTES = 1024 * 1024;

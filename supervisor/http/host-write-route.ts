@@ -19,6 +19,7 @@ import { hostWrite, recordHostWriteRefusal, type HostWriteTarget, type HostWrite
 import type { TurnManager } from '../turns/types.js';
 import { sendError, type ErrorCode } from './errors.js';
 import { route } from './routing.js';
+import { requestLogger } from './request-id.js';
 import { TURN_ID_PARAM } from './turn-routes.js';
 
 export interface HostWriteRouteDeps {
@@ -113,6 +114,12 @@ function readBody(req: Request, maxBytes: number): Promise<Result<{ data: Buffer
   });
 }
 
+/** Where a created file is written again: the same route, path and root. */
+function fileLocation(id: string, params: HostWriteParams): string {
+  const query = new URLSearchParams({ path: params.rel, mode: 'replace', root: params.target });
+  return `/api/turns/${encodeURIComponent(id)}/files?${query.toString()}`;
+}
+
 function sendTooLarge(res: Response, maxBytes: number): void {
   res.setHeader('Connection', 'close');
   sendError(res, 413, 'body_too_large', `body: larger than ${maxBytes} bytes (fs.hostWriteMaxBytes)`, {
@@ -177,11 +184,12 @@ export function registerHostWriteRoute(router: Router, deps: HostWriteRouteDeps)
       });
       if (written.ok) {
         const { bytes, sha256, replaced } = written;
+        if (!replaced) res.setHeader('Location', fileLocation(id, params));
         return void res.status(replaced ? 200 : 201).json({ bytes, sha256, replaced });
       }
       const { status, code } = REFUSAL_STATUS[written.reason];
       if (written.reason === 'io_error') {
-        deps.logger.error('host write failed', { turnId: id, detail: written.detail });
+        requestLogger(res, deps.logger).error('host write failed', { turnId: id, detail: written.detail });
         return sendError(res, status, code, 'internal error; the supervisor log has the details');
       }
       const field = written.reason === 'invalid_path' ? { field: 'path' } : {};

@@ -21,16 +21,17 @@ export function registerTurnRoutes(router: Router, turns: TurnManager): void {
         if (!req.is('application/json'))
           return sendError(res, 400, 'invalid_request', 'body: expected an application/json object');
         const created = await turns.create(req.body);
-        if (created.ok) return void res.status(201).json({ turn: created.turn });
+        if (created.ok) {
+          res.setHeader('Location', `/api/turns/${encodeURIComponent(created.turn.id)}`);
+          return void res.status(201).json({ turn: created.turn });
+        }
         switch (created.reason) {
-          case 'invalid_request':
-            return sendError(
-              res,
-              400,
-              'invalid_request',
-              created.detail,
-              created.field ? { field: created.field } : {},
-            );
+          case 'invalid_request': {
+            // Every refused field; the first also as `field`, as clients read it.
+            const field = created.field ?? 'body';
+            const errors = created.errors ?? [{ field, detail: created.detail.replace(/^[^:]*: /, '') }];
+            return sendError(res, 400, 'invalid_request', created.detail, { field, errors });
+          }
           case 'worker_host_unsupported':
             return sendError(res, 503, 'worker_host_unsupported', created.detail, { requirement: created.detail });
           case 'capacity_exhausted':

@@ -157,7 +157,11 @@ export type TurnCreateFailure = 'invalid_request' | 'worker_host_unsupported' | 
 export interface TurnManager {
   /** Validates, probes the mode, launches. Resolves once the worker is running (or refused). */
   /** `request` is validated here (validate.ts): the HTTP body as it came. */
-  create(request: unknown): Promise<Result<{ turn: TurnRecord }, TurnCreateFailure> & { field?: string }>;
+  create(
+    request: unknown,
+  ): Promise<
+    Result<{ turn: TurnRecord }, TurnCreateFailure> & { field?: string; errors?: { field: string; detail: string }[] }
+  >;
   get(id: string): TurnRecord | undefined;
   list(filter?: { sessionId?: string }): TurnRecord[];
   /** One page of turn records, newest first (supervisor/turns/store.ts); running turns as they are now. */

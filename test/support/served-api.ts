@@ -1,12 +1,71 @@
 /**
- * The HTTP API and attach WebSocket of a served supervisor (served-supervisor.ts), through the
- * CLI's own client functions: requests, and an attach that collects what the server sends.
+ * The HTTP API and attach WebSocket of a served supervisor (served-supervisor.ts), raw: requests
+ * whose every answer is checked against the OpenAPI document (a mismatch throws), and an attach
+ * that collects what the server sends and sends anything, so tests can also send what no
+ * client would.
  */
 import fs from 'node:fs';
+import http from 'node:http';
 import path from 'node:path';
-import { apiRequest, openWebSocket, type ApiResponse, type Connection } from '../../supervisor/cli/client.js';
+import WebSocket from 'ws';
+import type { Connection } from '../../supervisor/cli/client.js';
+import { contractProblems } from './api-contract.js';
 import type { ServedSupervisor } from './served-supervisor.js';
 import { until } from './until.js';
+
+export interface ApiResponse {
+  status: number;
+  body: unknown;
+}
+
+function apiRequest(connection: Connection, method: string, urlPath: string, body?: unknown): Promise<ApiResponse> {
+  const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+  const target = connection.target;
+  const where = target.kind === 'tcp' ? { host: target.host, port: target.port } : { socketPath: target.path };
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      {
+        ...where,
+        method,
+        path: urlPath,
+        headers: {
+          authorization: `Bearer ${connection.token}`,
+          ...(payload ? { 'content-type': 'application/json', 'content-length': String(payload.length) } : {}),
+        },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          const problems = contractProblems(method, urlPath, res.statusCode ?? 0, res.headers, text);
+          if (problems.length > 0) return reject(new Error(`contract: ${problems.join('; ')}`));
+          let parsed: unknown;
+          try {
+            parsed = JSON.parse(text);
+          } catch {
+            parsed = text;
+          }
+          resolve({ status: res.statusCode ?? 0, body: parsed });
+        });
+      },
+    );
+    req.on('error', reject);
+    req.end(payload);
+  });
+}
+
+function openSocket(connection: Connection, urlPath: string): Promise<WebSocket> {
+  const target = connection.target;
+  const url =
+    target.kind === 'tcp' ? `ws://${target.host}:${target.port}${urlPath}` : `ws+unix://${target.path}:${urlPath}`;
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url, { headers: { authorization: `Bearer ${connection.token}` } });
+    ws.once('open', () => resolve(ws));
+    ws.once('unexpected-response', (_req, res) => reject(new Error(`WebSocket ${urlPath}: HTTP ${res.statusCode}`)));
+    ws.once('error', reject);
+  });
+}
 
 export interface ServedApi {
   connection: Connection;
@@ -53,9 +112,9 @@ export function servedApi(supervisor: ServedSupervisor): ServedApi {
         ...extra,
       }),
     async attach(turnId) {
-      const socket = await openWebSocket(connection, `/api/turns/${encodeURIComponent(turnId)}/attach`);
+      const socket = await openSocket(connection, `/api/turns/${encodeURIComponent(turnId)}/attach`);
       const messages: AttachMessage[] = [];
-      socket.onMessage((text) => messages.push(JSON.parse(text) as AttachMessage));
+      socket.on('message', (data: Buffer) => messages.push(JSON.parse(data.toString('utf8')) as AttachMessage));
       return {
         messages,
         send: (message) => socket.send(JSON.stringify(message)),

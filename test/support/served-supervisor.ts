@@ -55,6 +55,8 @@ export interface ServedSupervisor {
   dataDir: string;
   workspace: string;
   configPath: string;
+  /** The API's unix socket. */
+  socket: string;
   /** The checkout as this supervisor's processes see it. */
   codeRoot: string;
   pid: number;
@@ -273,6 +275,7 @@ export async function startSupervisor(options: SupervisorOptions): Promise<Serve
     dataDir,
     workspace,
     configPath,
+    socket,
     codeRoot,
     pid: child.pid ?? -1,
     cli,

@@ -13,6 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { createMemoryLogger } from '../../../../core/log.js';
 import { createApp } from '../../../../supervisor/http/app.js';
+import { assertContract } from '../../../support/api-contract.js';
 import { createTurnHarness, runTurn, type TurnHarness } from '../../../support/turn-harness.js';
 import { until } from '../../../support/until.js';
 
@@ -57,7 +58,7 @@ function put(
   query: string,
   body: Buffer | string,
   options: { chunked?: boolean } = {},
-): Promise<{ status: number; json: any }> {
+): Promise<{ status: number; json: any; headers: http.IncomingHttpHeaders }> {
   const data = Buffer.from(body);
   const length = options.chunked ? { 'transfer-encoding': 'chunked' } : { 'content-length': data.length };
   return new Promise((resolve, reject) => {
@@ -72,9 +73,15 @@ function put(
       (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () =>
-          resolve({ status: res.statusCode ?? 0, json: JSON.parse(Buffer.concat(chunks).toString() || 'null') }),
-        );
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString();
+          try {
+            assertContract('PUT', `/api/turns/${id}/files?${query}`, res.statusCode ?? 0, res.headers, text);
+          } catch (error) {
+            return reject(error instanceof Error ? error : new Error(String(error)));
+          }
+          resolve({ status: res.statusCode ?? 0, json: JSON.parse(text || 'null'), headers: res.headers });
+        });
       },
     );
     // A refused upload may be cut off mid-body (EPIPE): the answer already arrived or will.
@@ -133,6 +140,7 @@ t.test('host writes into a running turn', async (t) => {
 
   const created = await put(id, 'path=sub/a.txt&mode=create', 'first');
   t.equal(created.status, 201);
+  t.equal(created.headers['location'], `/api/turns/${id}/files?path=sub%2Fa.txt&mode=replace&root=workspace`);
   t.same(created.json, { bytes: 5, sha256: sha('first'), replaced: false });
   t.equal(fs.readFileSync(path.join(harness.workspace, 'sub/a.txt'), 'utf8'), 'first');
 

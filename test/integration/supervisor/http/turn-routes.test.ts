@@ -140,6 +140,7 @@ t.test('create, read, list, cancel and their errors', async (t) => {
 
   const created = await s.request('POST', '/api/turns', { body: body({ turnId: 'one' }), headers: json });
   t.equal(created.status, 201);
+  t.equal(created.headers['location'], '/api/turns/one', 'a 201 names where the turn is read');
   t.match(created.json.turn, { id: 'one', sessionId: 's1', state: 'running', mode: 'ordinary' });
 
   const invalid: Array<[Record<string, unknown>, string]> = [
@@ -163,6 +164,19 @@ t.test('create, read, list, cancel and their errors', async (t) => {
     t.equal(res.json.field, field);
     t.match(res.json.error, new RegExp(`^${field.replace(/[[\].]/g, '\\$&')}: `));
   }
+  const several = await s.request('POST', '/api/turns', {
+    body: body({ surprise: 1, mode: 'fast', argv: ['/bin/true', 5], cwd: '/elsewhere', tty: { cols: 0, rows: 0 } }),
+    headers: json,
+  });
+  t.equal(several.status, 400);
+  t.equal(several.json.field, 'surprise', 'the first refusal stays in field and error');
+  t.match(several.json.error, /^surprise: unknown field$/);
+  t.same(
+    several.json.errors.map((e: { field: string }) => e.field),
+    ['surprise', 'mode', 'argv[1]', 'cwd', 'tty.cols', 'tty.rows'],
+    'every refused field is reported, in the body order',
+  );
+  t.match(several.json.errors[3], { field: 'cwd', detail: /workspace root/ });
   const notJson = await s.request('POST', '/api/turns', { body: '{bad', headers: json });
   t.same(notJson.json, { error: 'body: not valid JSON', code: 'invalid_request' });
   const noType = await s.request('POST', '/api/turns', { body: body() });

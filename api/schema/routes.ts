@@ -1,0 +1,401 @@
+/**
+ * The route table: every HTTP route and WebSocket endpoint of the API with its parameters,
+ * bodies and the error codes it answers. The OpenAPI document (api/openapi.ts), the contract
+ * test and the typed client read it; a route added to the app is one entry here.
+ */
+import { Type, type TSchema } from '@sinclair/typebox';
+import type { ErrorCode } from './errors.js';
+import { EventsPage } from './events.js';
+import { AttachClientMessage, AttachServerMessage, EventStreamMessage } from './messages.js';
+import { ActivityView, Health, Ready, SystemStatus } from './status.js';
+import { HostWriteAnswer, SessionDeletion, TurnAnswer, TurnCreateRequest, TurnList } from './turns.js';
+import {
+  WORKSPACE_ID_PATTERN,
+  WorkspaceAnswer,
+  WorkspaceCreateRequest,
+  WorkspaceDeletion,
+  WorkspaceList,
+} from './workspaces.js';
+import { WorkerHostStatus } from './worker-host.js';
+
+export type HttpMethod = 'get' | 'post' | 'put' | 'delete' | 'patch';
+
+export interface QueryParameter {
+  schema: TSchema;
+  description: string;
+  required?: boolean;
+}
+
+export interface SuccessResponse {
+  description: string;
+  /** JSON body; absent with `contentType` for non-JSON answers. */
+  schema?: TSchema;
+  contentType?: string;
+  /** Response headers this answer always carries (Location on 201). */
+  headers?: string[];
+}
+
+export interface ApiRoute {
+  method: HttpMethod;
+  /** Express syntax: `:id` is a path parameter. */
+  path: string;
+  operationId: string;
+  summary: string;
+  /** public: no token; token: the bearer token (or a status-page session for GET). */
+  auth: 'public' | 'token';
+  query?: Record<string, QueryParameter>;
+  body?: { contentType: string; schema: TSchema };
+  responses: Record<number, SuccessResponse>;
+  /** The codes this route answers beyond those every route may answer (COMMON_ERRORS). */
+  errors: ErrorCode[];
+  /** A WebSocket endpoint: the upgrade is a GET; plain HTTP gets 426. */
+  websocket?: { server: TSchema; client?: TSchema };
+  /** Served only when the daemon has the part (a turn manager, metrics, activity). */
+  optional?: string;
+}
+
+/** Codes any route may answer: request id and auth refusals, wrong method, internal failures. */
+export const COMMON_ERRORS: ErrorCode[] = ['invalid_request', 'method_not_allowed', 'internal_error'];
+export const AUTHENTICATED_ERRORS: ErrorCode[] = ['unauthenticated'];
+
+const TurnId = Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$' });
+const eventFilters = {
+  session: { schema: Type.String({ minLength: 1, maxLength: 256 }), description: 'Only events of this session.' },
+  turn: { schema: Type.String({ minLength: 1, maxLength: 256 }), description: 'Only events of this turn.' },
+  kind: { schema: Type.String({ minLength: 1, maxLength: 256 }), description: 'Only events of this kind.' },
+  after: {
+    schema: Type.Integer({ minimum: 0 }),
+    description: 'Only events with a larger id (resume from the last id seen).',
+  },
+} satisfies Record<string, QueryParameter>;
+
+export const TURN_ID_PARAMETER = TurnId;
+
+export const ROUTES: ApiRoute[] = [
+  {
+    method: 'get',
+    path: '/api/health',
+    operationId: 'health',
+    summary: 'Liveness: the process answers.',
+    auth: 'public',
+    responses: { 200: { description: 'Alive.', schema: Health } },
+    errors: [],
+  },
+  {
+    method: 'get',
+    path: '/api/ready',
+    operationId: 'ready',
+    summary: 'Readiness: mode ordinary is available per the latest probe.',
+    auth: 'public',
+    responses: { 200: { description: 'Ready.', schema: Ready } },
+    errors: ['not_ready'],
+  },
+  {
+    method: 'get',
+    path: '/api/openapi.json',
+    operationId: 'openapi',
+    summary: 'This document.',
+    auth: 'token',
+    responses: {
+      200: { description: 'The OpenAPI 3.1 document.', schema: Type.Record(Type.String(), Type.Unknown()) },
+    },
+    errors: [],
+  },
+  {
+    method: 'get',
+    path: '/api/status',
+    operationId: 'status',
+    summary: 'Software, host facts and the runtime status (latest worker-host probe, event store).',
+    auth: 'token',
+    responses: { 200: { description: 'The status.', schema: SystemStatus } },
+    errors: [],
+  },
+  {
+    method: 'post',
+    path: '/api/status/worker-host',
+    operationId: 'checkWorkerHost',
+    summary: 'Re-runs the worker-host probes (trigger check) and answers them. Takes no body.',
+    auth: 'token',
+    responses: { 200: { description: 'The new probe answer.', schema: WorkerHostStatus } },
+    errors: ['body_too_large'],
+  },
+  {
+    method: 'get',
+    path: '/api/governance/events',
+    operationId: 'events',
+    summary: 'A page of governance events in id order.',
+    auth: 'token',
+    query: {
+      ...eventFilters,
+      limit: { schema: Type.Integer({ minimum: 1, maximum: 1000, default: 100 }), description: 'Page size.' },
+    },
+    responses: { 200: { description: 'A page.', schema: EventsPage } },
+    errors: ['store_unavailable'],
+  },
+  {
+    method: 'get',
+    path: '/api/governance/events/stream',
+    operationId: 'streamEvents',
+    summary: 'WebSocket: matching events; with `after`, stored ones are replayed first, then live ones.',
+    auth: 'token',
+    query: eventFilters,
+    responses: { 101: { description: 'Switching to the WebSocket protocol.' } },
+    errors: ['upgrade_required'],
+    websocket: { server: EventStreamMessage },
+  },
+  {
+    method: 'get',
+    path: '/api/activity',
+    operationId: 'activity',
+    summary: 'Running turns, recent denials and recent events since the supervisor started.',
+    auth: 'token',
+    responses: { 200: { description: 'The activity.', schema: ActivityView } },
+    errors: [],
+    optional: 'activity',
+  },
+  {
+    method: 'get',
+    path: '/metrics',
+    operationId: 'metrics',
+    summary: 'Prometheus metrics.',
+    auth: 'token',
+    responses: { 200: { description: 'The Prometheus text format.', contentType: 'text/plain' } },
+    errors: [],
+    optional: 'metrics',
+  },
+  {
+    method: 'post',
+    path: '/api/turns',
+    operationId: 'createTurn',
+    summary: 'Starts a turn; answers once its worker runs.',
+    auth: 'token',
+    body: { contentType: 'application/json', schema: TurnCreateRequest },
+    responses: { 201: { description: 'Running.', schema: TurnAnswer, headers: ['Location'] } },
+    errors: ['body_too_large', 'unsupported_media_type', 'conflict', 'capacity_exhausted', 'worker_host_unsupported'],
+    optional: 'turns',
+  },
+  {
+    method: 'get',
+    path: '/api/turns',
+    operationId: 'listTurns',
+    summary: 'A page of turns, newest first, optionally of one session, workspace or state.',
+    auth: 'token',
+    query: {
+      session: { schema: Type.String({ minLength: 1, maxLength: 128 }), description: 'Only this session.' },
+      workspace: {
+        schema: Type.String({ pattern: WORKSPACE_ID_PATTERN }),
+        description: 'Only turns in this workspace.',
+      },
+      state: {
+        schema: Type.Union([Type.Literal('starting'), Type.Literal('running'), Type.Literal('finished')]),
+        description: 'Only turns in this state.',
+      },
+      after: {
+        schema: Type.String({ pattern: '^[0-9]{1,15}$' }),
+        description: "The previous page's nextAfter (an opaque cursor).",
+      },
+      limit: { schema: Type.Integer({ minimum: 1, maximum: 1000, default: 100 }), description: 'Page size.' },
+    },
+    responses: { 200: { description: 'A page of turns.', schema: TurnList } },
+    errors: ['store_unavailable'],
+    optional: 'turns',
+  },
+  {
+    method: 'get',
+    path: '/api/turns/:id',
+    operationId: 'getTurn',
+    summary: 'One turn.',
+    auth: 'token',
+    responses: { 200: { description: 'The turn.', schema: TurnAnswer } },
+    errors: ['not_found'],
+    optional: 'turns',
+  },
+  {
+    method: 'post',
+    path: '/api/turns/:id/cancel',
+    operationId: 'cancelTurn',
+    summary: 'Stops a running turn. Takes no body.',
+    auth: 'token',
+    responses: { 200: { description: 'The turn, being stopped.', schema: TurnAnswer } },
+    errors: ['not_found', 'not_running', 'body_too_large'],
+    optional: 'turns',
+  },
+  {
+    method: 'get',
+    path: '/api/turns/:id/attach',
+    operationId: 'attachTurn',
+    summary: 'WebSocket: the turn output (backlog first), then its exit; input, resize and signals.',
+    auth: 'token',
+    responses: { 101: { description: 'Switching to the WebSocket protocol.' } },
+    errors: ['not_found', 'upgrade_required'],
+    websocket: { server: AttachServerMessage, client: AttachClientMessage },
+    optional: 'turns',
+  },
+  {
+    method: 'put',
+    path: '/api/turns/:id/files',
+    operationId: 'writeHostFile',
+    summary: "Writes the raw body as a file into a running turn's workspace or temp root.",
+    auth: 'token',
+    query: {
+      path: { schema: Type.String(), description: 'A path relative to the root.', required: true },
+      mode: {
+        schema: Type.Union([Type.Literal('create'), Type.Literal('replace')]),
+        description: 'create refuses an existing file; replace overwrites one.',
+        required: true,
+      },
+      root: {
+        schema: Type.Union([Type.Literal('workspace'), Type.Literal('temp')]),
+        description: 'Which root (default workspace).',
+      },
+      sha256: {
+        schema: Type.String({ pattern: '^[0-9a-f]{64}$' }),
+        description: 'With mode=replace: the digest the file must still have.',
+      },
+    },
+    body: { contentType: 'application/octet-stream', schema: Type.String({ contentEncoding: 'binary' }) },
+    responses: {
+      200: { description: 'Replaced.', schema: HostWriteAnswer },
+      201: { description: 'Created.', schema: HostWriteAnswer, headers: ['Location'] },
+    },
+    errors: [
+      'invalid_path',
+      'not_found',
+      'turn_finished',
+      'exists',
+      'stale_base',
+      'topology_changed',
+      'alias_denied',
+      'not_a_directory',
+      'body_too_large',
+      'unsupported_media_type',
+    ],
+    optional: 'turns',
+  },
+  {
+    method: 'delete',
+    path: '/api/sessions/:id',
+    operationId: 'deleteSession',
+    summary:
+      "Deletes a session's workspaces, then its events and turn records; an unbound session_deleted receipt remains.",
+    auth: 'token',
+    responses: { 200: { description: 'What was deleted.', schema: SessionDeletion } },
+    errors: ['not_found', 'session_busy', 'store_unavailable', 'workspaces_unavailable', 'body_too_large'],
+    optional: 'turns',
+  },
+  {
+    method: 'post',
+    path: '/api/workspaces',
+    operationId: 'createWorkspace',
+    summary: 'Creates a workspace: a directory and, with the identity helper, a uid leased for its life.',
+    auth: 'token',
+    body: { contentType: 'application/json', schema: WorkspaceCreateRequest },
+    responses: { 201: { description: 'Created.', schema: WorkspaceAnswer, headers: ['Location'] } },
+    errors: [
+      'body_too_large',
+      'unsupported_media_type',
+      'workspace_exists',
+      'workspaces_unconfigured',
+      'workspaces_unavailable',
+    ],
+    optional: 'workspaces',
+  },
+  {
+    method: 'get',
+    path: '/api/workspaces',
+    operationId: 'listWorkspaces',
+    summary: 'Every workspace, optionally those bound to one session.',
+    auth: 'token',
+    query: { session: { schema: Type.String({ minLength: 1, maxLength: 128 }), description: 'Only this session.' } },
+    responses: { 200: { description: 'The workspaces.', schema: WorkspaceList } },
+    errors: [],
+    optional: 'workspaces',
+  },
+  {
+    method: 'get',
+    path: '/api/workspaces/:id',
+    operationId: 'getWorkspace',
+    summary: 'One workspace with its usage (bytes, files).',
+    auth: 'token',
+    responses: { 200: { description: 'The workspace.', schema: WorkspaceAnswer } },
+    errors: ['workspace_not_found'],
+    optional: 'workspaces',
+  },
+  {
+    method: 'delete',
+    path: '/api/workspaces/:id',
+    operationId: 'deleteWorkspace',
+    summary: 'Deletes a workspace: its tree (links never followed) once no process of its uid lives, then its lease.',
+    auth: 'token',
+    query: {
+      cancel: {
+        schema: Type.Union([Type.Literal('1'), Type.Literal('0')]),
+        description: "1: cancel the workspace's running turns and wait for them first.",
+      },
+    },
+    responses: { 200: { description: 'What was removed.', schema: WorkspaceDeletion } },
+    errors: ['workspace_not_found', 'workspace_busy', 'workspaces_unavailable'],
+    optional: 'workspaces',
+  },
+  {
+    method: 'put',
+    path: '/api/workspaces/:id/files',
+    operationId: 'writeWorkspaceFile',
+    summary: 'Writes the raw body as a file of the workspace, through the fs guard, within its byte cap.',
+    auth: 'token',
+    query: {
+      path: { schema: Type.String(), description: 'A path relative to the workspace.', required: true },
+      mode: {
+        schema: Type.Union([Type.Literal('create'), Type.Literal('replace')]),
+        description: 'create refuses an existing file; replace (the default) overwrites one.',
+      },
+    },
+    body: { contentType: 'application/octet-stream', schema: Type.String({ contentEncoding: 'binary' }) },
+    responses: {
+      200: { description: 'Replaced.', schema: HostWriteAnswer },
+      201: { description: 'Created.', schema: HostWriteAnswer },
+    },
+    errors: [
+      'invalid_path',
+      'workspace_not_found',
+      'not_found',
+      'exists',
+      'alias_denied',
+      'not_a_directory',
+      'topology_changed',
+      'workspace_full',
+      'body_too_large',
+      'workspaces_unavailable',
+    ],
+    optional: 'workspaces',
+  },
+  {
+    method: 'get',
+    path: '/api/workspaces/:id/files',
+    operationId: 'readWorkspaceFile',
+    summary: 'Reads a file of the workspace through the fs guard (a link is refused, never followed).',
+    auth: 'token',
+    query: { path: { schema: Type.String(), description: 'A path relative to the workspace.', required: true } },
+    responses: {
+      200: {
+        description: 'The bytes; X-Content-Sha256 carries their digest.',
+        contentType: 'application/octet-stream',
+      },
+    },
+    errors: [
+      'invalid_path',
+      'workspace_not_found',
+      'not_found',
+      'alias_denied',
+      'not_a_directory',
+      'body_too_large',
+      'workspaces_unavailable',
+    ],
+    optional: 'workspaces',
+  },
+];
+
+/** Express path `/api/turns/:id` → OpenAPI path `/api/turns/{id}`. */
+export function openApiPath(path: string): string {
+  return path.replace(/:([A-Za-z_]+)/g, '{$1}');
+}

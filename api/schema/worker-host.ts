@@ -1,0 +1,100 @@
+/**
+ * WorkerHostStatus and its parts, named as the host contract names them ("Worker host status",
+ * "Root server warning", "Verified worker identity", "Worker resource limits", "Governed
+ * availability"). Objects admit fields this version does not know: the contract is additive
+ * and clients must tolerate new fields and absent optional ones.
+ */
+import { Type, type Static } from '@sinclair/typebox';
+
+export const IdentityMode = Type.Union([Type.Literal('separate_uid'), Type.Literal('shared_uid')]);
+export const WorkerMode = Type.Union([Type.Literal('ordinary'), Type.Literal('restricted')]);
+
+export const ModeAvailability = Type.Object(
+  {
+    available: Type.Boolean(),
+    checkedAt: Type.String({ format: 'date-time' }),
+    trigger: Type.Union([Type.Literal('boot'), Type.Literal('turn'), Type.Literal('check')]),
+    requirement: Type.Optional(Type.String({ description: 'Present when unavailable: the missing requirement.' })),
+  },
+  { title: 'ModeAvailability' },
+);
+export type ModeAvailability = Static<typeof ModeAvailability>;
+
+const LimitSource = Type.Union([Type.Literal('rlimit'), Type.Literal('cgroup'), Type.Literal('tmpfs')]);
+
+export const WorkerLimitsStatus = Type.Object(
+  {
+    enforced: Type.Array(
+      Type.Object({
+        limit: Type.String({ description: 'A limit name; the list of names is open.' }),
+        source: LimitSource,
+        value: Type.Number({ description: 'bytes for data, file_size, memory, tmp_size; CPUs for cpu; else a count' }),
+        backend: Type.Optional(Type.Union([Type.Literal('cgroup_v2'), Type.Literal('cgroup_v1')])),
+      }),
+    ),
+    absent: Type.Array(Type.Object({ limit: Type.String(), source: LimitSource, reason: Type.String() })),
+  },
+  { title: 'WorkerLimitsStatus' },
+);
+export type WorkerLimitsStatus = Static<typeof WorkerLimitsStatus>;
+
+export const GovernedStatus = Type.Object(
+  {
+    available: Type.Boolean(),
+    reason: Type.Optional(Type.String({ description: 'Why governed cannot run, e.g. worker_host_unavailable.' })),
+    detail: Type.Optional(Type.String()),
+    hostExecution: Type.Union([Type.Literal('worker'), Type.Literal('host')]),
+    profile: Type.Literal('governed'),
+    protectedPaths: Type.Array(
+      Type.Object({
+        path: Type.String(),
+        mode: Type.Union([Type.Literal('read_only'), Type.Literal('mask_file'), Type.Literal('mask_directory')]),
+        reason: Type.String(),
+      }),
+    ),
+    identity: Type.Optional(IdentityMode),
+    workerUid: Type.Optional(Type.Integer({ minimum: 1 })),
+    egress: Type.Object({ active: Type.Boolean(), detail: Type.String() }),
+    configurationView: Type.Optional(Type.Union([Type.Literal('startup'), Type.Literal('live')])),
+  },
+  { title: 'GovernedStatus' },
+);
+export type GovernedStatus = Static<typeof GovernedStatus>;
+
+const Facility = { available: Type.Boolean(), detail: Type.String() };
+
+export const BoundaryFacilities = Type.Object(
+  {
+    seccomp: Type.Object({ ...Facility, actions: Type.Array(Type.String()) }),
+    networkNamespaces: Type.Object(Facility),
+    landlock: Type.Object({ ...Facility, abi: Type.Union([Type.Integer(), Type.Null()]) }),
+    cgroup: Type.Object({
+      ...Facility,
+      layout: Type.Union([Type.Literal('v2'), Type.Literal('hybrid'), Type.Literal('v1'), Type.Literal('none')]),
+      ownCgroup: Type.Union([Type.String(), Type.Null()]),
+      nsdelegate: Type.Boolean(),
+      delegated: Type.Boolean(),
+    }),
+    identityHelper: Type.Object({
+      ...Facility,
+      path: Type.Union([Type.String(), Type.Null()]),
+      qualified: Type.Boolean(),
+    }),
+  },
+  { title: 'BoundaryFacilities' },
+);
+
+export const WorkerHostStatus = Type.Object(
+  {
+    ordinary: Type.Optional(ModeAvailability),
+    restricted: Type.Optional(ModeAvailability),
+    rootServer: Type.Optional(Type.Object({ warning: Type.String() })),
+    identity: Type.Optional(IdentityMode),
+    workerUid: Type.Optional(Type.Integer({ minimum: 1 })),
+    limits: WorkerLimitsStatus,
+    governed: GovernedStatus,
+    boundary: BoundaryFacilities,
+  },
+  { title: 'WorkerHostStatus' },
+);
+export type WorkerHostStatus = Static<typeof WorkerHostStatus>;

@@ -1,0 +1,65 @@
+/** Workspaces: a directory that outlives turns, and the worker uid leased to it (docs/workspaces.md). */
+import { Type, type Static } from '@sinclair/typebox';
+import { SESSION_ID_PATTERN } from './turns.js';
+
+export const WORKSPACE_ID_PATTERN = '^[A-Za-z0-9_-]{1,64}$';
+
+export const WorkspaceCreateRequest = Type.Object(
+  {
+    sessionId: Type.Optional(
+      Type.String({
+        pattern: SESSION_ID_PATTERN,
+        'x-detail': 'expected 1-128 characters of [A-Za-z0-9_.:-]',
+        description: 'Binds the workspace to this session: deleting the session deletes it.',
+      }),
+    ),
+    id: Type.Optional(
+      Type.String({
+        pattern: WORKSPACE_ID_PATTERN,
+        'x-detail': 'expected 1-64 characters of [A-Za-z0-9_-]',
+        description: 'Generated when absent.',
+      }),
+    ),
+  },
+  {
+    title: 'WorkspaceCreateRequest',
+    additionalProperties: false,
+    'x-detail': 'expected a JSON object',
+    'x-unknown': 'unknown field',
+  },
+);
+export type WorkspaceCreateRequest = Static<typeof WorkspaceCreateRequest>;
+
+const Count = Type.Union([Type.Integer({ minimum: 0 }), Type.Null()]);
+
+export const Workspace = Type.Object(
+  {
+    id: Type.String(),
+    sessionId: Type.Union([Type.String(), Type.Null()]),
+    uid: Type.Union([Type.Integer(), Type.Null()], { description: 'The leased uid; null in shared_uid mode.' }),
+    identity: Type.Union([Type.Literal('separate_uid'), Type.Literal('shared_uid')]),
+    turnsRunning: Type.Integer({ minimum: 0 }),
+    createdAt: Type.String(),
+    lastUsedAt: Type.Union([Type.String(), Type.Null()]),
+    bytes: Type.Optional(Count),
+    files: Type.Optional(Count),
+  },
+  { title: 'Workspace', description: 'bytes and files: on GET of one workspace; null when they cannot be measured.' },
+);
+export type Workspace = Static<typeof Workspace>;
+
+export const WorkspaceAnswer = Type.Object({ workspace: Workspace }, { title: 'WorkspaceAnswer' });
+export type WorkspaceAnswer = Static<typeof WorkspaceAnswer>;
+
+export const WorkspaceList = Type.Object({ workspaces: Type.Array(Workspace) }, { title: 'WorkspaceList' });
+export type WorkspaceList = Static<typeof WorkspaceList>;
+
+export const WorkspaceDeletion = Type.Object(
+  {
+    deleted: Type.String({ description: 'The id of the deleted workspace.' }),
+    bytesRemoved: Type.Integer({ minimum: 0 }),
+    filesRemoved: Type.Integer({ minimum: 0 }),
+  },
+  { title: 'WorkspaceDeletion' },
+);
+export type WorkspaceDeletion = Static<typeof WorkspaceDeletion>;

@@ -1,0 +1,9 @@
+/** Writes docs/openapi.json from the API schema (`npm run openapi`). */
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { renderOpenApi } from '../api/openapi.js';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const version = (JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8')) as { version: string }).version;
+fs.writeFileSync(path.join(root, 'docs/openapi.json'), renderOpenApi(version));

@@ -1,0 +1,42 @@
+/** examples/host-integration.ts, compiled, against a real supervisor: output, events, result. */
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import t from 'tap';
+import { startSupervisor } from '../../support/served-supervisor.js';
+import { REPO_ROOT } from '../../support/turn-harness.js';
+
+t.test('the host integration example runs a turn end to end', async (t) => {
+  const served = await startSupervisor({ name: 'example' });
+  t.teardown(() => served.stop());
+  const token = fs.readFileSync(path.join(served.dataDir, 'api-token'), 'utf8').trim();
+  const child = spawn(
+    process.execPath,
+    [
+      path.join(REPO_ROOT, 'dist/examples/host-integration.js'),
+      '--socket',
+      served.socket,
+      '--cwd',
+      served.workspace,
+      '--',
+      '/bin/sh',
+      '-c',
+      'read go; echo "out-line $go"; echo err-line >&2; exit 3',
+    ],
+    { env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', TURNHOST_API_TOKEN: token }, stdio: 'pipe' },
+  );
+  // The command waits for this line, so it cannot finish before the example attached.
+  child.stdin.write('sent\n');
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  t.equal(code, 3, `the command's exit code (${stderr})`);
+  t.match(stdout, /^host: ordinary available/m);
+  t.match(stdout, /^out-line sent$/m);
+  t.match(stderr, /^err-line$/m);
+  t.match(stdout, /^event: worker_launch$/m);
+  t.match(stdout, /^event: worker_exit$/m);
+  t.match(stdout, /^result: \{"status":"nonzero_exit","exitCode":3/m);
+});
