@@ -140,7 +140,7 @@ t.test('help, usage errors and completion', async (t) => {
   t.match(completion.stdout, "turns) COMPREPLY=( $(compgen -W 'list show cancel attach'");
   t.match(
     completion.stdout,
-    "'turns list') opts='--config --data-dir --server --json --session --state --limit --all'",
+    "'turns list') opts='--config --data-dir --server --json --session --workspace --state --limit --all'",
   );
   t.match(completion.stdout, "'session delete') opts=");
   t.match(completion.stdout, "--state) COMPREPLY=( $(compgen -W 'starting running finished'");

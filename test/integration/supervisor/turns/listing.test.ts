@@ -75,12 +75,13 @@ t.test('bad parameters are refused naming them', async (t) => {
     ['after=abc', /^after: /],
     ['after=-1', /^after: /],
     ['session=', /^session: /],
-    ['workspace=w', /^workspace: unknown parameter/],
+    ['workspace=a%2Fb', /^workspace: expected 1-64 of/],
+    ['colour=red', /^colour: unknown parameter/],
     ['limit=1&limit=2', /^limit: given more than once/],
   ];
   for (const [query, error] of cases) {
     const answer = await api.request('GET', `/api/turns?${query}`);
     t.equal(answer.status, 400, query);
-    t.match(answer.body, { code: 'invalid_request', error }, query);
+    t.match(answer.body, { code: 'invalid_request', error, field: /^[a-z]+$/ }, query);
   }
 });
