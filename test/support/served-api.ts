@@ -8,6 +8,8 @@ import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import WebSocket from 'ws';
+import { AttachServerMessage } from '../../api/schema/index.js';
+import { compileValidator, createAjv } from '../../api/schema/validate.js';
 import type { Connection } from '../../supervisor/cli/client.js';
 import { contractProblems } from './api-contract.js';
 import type { ServedSupervisor } from './served-supervisor.js';
@@ -54,6 +56,8 @@ function apiRequest(connection: Connection, method: string, urlPath: string, bod
     req.end(payload);
   });
 }
+
+const attachMessage = compileValidator(createAjv(), AttachServerMessage);
 
 function openSocket(connection: Connection, urlPath: string): Promise<WebSocket> {
   const target = connection.target;
@@ -114,17 +118,28 @@ export function servedApi(supervisor: ServedSupervisor): ServedApi {
     async attach(turnId) {
       const socket = await openSocket(connection, `/api/turns/${encodeURIComponent(turnId)}/attach`);
       const messages: AttachMessage[] = [];
-      socket.on('message', (data: Buffer) => messages.push(JSON.parse(data.toString('utf8')) as AttachMessage));
+      // Every message the server sends is checked against the document's AttachServerMessage.
+      const violations: string[] = [];
+      const conforming = (): void => {
+        if (violations.length > 0) throw new Error(`contract: ${violations.join('; ')}`);
+      };
+      socket.on('message', (data: Buffer) => {
+        const message: unknown = JSON.parse(data.toString('utf8'));
+        const checked = attachMessage(message);
+        if (!checked.ok) violations.push(`${data.toString('utf8').slice(0, 200)}: ${JSON.stringify(checked.errors)}`);
+        messages.push(message as AttachMessage);
+      });
       return {
         messages,
         send: (message) => socket.send(JSON.stringify(message)),
         output: () =>
-          messages
+          (conforming(), messages)
             .filter((m) => m.type === 'output')
             .map((m) => Buffer.from(m.data ?? '', 'base64').toString('utf8'))
             .join(''),
         async waitFor(match, budgetMs = 30_000) {
           await until(() => messages.some(match), budgetMs);
+          conforming();
           return messages.find(match);
         },
         close: () => socket.close(),
