@@ -3,7 +3,8 @@
  * (separate_uid) and with the shared_uid launcher: a git repository made by one turn is changed
  * and committed by a turn of another session; the host reads it back; two concurrent turns on
  * two workspaces cannot read or write each other's files; delete is refused while a turn runs,
- * and afterwards leaves no files, no lease and no process of the uid.
+ * and afterwards leaves no files, no lease and no process of the uid. Every answer is checked
+ * against the OpenAPI document.
  */
 import t from 'tap';
 import { stopTapInjectingIntoChildren } from '../support/no-tap-inject.js';
@@ -13,6 +14,7 @@ import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { createMemoryLogger } from '../../core/log.js';
 import { createApp } from '../../supervisor/http/app.js';
+import { contractProblems } from '../support/api-contract.js';
 import { createTurnHarness, type TurnHarness } from '../support/turn-harness.js';
 
 stopTapInjectingIntoChildren();
@@ -36,6 +38,8 @@ async function serve(harness: TurnHarness) {
   const server = http.createServer(app);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const port = (server.address() as AddressInfo).port;
+  // Every answer is checked against the OpenAPI document; the test asserts none mismatched.
+  const problems: string[] = [];
   const request = (method: string, url: string, body?: unknown, raw?: Buffer) =>
     new Promise<{ status: number; json: any; text: string; headers: http.IncomingHttpHeaders }>((resolve, reject) => {
       const data = raw ?? (body === undefined ? undefined : Buffer.from(JSON.stringify(body)));
@@ -56,6 +60,7 @@ async function serve(harness: TurnHarness) {
           res.on('data', (c: Buffer) => chunks.push(c));
           res.on('end', () => {
             const text = Buffer.concat(chunks).toString();
+            problems.push(...contractProblems(method, url, res.statusCode ?? 0, res.headers, text));
             let json: any = null;
             try {
               json = JSON.parse(text);
@@ -69,7 +74,7 @@ async function serve(harness: TurnHarness) {
       req.on('error', reject);
       req.end(data);
     });
-  return { request, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+  return { request, problems, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
 }
 
 type Api = Awaited<ReturnType<typeof serve>>['request'];
@@ -347,6 +352,7 @@ for (const separate of [true, false]) {
         payload: { sessionId: 'session-three', turns: 1, workspaces: 1, trigger: 'api' },
       });
     const visitorId = visitor.json.turn.id as string;
+    t.same(server.problems, [], 'every answer matches the OpenAPI document');
     t.equal((await api('GET', `/api/turns/${visitorId}`)).status, 200, 'the other session keeps its turn');
   });
 }
