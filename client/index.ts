@@ -320,14 +320,20 @@ export function createClient(options: ClientOptions): TurnhostClient {
     data: Buffer.from(JSON.stringify(value)),
   });
 
-  function openSocket(path: string): Promise<WebSocket> {
+  /**
+   * The socket at once, and its opening. A server may send its first messages in the same read
+   * as the upgrade answer (an attach to a finished turn sends everything and closes), and ws
+   * emits them right after 'open', before an awaiting caller resumes: so the caller attaches
+   * its listeners to `ws` first, then awaits `opened`.
+   */
+  function connectSocket(path: string): { ws: WebSocket; opened: Promise<void> } {
     const url =
       target.kind === 'tcp'
         ? `ws://${target.host.includes(':') ? `[${target.host}]` : target.host}:${target.port}${path}`
         : `ws+unix://${target.path}:${path}`;
-    return new Promise((resolve, reject) => {
-      const ws = new WebSocket(url, { headers: headers(), maxPayload: 64 * 1024 * 1024 });
-      ws.once('open', () => resolve(ws));
+    const ws = new WebSocket(url, { headers: headers(), maxPayload: 64 * 1024 * 1024 });
+    const opened = new Promise<void>((resolve, reject) => {
+      ws.once('open', () => resolve());
       ws.once('unexpected-response', (_req, res) => {
         const chunks: Buffer[] = [];
         res.on('data', (chunk: Buffer) => chunks.push(chunk));
@@ -349,6 +355,7 @@ export function createClient(options: ClientOptions): TurnhostClient {
       });
       ws.once('error', (error: NodeJS.ErrnoException) => reject(unreachable(target, error)));
     });
+    return { ws, opened };
   }
 
   async function* streamEvents(q: EventQuery & { signal?: AbortSignal } = {}): AsyncGenerator<GovernanceEvent> {
@@ -356,7 +363,7 @@ export function createClient(options: ClientOptions): TurnhostClient {
     const { signal } = q;
     for (;;) {
       if (signal?.aborted) return;
-      const ws = await openSocket(
+      const { ws, opened } = connectSocket(
         `/api/governance/events/stream${query({ session: q.session, turn: q.turn, kind: q.kind, after })}`,
       );
       let closedCode = 0;
@@ -370,6 +377,7 @@ export function createClient(options: ClientOptions): TurnhostClient {
         messages.end();
       });
       ws.on('error', () => undefined);
+      await opened;
       const abort = (): void => ws.close(1000);
       signal?.addEventListener('abort', abort, { once: true });
       try {
@@ -400,7 +408,7 @@ export function createClient(options: ClientOptions): TurnhostClient {
   }
 
   async function attach(id: string): Promise<Attachment> {
-    const ws = await openSocket(turnPath(id, '/attach'));
+    const { ws, opened } = connectSocket(turnPath(id, '/attach'));
     // The socket is read while neither the caller paused nor unread output is above the mark.
     let callerPaused = false;
     const output = channel<OutputChunk>(() => {
@@ -422,6 +430,7 @@ export function createClient(options: ClientOptions): TurnhostClient {
       settle(null);
     });
     ws.on('error', () => undefined);
+    await opened;
     const send = (message: object): void => {
       if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(message));
     };

@@ -59,16 +59,20 @@ function apiRequest(connection: Connection, method: string, urlPath: string, bod
 
 const attachMessage = compileValidator(createAjv(), AttachServerMessage);
 
-function openSocket(connection: Connection, urlPath: string): Promise<WebSocket> {
+/** The socket at once (listeners go on before it opens: a first read may carry messages), and its opening. */
+function connectSocket(connection: Connection, urlPath: string): { socket: WebSocket; opened: Promise<void> } {
   const target = connection.target;
   const url =
     target.kind === 'tcp' ? `ws://${target.host}:${target.port}${urlPath}` : `ws+unix://${target.path}:${urlPath}`;
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url, { headers: { authorization: `Bearer ${connection.token}` } });
-    ws.once('open', () => resolve(ws));
-    ws.once('unexpected-response', (_req, res) => reject(new Error(`WebSocket ${urlPath}: HTTP ${res.statusCode}`)));
-    ws.once('error', reject);
+  const socket = new WebSocket(url, { headers: { authorization: `Bearer ${connection.token}` } });
+  const opened = new Promise<void>((resolve, reject) => {
+    socket.once('open', () => resolve());
+    socket.once('unexpected-response', (_req, res) =>
+      reject(new Error(`WebSocket ${urlPath}: HTTP ${res.statusCode}`)),
+    );
+    socket.once('error', reject);
   });
+  return { socket, opened };
 }
 
 export interface ServedApi {
@@ -116,7 +120,7 @@ export function servedApi(supervisor: ServedSupervisor): ServedApi {
         ...extra,
       }),
     async attach(turnId) {
-      const socket = await openSocket(connection, `/api/turns/${encodeURIComponent(turnId)}/attach`);
+      const { socket, opened } = connectSocket(connection, `/api/turns/${encodeURIComponent(turnId)}/attach`);
       const messages: AttachMessage[] = [];
       // Every message the server sends is checked against the document's AttachServerMessage.
       const violations: string[] = [];
@@ -129,6 +133,7 @@ export function servedApi(supervisor: ServedSupervisor): ServedApi {
         if (!checked.ok) violations.push(`${data.toString('utf8').slice(0, 200)}: ${JSON.stringify(checked.errors)}`);
         messages.push(message as AttachMessage);
       });
+      await opened;
       return {
         messages,
         send: (message) => socket.send(JSON.stringify(message)),
