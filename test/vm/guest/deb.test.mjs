@@ -226,6 +226,160 @@ await check('a workspace: two turns of two sessions share its files as its lease
   expect(run(['turnhost', 'workspace', 'show', 'vm-project']).code === 3, 'the workspace is still shown');
 });
 
+/** The typed client as a host application gets it: the installed package's, over the API's TCP port. */
+let apiClient = null;
+async function installedClient() {
+  if (apiClient === null) {
+    const { createClient } = await import('/usr/lib/turnhost/dist/client/index.js');
+    const token = fs.readFileSync(`${DATA_DIR}/api-token`, 'utf8').trim();
+    apiClient = createClient({ target: { kind: 'tcp', host: '127.0.0.1', port: 7707 }, token });
+  }
+  return apiClient;
+}
+
+/** Runs a turn through the API and attaches: its stdout, stderr and result. */
+async function apiTurn(client, request, input) {
+  const turn = await client.createTurn({ mode: 'ordinary', ...request });
+  const attached = await client.attach(turn.id);
+  if (input !== undefined) {
+    attached.write(input);
+    attached.eof();
+  }
+  let stdout = '';
+  let stderr = '';
+  for await (const chunk of attached.output)
+    if (chunk.stream === 'stderr') stderr += chunk.data.toString();
+    else stdout += chunk.data.toString();
+  return { turn, stdout, stderr, result: await attached.result };
+}
+
+/** Live (not zombie) processes of a uid. */
+function processesOf(uid) {
+  return fs
+    .readdirSync('/proc')
+    .filter((name) => /^[0-9]+$/.test(name))
+    .filter((pid) => {
+      try {
+        const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+        const line = status.split('\n').find((l) => l.startsWith('Uid:'));
+        return line !== undefined && Number(line.split(/\s+/)[1]) === uid && !status.includes('State:\tZ');
+      } catch {
+        return false;
+      }
+    });
+}
+
+async function refusal(call) {
+  try {
+    await call();
+  } catch (error) {
+    return error;
+  }
+  return null;
+}
+
+let keptWorkspace = null;
+
+// The agent session of the root test (test/escape/workspaces.test.ts) through the HTTP API, as
+// the packaged non-root supervisor; the guest has no git, so the turns change files with sh.
+await check('an agent session through the HTTP API with the installed client', async () => {
+  const client = await installedClient();
+  const workspace = await client.createWorkspace({ id: 'vm-api', sessionId: 'vm-api-one' });
+  const one = await apiTurn(client, {
+    sessionId: 'vm-api-one',
+    workspace: 'vm-api',
+    argv: ['/bin/sh', '-c', 'echo one > notes && id -u'],
+  });
+  expect(one.result?.status === 'ok', 'turn 1 failed', one);
+  expect(Number(one.stdout.trim()) === workspace.uid, `turn 1 ran as uid ${one.stdout.trim()}`, { workspace });
+  const two = await apiTurn(client, {
+    sessionId: 'vm-api-two',
+    workspace: 'vm-api',
+    argv: ['/bin/sh', '-c', 'echo two >> notes && cat notes'],
+  });
+  expect(two.stdout === 'one\ntwo\n', "turn 2 (another session) did not change turn 1's file", two);
+  const three = await apiTurn(client, {
+    sessionId: 'vm-api-two',
+    workspace: 'vm-api',
+    stdin: 'a\nb\nc\n',
+    argv: ['wc', '-l'],
+  });
+  expect(three.stdout.trim() === '3', 'turn 3 did not count its piped lines', three);
+  const four = await apiTurn(client, { sessionId: 'vm-api-two', workspace: 'vm-api', argv: ['wc', '-l'] }, 'x\ny\n');
+  expect(four.stdout.trim() === '2', 'attach eof did not end the input', four);
+  const read = await client.readWorkspaceFile('vm-api', 'notes');
+  expect(read.data.toString() === 'one\ntwo\n', 'the host read back something else', { read: read.data.toString() });
+
+  // Two workspaces, one turn running in each: neither reads or writes the other's files or temp.
+  keptWorkspace = await client.createWorkspace({ id: 'vm-kept' });
+  expect(keptWorkspace.uid !== workspace.uid, 'two workspaces share a uid', { keptWorkspace, workspace });
+  const holder = await client.createTurn({
+    sessionId: 'vm-api-one',
+    mode: 'ordinary',
+    workspace: 'vm-api',
+    argv: ['/bin/sh', '-c', 'echo api-secret > secret && echo tmp-secret > /tmp/secret && sleep 600'],
+  });
+  await waitFor('the running turn to write its secret', 120, () =>
+    client.readWorkspaceFile('vm-api', 'secret').then(
+      () => true,
+      () => undefined,
+    ),
+  );
+  const probe = await apiTurn(client, {
+    sessionId: 'vm-kept-session',
+    workspace: 'vm-kept',
+    argv: [
+      '/bin/sh',
+      '-c',
+      [
+        `cat ${WORKSPACES_ROOT}/vm-api/secret && echo READ-OTHER`,
+        `echo x > ${WORKSPACES_ROOT}/vm-api/planted && echo WROTE-OTHER`,
+        `ls ${WORKSPACES_ROOT} | grep -q vm-api && echo LISTED-ROOT`,
+        'cat /tmp/secret && echo READ-OTHER-TMP',
+        'echo kept > kept.txt',
+        'true',
+      ].join('; '),
+    ],
+  });
+  expect(probe.result?.status === 'ok', 'the probe turn failed', probe);
+  expect(
+    !/READ-OTHER|WROTE-OTHER|LISTED-ROOT|api-secret|tmp-secret/.test(probe.stdout),
+    'a workspace reached the other',
+    probe,
+  );
+  expect(!fs.existsSync(`${WORKSPACES_ROOT}/vm-api/planted`), 'a file was planted in the other workspace');
+
+  const busy = await refusal(() => client.deleteWorkspace('vm-api'));
+  expect(busy?.status === 409 && busy?.code === 'workspace_busy', 'delete with a running turn was not refused', {
+    busy: String(busy),
+  });
+  const sessionBusy = await refusal(() => client.deleteSession('vm-api-one'));
+  expect(sessionBusy?.code === 'session_busy', 'session delete with a running turn was not refused', {
+    sessionBusy: String(sessionBusy),
+  });
+  await client.cancelTurn(holder.id);
+  const ended = await client.attach(holder.id);
+  for await (const chunk of ended.output) void chunk;
+  expect((await ended.result)?.status === 'cancelled', 'the holder turn did not end cancelled');
+
+  // Session delete: its workspace, events and turns go; the receipt stays; the uid is free.
+  const deleted = await client.deleteSession('vm-api-one');
+  expect(deleted.workspaces === 1 && deleted.turns === 2 && deleted.events > 0, 'the session delete counts', {
+    deleted,
+  });
+  expect(!fs.existsSync(`${WORKSPACES_ROOT}/vm-api`), 'the bound workspace is still there');
+  expect(!fs.existsSync('/var/lib/turnhost-uid-leases/vm-api'), 'its lease record is still there');
+  expect(processesOf(workspace.uid).length === 0, 'a process of the released uid lives');
+  expect((await client.events({ session: 'vm-api-one' })).events.length === 0, 'events of the session remain');
+  expect((await client.listTurns({ session: 'vm-api-one' })).turns.length === 0, 'turns of the session remain');
+  const receipts = await client.events({ kind: 'session_deleted', limit: 1000 });
+  expect(
+    receipts.events.some((event) => event.sessionId === null && event.payload.sessionId === 'vm-api-one'),
+    'no session_deleted receipt',
+  );
+  expect((await client.listTurns({ session: 'vm-api-two' })).turns.length === 3, "the other session's turns stay");
+});
+
 const nodeLines = (args) =>
   sh(`journalctl -u ${UNIT} --no-pager -o json ${args}`)
     .split('\n')
@@ -291,6 +445,22 @@ await check('kill -9 of the main process: Restart=on-failure brings the unit bac
   expect(response.ok, `GET /api/health answered ${response.status} after the restart`);
   const cgroup = fs.readFileSync(`/proc/${mainPid()}/cgroup`, 'utf8').trim();
   expect(cgroup.endsWith(`/${UNIT}/supervisor`), 'the new main process is not in <unit>/supervisor', { cgroup });
+});
+
+await check('the restart lost nothing: the workspace, its files and its uid lease stay', async () => {
+  expect(keptWorkspace !== null, 'no workspace was kept from the API session');
+  const client = await installedClient();
+  const shown = await client.getWorkspace('vm-kept');
+  expect(shown.uid === keptWorkspace.uid, 'the workspace has another uid after the restart', { shown, keptWorkspace });
+  expect(fs.existsSync('/var/lib/turnhost-uid-leases/vm-kept'), 'the lease record is gone');
+  const after = await apiTurn(client, {
+    sessionId: 'vm-kept-session',
+    workspace: 'vm-kept',
+    argv: ['/bin/sh', '-c', 'cat kept.txt && id -u'],
+  });
+  expect(after.stdout === `kept\n${keptWorkspace.uid}\n`, 'the turn after the restart', after);
+  const removed = await client.deleteWorkspace('vm-kept');
+  expect(removed.filesRemoved >= 1, 'delete removed nothing', { removed });
 });
 
 await check('dpkg -r turnhost stops the unit and keeps data, user and range', () => {
