@@ -229,6 +229,18 @@ for (const separate of [true, false]) {
     t.equal(unknown.status, 400);
     t.equal(unknown.json.field, 'workspace', 'an unknown workspace names the field');
 
+    // Host write refusals of the guard: create over an existing file, a body above the cap.
+    const again = await api('PUT', '/api/workspaces/repo/files?path=host.txt&mode=create', undefined, Buffer.from('x'));
+    t.equal(again.status, 409, again.text);
+    t.equal(again.json.code, 'exists');
+    const writeCap = harness.config.fs.hostWriteMaxBytes;
+    harness.config.fs.hostWriteMaxBytes = 8;
+    const tooLarge = await api('PUT', '/api/workspaces/repo/files?path=big.txt', undefined, Buffer.alloc(9, 0x61));
+    t.equal(tooLarge.status, 413, tooLarge.text);
+    t.equal(tooLarge.json.code, 'body_too_large');
+    t.notOk(fs.existsSync(path.join(root, 'repo', 'big.txt')), 'nothing of a refused write is left');
+    harness.config.fs.hostWriteMaxBytes = writeCap;
+
     // The byte cap: a workspace above it takes no host write and starts no turn.
     const cap = harness.config.workspaces.maxBytes;
     harness.config.workspaces.maxBytes = 1024;
