@@ -80,8 +80,9 @@ prune_node_modules() {
     "$modules/node-pty/src" "$modules/node-pty/scripts" "$modules/node-pty/binding.gyp" \
     "$modules/koffi/src/cnoke" "$modules/koffi/doc" "$modules/koffi/vendor" "$modules/koffi/cnoke.cjs"
   find "$modules/@koromix" -mindepth 2 -maxdepth 2 -type d -name 'musl_*' -exec rm -rf {} +
-  find "$modules" \( -name '*.md' -o -name '*.markdown' -o -name '*.d.ts' -o -name '*.d.mts' \
-    -o -name '*.d.cts' -o -name '*.map' -o -name '*.gyp' -o -name '*.gypi' -o -name '.*' \) \
+  # TypeScript sources too (ajv ships its lib/*.ts beside the compiled dist/): node runs only the JS.
+  find "$modules" \( -name '*.md' -o -name '*.markdown' -o -name '*.ts' -o -name '*.mts' \
+    -o -name '*.cts' -o -name '*.map' -o -name '*.gyp' -o -name '*.gypi' -o -name '.*' \) \
     ! -path "$modules" -exec rm -rf {} +
   find "$modules" \( -name '*.c' -o -name '*.cc' -o -name '*.cpp' -o -name '*.h' -o -name '*.hh' \
     -o -name '*.inc' -o -name '*.def' -o -name '*.S' -o -name '*.asm' -o -name CMakeLists.txt \
