@@ -1,7 +1,8 @@
 /**
  * The OpenAPI 3.1 document, generated from the route table and the schemas. WebSocket endpoints
  * appear as their upgrade GET (101) with an `x-websocket` extension naming the message schemas
- * of each direction; `x-error-codes` lists every error code with its status.
+ * of each direction; `x-error-codes` lists every error code with its status; `x-event-kinds`
+ * each governance event kind's payload schema and version.
  */
 import type { TSchema } from '@sinclair/typebox';
 import {
@@ -11,6 +12,7 @@ import {
   AUTHENTICATED_ERRORS,
   COMMON_ERRORS,
   ERROR_STATUS,
+  EVENT_PAYLOADS,
   ErrorBody,
   EventsPage,
   EventStreamMessage,
@@ -201,6 +203,13 @@ export function buildOpenApi(version = '0.1.0'): Json {
       schemas,
     },
     'x-error-codes': ERROR_STATUS,
+    // Each event kind's payload schema and version; clients must ignore kinds they do not know.
+    'x-event-kinds': Object.fromEntries(
+      Object.entries(EVENT_PAYLOADS).map(([kind, definition]) => [
+        kind,
+        { schemaVersion: definition.schemaVersion, payload: withRefs(definition.payload) },
+      ]),
+    ),
   };
 }
 

@@ -11,3 +11,4 @@ export * from './status.js';
 export * from './turns.js';
 export * from './worker-host.js';
 export * from './workspaces.js';
+export * from './event-payloads.js';

@@ -1,4 +1,5 @@
 import t from 'tap';
+import { buildOpenApi } from '../../../../api/openapi.js';
 import { EVENT_KINDS } from '../../../../supervisor/events/kinds.js';
 
 const valid: Record<string, Record<string, unknown>> = {
@@ -90,4 +91,27 @@ t.test('worker_launch.command is the basename of argv[0], never a path or argume
     if (!result.ok) t.match(result.detail, 'payload.command');
   }
   t.ok(launch.validate({ ...valid.worker_launch!, command: 'python3.11' }).ok);
+});
+
+t.test('every refused field is reported, not only the first', async (t) => {
+  const result = EVENT_KINDS.get('egress_connection')!.validate({
+    ...valid['egress_connection']!,
+    port: 70000,
+    scope: 'any',
+    bytesUp: undefined,
+  });
+  t.notOk(result.ok);
+  if (!result.ok) {
+    t.match(result.detail, 'payload.port must be a port number (0-65535)');
+    t.match(result.detail, "payload.scope must be one of 'inference', 'tool'");
+    t.match(result.detail, 'payload.bytesUp');
+  }
+  const missing = EVENT_KINDS.get('host_write_refused')!.validate({});
+  t.same(missing.ok ? null : missing.detail, 'payload.path is required; payload.reason is required');
+});
+
+t.test('the payload schemas are in the OpenAPI document, with their versions', async (t) => {
+  const kinds = (buildOpenApi() as { 'x-event-kinds': Record<string, { schemaVersion: number }> })['x-event-kinds'];
+  t.same(Object.keys(kinds).sort(), [...EVENT_KINDS.keys()].sort());
+  for (const [name, kind] of EVENT_KINDS) t.equal(kinds[name]?.schemaVersion, kind.schemaVersion, name);
 });
