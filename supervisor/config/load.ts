@@ -14,6 +14,7 @@ import {
   arrayOf,
   boolean,
   check,
+  checkAll,
   nonEmptyString,
   nonNegativeInteger,
   oneOf,
@@ -349,8 +350,9 @@ function readConfigFile(file: string): Result<{ layer: Layer }, 'config_invalid'
     return fail('config_invalid', `${file}: not valid JSON (${(error as Error).message})`);
   }
   if (!isRecord(parsed)) return fail('config_invalid', `${file}: expected a JSON object at the top level`);
-  const problem = check(CONFIG_SCHEMA, parsed, '', true);
-  if (problem !== null) return fail('config_invalid', `${file}: ${problem}`);
+  // Every problem at once: an operator fixing a file should not learn of them one run at a time.
+  const problems = checkAll(CONFIG_SCHEMA, parsed, '', true);
+  if (problems.length > 0) return fail('config_invalid', `${file}: ${problems.join('; ')}`);
   return ok({ layer: parsed });
 }
 
@@ -432,8 +434,8 @@ export function loadConfig(options: LoadConfigOptions): ConfigLoadResult {
     sources.cli.push(override.flag);
   }
 
-  const problem = check(CONFIG_SCHEMA, layer, '', false);
-  if (problem !== null) return fail('config_invalid', problem);
+  const problems = checkAll(CONFIG_SCHEMA, layer, '', false);
+  if (problems.length > 0) return fail('config_invalid', problems.join('; '));
   const config = layer as unknown as TurnhostConfig;
   const combination = checkCombination(config);
   if (combination !== null) return fail('config_invalid', combination);

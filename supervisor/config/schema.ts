@@ -62,39 +62,44 @@ function isArrayLeaf(schema: Schema): schema is Leaf & { element: Leaf } {
 
 /** Checks `value` against `schema`; answers the first problem as "<key path>: <expected>", or null. */
 export function check(schema: Schema, value: unknown, keyPath: string, partial: boolean): string | null {
+  return checkAll(schema, value, keyPath, partial)[0] ?? null;
+}
+
+/** Every problem of `value` against `schema`, each as "<key path>: <expected>", in key order. */
+export function checkAll(schema: Schema, value: unknown, keyPath: string, partial: boolean): string[] {
   if (typeof schema === 'function') {
     const expected = schema(value);
-    if (expected !== null) return `${keyPath}: ${expected}`;
+    if (expected !== null) return [`${keyPath}: ${expected}`];
+    const problems: string[] = [];
     if (isArrayLeaf(schema)) {
       for (const [i, element] of (value as unknown[]).entries()) {
         const elementExpected = schema.element(element);
-        if (elementExpected !== null) return `${keyPath}[${i}]: ${elementExpected}`;
+        if (elementExpected !== null) problems.push(`${keyPath}[${i}]: ${elementExpected}`);
       }
     }
-    return null;
+    return problems;
   }
-  if (!isRecord(value)) return `${keyPath || '(top level)'}: expected an object`;
+  if (!isRecord(value)) return [`${keyPath || '(top level)'}: expected an object`];
+  const problems: string[] = [];
   for (const [key, child] of Object.entries(value)) {
     const childPath = keyPath === '' ? key : `${keyPath}.${key}`;
     const fieldSchema = Object.hasOwn(schema.fields, key) ? schema.fields[key] : undefined;
     if (fieldSchema !== undefined) {
-      const problem = check(fieldSchema, child, childPath, partial);
-      if (problem !== null) return problem;
+      problems.push(...checkAll(fieldSchema, child, childPath, partial));
     } else if (schema.entries !== undefined) {
       const keyProblem = schema.entries.key(key);
-      if (keyProblem !== null) return `${childPath}: ${keyProblem}`;
-      const problem = check(schema.entries.value, child, childPath, partial);
-      if (problem !== null) return problem;
+      if (keyProblem !== null) problems.push(`${childPath}: ${keyProblem}`);
+      else problems.push(...checkAll(schema.entries.value, child, childPath, partial));
     } else if (schema.retired?.[key] !== undefined) {
-      return `${childPath}: no longer read: ${schema.retired[key]}; remove it`;
+      problems.push(`${childPath}: no longer read: ${schema.retired[key]}; remove it`);
     } else {
-      return `${childPath}: unknown key`;
+      problems.push(`${childPath}: unknown key`);
     }
   }
   if (!partial) {
     for (const key of Object.keys(schema.fields)) {
-      if (!Object.hasOwn(value, key)) return `${keyPath === '' ? key : `${keyPath}.${key}`}: missing`;
+      if (!Object.hasOwn(value, key)) problems.push(`${keyPath === '' ? key : `${keyPath}.${key}`}: missing`);
     }
   }
-  return null;
+  return problems;
 }

@@ -291,3 +291,13 @@ t.test('workspaces: off by default in a checkout, packaged root when installed, 
     /^workspaces\.root: must not lie inside the data directory/,
   );
 });
+
+t.test('a file with several problems reports every one, in key order', async (t) => {
+  const detail = refusal(
+    load({ file: { dataDir: 'relative', logLevel: 'verbose', events: { sessionRetentionDays: -1 }, colour: 'red' } }),
+  );
+  t.match(detail, /: dataDir: expected a normalised absolute path; /);
+  t.match(detail, /; logLevel: expected one of 'debug', 'info', 'warn', 'error'; /);
+  t.match(detail, /; events\.sessionRetentionDays: expected a non-negative integer; /);
+  t.match(detail, /; colour: unknown key$/);
+});
