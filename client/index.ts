@@ -4,6 +4,7 @@
  * stable code and the field at fault. It imports only the API schema's types, node builtins
  * and ws, so loading it loads no daemon module and no native addon.
  */
+import { createHash } from 'node:crypto';
 import http from 'node:http';
 import WebSocket from 'ws';
 import type {
@@ -218,6 +219,16 @@ function frameText(data: WebSocket.RawData): string {
   return Buffer.isBuffer(data) ? data.toString('utf8') : Buffer.from(data).toString('utf8');
 }
 
+/** A JSON object message, or null for anything else (the caller ends the connection). */
+function parseFrame(data: WebSocket.RawData): { type: unknown } | null {
+  try {
+    const value: unknown = JSON.parse(frameText(data));
+    return typeof value === 'object' && value !== null && 'type' in value ? value : null;
+  } catch {
+    return null;
+  }
+}
+
 /** Messages a consumer has not read yet, above which the socket stops being read. */
 const HIGH_WATER_MESSAGES = 256;
 
@@ -361,15 +372,32 @@ export function createClient(options: ClientOptions): TurnhostClient {
   async function* streamEvents(q: EventQuery & { signal?: AbortSignal } = {}): AsyncGenerator<GovernanceEvent> {
     let after = q.after;
     const { signal } = q;
+    let failures = 0;
     for (;;) {
       if (signal?.aborted) return;
+      if (failures > 0) {
+        // Reconnects back off (100 ms doubling to 5 s) so a server closing at once is not spun on.
+        const delay = Math.min(5000, 100 * 2 ** (failures - 1));
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, delay);
+          signal?.addEventListener('abort', () => (clearTimeout(timer), resolve()), { once: true });
+        });
+        if (signal?.aborted) return;
+      }
       const { ws, opened } = connectSocket(
         `/api/governance/events/stream${query({ session: q.session, turn: q.turn, kind: q.kind, after })}`,
       );
       let closedCode = 0;
+      const stream: { malformed: string | null } = { malformed: null };
       const messages = channel<EventStreamMessage>(() => ws.resume());
       ws.on('message', (data) => {
-        messages.push(JSON.parse(frameText(data)) as EventStreamMessage);
+        const parsed = parseFrame(data) as EventStreamMessage | null;
+        if (parsed === null) {
+          stream.malformed = frameText(data).slice(0, 200);
+          ws.close(1002);
+          return;
+        }
+        messages.push(parsed);
         if (messages.size() > HIGH_WATER_MESSAGES) ws.pause();
       });
       ws.on('close', (code) => {
@@ -382,7 +410,12 @@ export function createClient(options: ClientOptions): TurnhostClient {
       signal?.addEventListener('abort', abort, { once: true });
       try {
         for await (const message of messages.iterable) {
-          if (message.type !== 'event') continue;
+          failures = 0;
+          // The replay's progress is a cursor too: a drop during a replay resumes after it.
+          if (message.type !== 'event') {
+            after = Math.max(after ?? 0, message.lastId);
+            continue;
+          }
           after = message.event.id;
           yield message.event;
           if (signal?.aborted) return;
@@ -391,9 +424,13 @@ export function createClient(options: ClientOptions): TurnhostClient {
         signal?.removeEventListener('abort', abort);
         if (ws.readyState === WebSocket.OPEN || ws.readyState === WebSocket.CONNECTING) ws.close(1000);
       }
-      // A normal close (ours, or the server shutting down) ends the stream; any other is resumed.
+      if (stream.malformed !== null)
+        throw new TurnhostApiError(0, 'protocol_error', `event stream: not a JSON message: ${stream.malformed}`);
+      // A normal close (ours, or the server shutting down) ends the stream; any other is resumed,
+      // from the last id seen. A live-only stream that saw nothing yet resumes live-only: the
+      // server has no cursor for "now", and replaying from 0 would resend all history.
       if (signal?.aborted || closedCode === 1000 || closedCode === 1001) return;
-      after ??= 0;
+      failures++;
     }
   }
 
@@ -418,7 +455,13 @@ export function createClient(options: ClientOptions): TurnhostClient {
     let settle: (result: TurnResult | null) => void = () => undefined;
     const result = new Promise<TurnResult | null>((resolve) => (settle = resolve));
     ws.on('message', (data) => {
-      const message = JSON.parse(frameText(data)) as AttachServerMessage;
+      const message = parseFrame(data) as AttachServerMessage | null;
+      if (message === null) {
+        for (const listener of errorListeners)
+          listener({ code: 'protocol_error', error: `not a JSON message: ${frameText(data).slice(0, 200)}` });
+        ws.close(1002);
+        return;
+      }
       if (message.type === 'output') {
         output.push({ stream: message.stream, data: Buffer.from(message.data, 'base64') });
         if (output.size() > HIGH_WATER_MESSAGES) ws.pause();
@@ -494,7 +537,11 @@ export function createClient(options: ClientOptions): TurnhostClient {
     readWorkspaceFile: async (id, path) => {
       const answer = await exchange('GET', workspacePath(id, `/files${query({ path })}`), undefined, [200], true);
       const digest = answer.headers['x-content-sha256'];
-      return { data: answer.data, sha256: typeof digest === 'string' ? digest : '' };
+      const actual = createHash('sha256').update(answer.data).digest('hex');
+      // The server's digest of what it read: a mismatch is bytes lost or changed on the way.
+      if (digest !== actual)
+        throw new TurnhostApiError(0, 'protocol_error', `${path}: the bytes do not match X-Content-Sha256`);
+      return { data: answer.data, sha256: actual };
     },
   };
 }

@@ -295,6 +295,7 @@ export const ROUTES: ApiRoute[] = [
       'body_too_large',
       'unsupported_media_type',
       'workspace_exists',
+      'workspace_busy',
       'workspaces_unconfigured',
       'workspaces_unavailable',
     ],
@@ -325,7 +326,8 @@ export const ROUTES: ApiRoute[] = [
     method: 'delete',
     path: '/api/workspaces/:id',
     operationId: 'deleteWorkspace',
-    summary: 'Deletes a workspace: its tree (links never followed) once no process of its uid lives, then its lease.',
+    summary:
+      'Deletes a workspace: its tree (links never followed) once no process of its uid lives, then its lease; a delete that failed half way is retried.',
     auth: 'token',
     query: {
       cancel: {
@@ -364,6 +366,7 @@ export const ROUTES: ApiRoute[] = [
       'not_a_directory',
       'topology_changed',
       'workspace_full',
+      'workspace_busy',
       'body_too_large',
       'workspaces_unavailable',
     ],
@@ -380,12 +383,14 @@ export const ROUTES: ApiRoute[] = [
       200: {
         description: 'The bytes; X-Content-Sha256 carries their digest.',
         contentType: 'application/octet-stream',
+        headers: ['X-Content-Sha256'],
       },
     },
     errors: [
       'invalid_path',
       'workspace_not_found',
       'not_found',
+      'topology_changed',
       'alias_denied',
       'not_a_directory',
       'body_too_large',

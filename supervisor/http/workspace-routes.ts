@@ -118,10 +118,11 @@ function readBody(req: Request, maxBytes: number): Promise<Buffer | 'too_large' 
 export function registerWorkspaceRoutes(router: Router, deps: WorkspaceRouteDeps): void {
   const json = express.json({ limit: MAX_BODY_BYTES, strict: true });
   const { workspaces } = deps;
-  const lookup = (req: Request, res: Response): WorkspaceView | null => {
+  /** The workspace of the path, when it is ready (or, for a delete, also half deleted: a retry). */
+  const lookup = (req: Request, res: Response, options: { deleting?: boolean } = {}): WorkspaceView | null => {
     const id = String(req.params['id']);
     const found = ID.test(id) ? workspaces.get(id) : undefined;
-    if (!found || found.state !== 'ready') {
+    if (!found || !(found.state === 'ready' || (options.deleting === true && found.state === 'deleting'))) {
       sendError(res, 404, 'workspace_not_found', `no workspace ${ID.test(id) ? id : '(malformed id)'}`);
       return null;
     }
@@ -183,7 +184,7 @@ export function registerWorkspaceRoutes(router: Router, deps: WorkspaceRouteDeps
       const cancel = parsed.params.get('cancel');
       if (cancel !== null && cancel !== '1' && cancel !== '0')
         return sendError(res, 400, 'invalid_request', "cancel: expected '1' or '0'");
-      const workspace = lookup(req, res);
+      const workspace = lookup(req, res, { deleting: true });
       if (!workspace) return;
       const removed = await workspaces.delete(workspace.id, { cancel: cancel === '1' });
       if (!removed.ok) return sendFailure(res, removed);
@@ -246,6 +247,10 @@ export function registerWorkspaceRoutes(router: Router, deps: WorkspaceRouteDeps
           'workspace_full',
           `workspace ${workspace.id} holds ${usage.bytes} bytes; ${body.length} more exceed its cap of ${config.workspaces.maxBytes} (workspaces.maxBytes)`,
         );
+      // The reads above awaited: a delete may have begun meanwhile. From this check to the end of
+      // the write nothing yields, so the write never lands in a tree being removed.
+      if (workspaces.get(workspace.id)?.state !== 'ready')
+        return sendError(res, 404, 'workspace_not_found', `no workspace ${workspace.id} (being deleted)`);
       const root = openRoot(workspace.path);
       if (!root.ok) return sendError(res, 503, 'workspaces_unavailable', root.detail);
       try {

@@ -60,6 +60,11 @@ export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnMana
     logger: deps.logger.child({ component: 'sessions' }),
     isBusy: (sessionId) => activeInSession.has(sessionId),
   };
+  /**
+   * Sessions whose delete is under way: from its first check to its end no turn of the session,
+   * and no turn on a workspace bound to it, may start (the delete awaits its workspaces' removal).
+   */
+  const deletingSessions = new Set<string>();
   /** A deleted session's finished turns leave the attach backlog too. */
   const forgetSession = (sessionId: string): void => {
     for (const [id, turn] of recent) if (turn.record.sessionId === sessionId) recent.delete(id);
@@ -132,8 +137,16 @@ export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnMana
           `${running.size} turns are running; the limit is ${deps.config.turns.maxConcurrent} (turns.maxConcurrent)`,
         );
 
+      if (deletingSessions.has(request.sessionId))
+        return { ...fail('conflict', `session ${request.sessionId} is being deleted`), field: 'sessionId' };
       let workspaceLease: WorkspaceLease | undefined;
       if (request.workspace !== undefined) {
+        const boundTo = workspaces.get(request.workspace)?.sessionId;
+        if (boundTo != null && deletingSessions.has(boundTo))
+          return {
+            ...fail('conflict', `workspace ${request.workspace} goes with session ${boundTo}, which is being deleted`),
+            field: 'workspace',
+          };
         const claimed = workspaces.claimForTurn(request.workspace);
         if (!claimed.ok)
           return { ok: false, reason: 'invalid_request', detail: `workspace: ${claimed.detail}`, field: 'workspace' };
@@ -187,19 +200,25 @@ export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnMana
 
     async deleteSession(sessionId) {
       if (activeInSession.has(sessionId)) return fail('session_busy', `a turn of session ${sessionId} is running`);
-      // The session's workspaces go first: a turn of another session may run on one, and then
-      // nothing is deleted; their receipts are the session's events and go with it.
-      const removed = await workspaces.deleteForSession(sessionId);
-      if (!removed.ok)
-        return removed.reason === 'workspace_busy'
-          ? fail('session_busy', `session ${sessionId}: ${removed.detail}`)
-          : fail('workspaces_unavailable', `session ${sessionId}: ${removed.detail}`);
-      const deleted = deleteSession(sessionDeps, sessionId, {
-        trigger: 'api',
-        workspacesDeleted: removed.deleted.length,
-      });
-      if (deleted.ok) forgetSession(sessionId);
-      return deleted;
+      if (deletingSessions.has(sessionId)) return fail('session_busy', `session ${sessionId} is being deleted`);
+      deletingSessions.add(sessionId);
+      try {
+        // The session's workspaces go first: a turn of another session may run on one, and then
+        // nothing is deleted; their receipts are the session's events and go with it.
+        const removed = await workspaces.deleteForSession(sessionId);
+        if (!removed.ok)
+          return removed.reason === 'workspace_busy'
+            ? fail('session_busy', `session ${sessionId}: ${removed.detail}`)
+            : fail('workspaces_unavailable', `session ${sessionId}: ${removed.detail}`);
+        const deleted = deleteSession(sessionDeps, sessionId, {
+          trigger: 'api',
+          workspacesDeleted: removed.deleted.length,
+        });
+        if (deleted.ok) forgetSession(sessionId);
+        return deleted;
+      } finally {
+        deletingSessions.delete(sessionId);
+      }
     },
 
     pruneSessions(now = new Date()) {

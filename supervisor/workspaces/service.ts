@@ -188,6 +188,39 @@ export function createWorkspaceService(deps: WorkspaceServiceDeps): WorkspaceSer
     return ok(removed);
   };
 
+  const inFlight = new Map<string, Promise<Result<WorkspaceUsage, WorkspaceFailure>>>();
+
+  /** A delete (any state but creating: a half-done one is retried); the caller serialises per id. */
+  async function deleteOnce(
+    id: string,
+    options: { cancel?: boolean },
+  ): Promise<Result<WorkspaceUsage, WorkspaceFailure>> {
+    const record = store.get(id);
+    if (!record || record.state === 'creating') return fail('workspace_not_found', `no workspace ${id}`);
+    const running = deps.turns.running(id);
+    if (running.length > 0) {
+      if (!options.cancel)
+        return fail(
+          'workspace_busy',
+          `${running.length} turn(s) run on workspace ${id}; end them first or delete with cancel=1`,
+        );
+      await Promise.all(running.map((turnId) => deps.turns.cancelAndWait(turnId)));
+    }
+    if (deps.turns.running(id).length > 0) return fail('workspace_busy', `a turn started on workspace ${id} meanwhile`);
+    store.setDeleting(id);
+    const removed = await remove({ ...record, state: 'deleting' });
+    if (!removed.ok) {
+      log.warn('workspace delete incomplete', { workspaceId: id, detail: removed.detail });
+      return removed;
+    }
+    event('workspace_deleted', record.sessionId, {
+      workspaceId: id,
+      bytesRemoved: removed.bytes,
+      filesRemoved: removed.files,
+    });
+    return removed;
+  }
+
   const service: WorkspaceService = {
     async create(options) {
       const rooted = rootOf();
@@ -253,32 +286,14 @@ export function createWorkspaceService(deps: WorkspaceServiceDeps): WorkspaceSer
       return usageOf(record);
     },
 
-    async delete(id, options = {}) {
-      const record = store.get(id);
-      if (!record || record.state === 'creating') return fail('workspace_not_found', `no workspace ${id}`);
-      const running = deps.turns.running(id);
-      if (running.length > 0) {
-        if (!options.cancel)
-          return fail(
-            'workspace_busy',
-            `${running.length} turn(s) run on workspace ${id}; end them first or delete with cancel=1`,
-          );
-        await Promise.all(running.map((turnId) => deps.turns.cancelAndWait(turnId)));
-      }
-      if (deps.turns.running(id).length > 0)
-        return fail('workspace_busy', `a turn started on workspace ${id} meanwhile`);
-      store.setDeleting(id);
-      const removed = await remove({ ...record, state: 'deleting' });
-      if (!removed.ok) {
-        log.warn('workspace delete incomplete', { workspaceId: id, detail: removed.detail });
-        return removed;
-      }
-      event('workspace_deleted', record.sessionId, {
-        workspaceId: id,
-        bytesRemoved: removed.bytes,
-        filesRemoved: removed.files,
-      });
-      return removed;
+    delete(id, options = {}) {
+      // One delete per workspace at a time: a second caller shares the first one's outcome
+      // (two releases of one lease would race each other and record the receipt twice).
+      const pending = inFlight.get(id);
+      if (pending) return pending;
+      const deleting = deleteOnce(id, options).finally(() => inFlight.delete(id));
+      inFlight.set(id, deleting);
+      return deleting;
     },
 
     async deleteForSession(sessionId) {
@@ -286,10 +301,13 @@ export function createWorkspaceService(deps: WorkspaceServiceDeps): WorkspaceSer
       const bound = store.list({ sessionId });
       const inUse = bound.find((record) => deps.turns.running(record.id).length > 0);
       if (inUse) return fail('workspace_busy', `a turn runs on workspace ${inUse.id}`);
+      // A workspace still being created would be made after the session's records are gone.
+      const creating = bound.find((record) => record.state === 'creating');
+      if (creating) return fail('workspace_busy', `workspace ${creating.id} is being created`);
       for (const record of bound) {
         const removed = await service.delete(record.id);
-        if (!removed.ok && removed.reason !== 'workspace_not_found') return removed;
-        deleted.push(record.id);
+        if (removed.ok) deleted.push(record.id);
+        else if (removed.reason !== 'workspace_not_found') return removed;
       }
       return ok({ deleted });
     },

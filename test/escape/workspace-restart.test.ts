@@ -94,3 +94,59 @@ t.test('workspaces and leases survive a restart; a crash is finished at boot', a
   if (startedTurn.ok) await after.turns.wait(startedTurn.turn.id);
   t.ok((await after.turns.workspaces!.delete('starting')).ok, 'deleted once the turn ended');
 });
+
+t.test('deletes and session deletes serialise against each other and against starts', async (t) => {
+  const harness = await createTurnHarness({ ...options, stateDir: fs.mkdtempSync(path.join(os.tmpdir(), 'ws-race-')) });
+  t.teardown(() => harness.close());
+  const workspaces = harness.turns.workspaces!;
+
+  // Two deletes of one workspace at once: one removal, one receipt, both callers answered.
+  t.ok((await workspaces.create({ id: 'twice' })).ok);
+  const [a, b] = await Promise.all([workspaces.delete('twice'), workspaces.delete('twice')]);
+  t.ok(a.ok && b.ok, 'both deletes answer the one removal');
+  const receipts = harness.events.query({ kind: 'workspace_deleted', limit: 1000 });
+  t.equal(
+    receipts.ok ? receipts.events.filter((e) => e.payload['workspaceId'] === 'twice').length : -1,
+    1,
+    'one workspace_deleted receipt',
+  );
+
+  // A delete that stopped half way (row left `deleting`) is retried by the next delete.
+  t.ok((await workspaces.create({ id: 'half-deleted' })).ok);
+  const db = new Database(path.join(harness.config.dataDir, 'turnhost.db'));
+  db.prepare(`UPDATE workspaces SET state = 'deleting' WHERE id = 'half-deleted'`).run();
+  db.close();
+  const retried = await workspaces.delete('half-deleted');
+  t.ok(retried.ok, retried.ok ? '' : retried.detail);
+  t.notOk(fs.existsSync(path.join(root, 'half-deleted')), 'the retry removed the tree');
+  t.notOk(fs.existsSync(path.join(leaseDir, 'half-deleted')), 'and the lease');
+
+  // While a session's delete is under way, no turn of it and none on its workspace may start.
+  t.ok((await workspaces.create({ id: 'bound', sessionId: 'ending' })).ok);
+  await runTurn(harness, { argv: ['/bin/true'], workspace: 'bound', cwd: '.', sessionId: 'ending' });
+  const deleting = harness.turns.deleteSession('ending');
+  const ownTurn = await harness.turns.create({
+    sessionId: 'ending',
+    mode: 'ordinary',
+    argv: ['/bin/true'],
+    cwd: harness.workspace,
+  });
+  t.match(ownTurn, { ok: false, reason: 'conflict', field: 'sessionId' }, 'a turn of the session is refused');
+  const visitor = await harness.turns.create({
+    sessionId: 'visitor',
+    mode: 'ordinary',
+    argv: ['/bin/true'],
+    workspace: 'bound',
+  });
+  t.match(visitor, { ok: false, reason: 'conflict', field: 'workspace' }, 'a turn on its workspace is refused');
+  const done = await deleting;
+  t.match(done, { ok: true, deleted: { sessionId: 'ending', workspaces: 1, turns: 1 } });
+
+  // A workspace still being created keeps its session: the session delete is refused, not half done.
+  const making = workspaces.create({ id: 'making', sessionId: 'young' });
+  const refused = await harness.turns.deleteSession('young');
+  t.match(refused, { ok: false, reason: 'session_busy' }, 'refused while its workspace is being created');
+  t.ok((await making).ok);
+  t.ok(workspaces.get('making'), 'the workspace was made');
+  t.match(await harness.turns.deleteSession('young'), { ok: true, deleted: { workspaces: 1 } });
+});

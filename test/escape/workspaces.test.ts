@@ -14,6 +14,7 @@ import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { createMemoryLogger } from '../../core/log.js';
 import { createApp } from '../../supervisor/http/app.js';
+import Database from 'better-sqlite3';
 import { contractProblems } from '../support/api-contract.js';
 import { createTurnHarness, type TurnHarness } from '../support/turn-harness.js';
 
@@ -330,6 +331,15 @@ for (const separate of [true, false]) {
       t.same(processesOf(uid), [], 'no process of the released uid');
     }
     t.equal((await api('DELETE', '/api/workspaces/beta')).status, 200);
+
+    // A delete that stopped half way (its row left `deleting`) is hidden but retried by DELETE.
+    t.equal((await api('POST', '/api/workspaces', { id: 'half' })).status, 201);
+    const db = new Database(path.join(harness.config.dataDir, 'turnhost.db'));
+    db.prepare(`UPDATE workspaces SET state = 'deleting' WHERE id = 'half'`).run();
+    db.close();
+    t.equal((await api('GET', '/api/workspaces/half')).status, 404, 'a half-deleted workspace is not shown');
+    t.equal((await api('DELETE', '/api/workspaces/half')).status, 200, 'its delete is retried');
+    t.notOk(fs.existsSync(path.join(root, 'half')), 'the retry removed it');
 
     // A session's delete takes its workspaces; a turn of another session on one refuses it.
     t.equal((await api('POST', '/api/workspaces', { id: 'bound', sessionId: 'session-three' })).status, 201);
