@@ -17,6 +17,8 @@ import { closeRoot, openRoot, readFile, validateRelativePath, writeFile, type Fs
 import type { WorkspaceFailure, WorkspaceService, WorkspaceView } from '../workspaces/service.js';
 import { MAX_BODY_BYTES, sendError, type ErrorCode } from './errors.js';
 import { route } from './routing.js';
+import { compileValidator, createAjv } from '../../api/schema/validate.js';
+import { WorkspaceCreateRequest } from '../../api/schema/workspaces.js';
 
 export interface WorkspaceRouteDeps {
   workspaces: WorkspaceService;
@@ -27,6 +29,7 @@ export interface WorkspaceRouteDeps {
 
 const ID = /^[A-Za-z0-9_-]{1,64}$/;
 const SESSION_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
+const validateCreate = compileValidator<WorkspaceCreateRequest>(createAjv(), WorkspaceCreateRequest);
 
 const FAILURE_STATUS: Record<WorkspaceFailure, number> = {
   invalid_request: 400,
@@ -133,22 +136,19 @@ export function registerWorkspaceRoutes(router: Router, deps: WorkspaceRouteDeps
     post: [
       json,
       async (req, res) => {
+        // No body asks for a generated id and no session; a body must be JSON.
+        if (req.is('application/json') === false)
+          return sendError(res, 400, 'invalid_request', 'body: expected an application/json object', { field: 'body' });
         const body: unknown = req.body ?? {};
-        if (typeof body !== 'object' || body === null || Array.isArray(body))
-          return sendError(res, 400, 'invalid_request', 'body: expected a JSON object');
-        const fields = body as Record<string, unknown>;
-        for (const key of Object.keys(fields))
-          if (key !== 'sessionId' && key !== 'id')
-            return sendError(res, 400, 'invalid_request', `${key}: unknown field`, { field: key });
-        const { sessionId, id } = fields;
-        if (sessionId !== undefined && (typeof sessionId !== 'string' || !SESSION_ID.test(sessionId)))
-          return sendError(res, 400, 'invalid_request', 'sessionId: expected 1-128 characters of [A-Za-z0-9_.:-]', {
-            field: 'sessionId',
+        const checked = validateCreate(body);
+        if (!checked.ok) {
+          const first = checked.errors[0]!;
+          return sendError(res, 400, 'invalid_request', `${first.field}: ${first.detail}`, {
+            field: first.field,
+            errors: checked.errors,
           });
-        if (id !== undefined && (typeof id !== 'string' || !ID.test(id)))
-          return sendError(res, 400, 'invalid_request', 'id: expected 1-64 characters of [A-Za-z0-9_-]', {
-            field: 'id',
-          });
+        }
+        const { sessionId, id } = checked.value;
         const created = await workspaces.create({
           ...(typeof id === 'string' ? { id } : {}),
           ...(typeof sessionId === 'string' ? { sessionId } : {}),

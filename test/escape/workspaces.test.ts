@@ -136,6 +136,25 @@ for (const separate of [true, false]) {
     if (separate) t.ok(uid !== null && uid >= harness.uidRange.first, 'a uid of the range is leased');
     else t.equal(uid, null, 'shared_uid leases no uid');
 
+    // A malformed create names every field at fault, and creates nothing.
+    const badCreate = await api('POST', '/api/workspaces', { id: '../up', sessionId: '', owner: 'x' });
+    t.equal(badCreate.status, 400, badCreate.text);
+    t.equal(badCreate.json.code, 'invalid_request');
+    t.same(
+      badCreate.json.errors.map((e: { field: string }) => e.field),
+      ['owner', 'sessionId', 'id'],
+      'every refused field, unknown first',
+    );
+    t.equal(badCreate.json.field, 'owner');
+    const notJson = await api('POST', '/api/workspaces', undefined, Buffer.from('id=x'));
+    t.equal(notJson.status, 400, 'a body that is not JSON is refused, not ignored');
+    t.equal(notJson.json.field, 'body');
+    t.same(
+      (await api('GET', '/api/workspaces')).json.workspaces.map((w: { id: string }) => w.id),
+      ['repo'],
+      'the refused requests created no workspace',
+    );
+
     const first = await runTurn(api, harness, {
       sessionId: 'session-one',
       workspace: 'repo',
