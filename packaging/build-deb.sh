@@ -120,6 +120,8 @@ stage_helper() {
 stage_system_files() {
   install -D -m 0644 "$packaging/turnhost.service" "$root/lib/systemd/system/turnhost.service"
   install -D -m 0644 "$packaging/turnhost.json" "$root/etc/turnhost/turnhost.json"
+  # The configuration's JSON Schema, which the shipped file names for editors.
+  install -D -m 0644 "$repo/docs/config.schema.json" "$root/usr/share/turnhost/config.schema.json"
   install -D -m 0644 "$packaging/identity-helper.conf" "$root/etc/turnhost/identity-helper.conf"
   install -D -m 0644 "$packaging/turnhost.tmpfiles" "$root/usr/lib/tmpfiles.d/turnhost.conf"
   install -d "$root/usr/share/man/man8" "$doc" "$root/usr/share/lintian/overrides"

@@ -8,7 +8,7 @@ import type { TSchema } from '@sinclair/typebox';
 import type { FieldError } from './errors.js';
 
 /** Annotations the schemas carry; ajv checks no value against them. */
-const ANNOTATIONS = ['x-detail', 'x-unknown'];
+const ANNOTATIONS = ['x-detail', 'x-unknown', 'x-required'];
 
 export function createAjv(): Ajv {
   const ajv = new Ajv({ allErrors: true, strict: true, strictTypes: false, validateFormats: false });
@@ -58,7 +58,8 @@ function locate(root: TSchema, error: ErrorObject): FieldError {
   if (error.keyword === 'required' && best.depth === instance.length) {
     const name = (error.params as { missingProperty: string }).missingProperty;
     const property = (node['properties'] as Record<string, Node> | undefined)?.[name];
-    return { field: fieldName([...at, name]), detail: text(property?.['x-detail'], 'required') };
+    const detail = text(node['x-required'], text(property?.['x-detail'], 'required'));
+    return { field: fieldName([...at, name]), detail };
   }
   return { field: fieldName(at), detail: text(best.node['x-detail'], error.message ?? 'invalid') };
 }

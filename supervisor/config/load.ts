@@ -8,21 +8,9 @@ import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { fail, ok, type Result } from '../../core/result.js';
-import type { LimitName } from '../../core/limits.js';
-import {
-  absolutePath,
-  arrayOf,
-  boolean,
-  check,
-  checkAll,
-  nonEmptyString,
-  nonNegativeInteger,
-  oneOf,
-  orNull,
-  positiveInteger,
-  type Leaf,
-  type ObjectSchema,
-} from './schema.js';
+import { TurnhostConfig as ConfigSchema, TurnhostConfigFile } from '../../api/schema/config.js';
+import type { FieldError } from '../../api/schema/errors.js';
+import { compileValidator, createAjv } from '../../api/schema/validate.js';
 import type { TurnhostConfig } from './types.js';
 
 export const INSTALLED_CODE_ROOT = '/usr/lib/turnhost';
@@ -33,17 +21,6 @@ export const INSTALLED_WORKSPACES_ROOT = '/var/lib/turnhost-workspaces';
 export const DEV_DATA_DIR_NAME = '.turnhost-dev';
 export const DEFAULT_LISTEN = '127.0.0.1:7707';
 const MAX_CONFIG_FILE_BYTES = 1024 * 1024;
-
-const LIMIT_NAMES: readonly LimitName[] = [
-  'processes',
-  'data',
-  'file_size',
-  'open_files',
-  'memory',
-  'pids',
-  'cpu',
-  'tmp_size',
-];
 
 /** Flags of `turnhost serve` (and of client commands that read the configuration). */
 export interface ConfigOverrides {
@@ -124,113 +101,37 @@ export function defaultConfig(options: { installed: boolean; cwd: string }): Tur
   };
 }
 
-const limitValue: Leaf = (v) =>
-  (typeof v === 'number' && Number.isFinite(v) && v > 0) ||
-  (typeof v === 'string' && /^[0-9]+(\.[0-9]+)?[KMGT]?$/i.test(v))
-    ? null
-    : 'expected a positive number or a string such as "512M"';
+type Layer = Record<string, unknown>;
 
-const hostPattern: Leaf = (v) =>
-  typeof v === 'string' && /^(\*\.)?[A-Za-z0-9.:[\]_-]{1,255}$/.test(v)
-    ? null
-    : 'expected a host pattern (host, *.suffix, optional :port)';
+// The file is checked with every key optional, the merged result with every key present.
+const ajv = createAjv();
+const validateFileLayer = compileValidator<Layer>(ajv, TurnhostConfigFile);
+const validateMerged = compileValidator<TurnhostConfig>(ajv, ConfigSchema);
 
-const cidr: Leaf = (v) => {
-  if (typeof v !== 'string') return 'expected a CIDR such as "10.1.0.0/16"';
-  const [address, bits, ...rest] = v.split('/');
-  const family = net.isIP(address ?? '');
-  const prefix = Number(bits);
-  const max = family === 4 ? 32 : 128;
-  return rest.length === 0 && family !== 0 && /^[0-9]{1,3}$/.test(bits ?? '') && prefix <= max
-    ? null
-    : 'expected a CIDR such as "10.1.0.0/16"';
-};
+/** Where a key path sits in the document: its key's position in each object, or its index. */
+function documentPosition(document: unknown, field: string): number[] {
+  const position: number[] = [];
+  let node = document;
+  for (const segment of field.match(/[^.[\]]+/g) ?? []) {
+    if (Array.isArray(node)) position.push(Number(segment));
+    else if (isRecord(node)) {
+      const index = Object.keys(node).indexOf(segment);
+      position.push(index < 0 ? Number.MAX_SAFE_INTEGER : index);
+    } else break;
+    node = isRecord(node) || Array.isArray(node) ? (node as Record<string, unknown>)[segment] : undefined;
+  }
+  return position;
+}
 
-const envName: Leaf = (v) =>
-  typeof v === 'string' && /^[A-Za-z_][A-Za-z0-9_]{0,127}$/.test(v) ? null : 'expected an environment variable name';
-
-const tcpAddress: Leaf = (v) => (typeof v === 'string' && parseHostPort(v) !== null ? null : 'expected "HOST:PORT"');
-
-const protectedPathRule: ObjectSchema = {
-  fields: {
-    root: absolutePath,
-    path: (v) =>
-      typeof v === 'string' && v.length > 0 && !path.isAbsolute(v) && !v.split('/').includes('..') && !v.includes('\0')
-        ? null
-        : 'expected a relative path without ".."',
-    mode: oneOf('read_only', 'mask_file', 'mask_directory'),
-    reason: nonEmptyString,
-  },
-};
-
-const protectedPathList: Leaf & { element: Leaf } = arrayOf((v) => check(protectedPathRule, v, 'rule', false));
-
-export const CONFIG_SCHEMA: ObjectSchema = {
-  fields: {
-    dataDir: absolutePath,
-    listen: { fields: { tcp: orNull(tcpAddress), socket: orNull(absolutePath), allowNonLoopback: boolean } },
-    apiToken: orNull((v) =>
-      typeof v === 'string' && /^[\x21-\x7e]{16,512}$/.test(v)
-        ? null
-        : 'expected 16-512 printable ASCII characters without spaces',
-    ),
-    logLevel: oneOf('debug', 'info', 'warn', 'error'),
-    events: {
-      fields: { unboundRetentionDays: positiveInteger, journal: boolean, sessionRetentionDays: nonNegativeInteger },
-    },
-    metrics: { fields: { listen: orNull(tcpAddress) } },
-    identityHelper: { fields: { path: orNull(absolutePath), configPath: orNull(absolutePath) } },
-    modes: { fields: { restricted: { fields: { enabled: boolean } } } },
-    limits: {
-      fields: {},
-      entries: {
-        key: (k) =>
-          (LIMIT_NAMES as readonly string[]).includes(k)
-            ? null
-            : `unknown limit (expected one of ${LIMIT_NAMES.join(', ')})`,
-        value: limitValue,
-      },
-    },
-    limitsDisabled: arrayOf(oneOf(...LIMIT_NAMES), { unique: true }),
-    egress: {
-      fields: {
-        allowlist: arrayOf(hostPattern),
-        denylist: arrayOf(hostPattern),
-        allowAddressRanges: arrayOf(cidr),
-        inferenceHosts: arrayOf(hostPattern),
-        turnAdditionsAllowed: arrayOf(hostPattern),
-        maxConnections: positiveInteger,
-        maxBytes: positiveInteger,
-        idleTimeoutMs: positiveInteger,
-      },
-    },
-    fs: {
-      fields: {
-        protectedPaths: protectedPathList,
-        scratch: {
-          fields: { dir: orNull(absolutePath), capBytes: positiveInteger, pruneIntervalSeconds: positiveInteger },
-        },
-        hostWriteMaxBytes: positiveInteger,
-      },
-    },
-    turns: {
-      fields: {
-        maxConcurrent: positiveInteger,
-        defaultTimeoutSeconds: positiveInteger,
-        maxTimeoutSeconds: positiveInteger,
-        workspaceRoots: arrayOf(absolutePath),
-        envExtra: arrayOf(envName),
-        preparedWorkers: nonNegativeInteger,
-        preparedWorkerIdleSeconds: positiveInteger,
-      },
-      retired: {
-        tempRoot: "each turn's /tmp is a tmpfs of its own in its view, sized by limits.tmp_size",
-      },
-    },
-    workspaces: { fields: { root: orNull(absolutePath), maxBytes: positiveInteger } },
-    probeRoots: { fields: { proc: absolutePath, sysFsCgroup: absolutePath } },
-  },
-};
+/** Problems as "<key path>: <expected>", in the order the document writes them (missing keys last). */
+function describe(document: unknown, errors: FieldError[]): string[] {
+  const positioned = errors.map((e) => ({ e, at: documentPosition(document, e.field) }));
+  positioned.sort((x, y) => {
+    for (let i = 0; i < Math.min(x.at.length, y.at.length); i++) if (x.at[i] !== y.at[i]) return x.at[i]! - y.at[i]!;
+    return x.at.length - y.at.length;
+  });
+  return positioned.map(({ e }) => `${e.field}: ${e.detail}`);
+}
 
 /** "127.0.0.1:7707", "localhost:0", "[::1]:7707" → host and port; null when malformed. */
 export function parseHostPort(value: string): { host: string; port: number } | null {
@@ -248,8 +149,6 @@ export function isLoopbackHost(host: string): boolean {
   if (net.isIPv4(host)) return host.split('.')[0] === '127';
   return host === '::1';
 }
-
-type Layer = Record<string, unknown>;
 
 function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
@@ -319,16 +218,12 @@ const CLI_OVERRIDES: ReadonlyArray<{ flag: string; option: keyof ConfigOverrides
   { flag: '--log-level', option: 'logLevel', key: 'logLevel' },
 ];
 
-function leafAt(keyPath: string): Leaf {
-  let node: unknown = CONFIG_SCHEMA;
-  for (const key of keyPath.split('.')) node = (node as ObjectSchema).fields[key];
-  return node as Leaf;
-}
-
 /** Checks one override value with the key's own schema, naming the variable or flag. */
-function checkOverride(label: string, keyPath: string, value: unknown): string | null {
-  const problem = check(leafAt(keyPath), value, keyPath, false);
-  return problem === null ? null : `${label} (${problem})`;
+function checkOverride(label: string, keyPath: string, value: unknown): string[] {
+  const layer: Layer = {};
+  setPath(layer, keyPath, value);
+  const checked = validateFileLayer(layer);
+  return checked.ok ? [] : describe(layer, checked.errors).map((problem) => `${label} (${problem})`);
 }
 
 function readConfigFile(file: string): Result<{ layer: Layer }, 'config_invalid'> {
@@ -351,9 +246,11 @@ function readConfigFile(file: string): Result<{ layer: Layer }, 'config_invalid'
   }
   if (!isRecord(parsed)) return fail('config_invalid', `${file}: expected a JSON object at the top level`);
   // Every problem at once: an operator fixing a file should not learn of them one run at a time.
-  const problems = checkAll(CONFIG_SCHEMA, parsed, '', true);
-  if (problems.length > 0) return fail('config_invalid', `${file}: ${problems.join('; ')}`);
-  return ok({ layer: parsed });
+  const checked = validateFileLayer(parsed);
+  if (!checked.ok) return fail('config_invalid', `${file}: ${describe(parsed, checked.errors).join('; ')}`);
+  // `$schema` tells editors which schema the file follows; the configuration has no such key.
+  const { $schema: _schema, ...layer } = parsed;
+  return ok({ layer });
 }
 
 /** Which file to read: --config, else TURNHOST_CONFIG, else the installed default when it exists. */
@@ -370,38 +267,45 @@ function isBeneathDir(dir: string, root: string): boolean {
   return rel === '' || (!rel.startsWith('..') && !path.isAbsolute(rel));
 }
 
-/** Rules that span keys, checked on the final configuration. */
-function checkCombination(config: TurnhostConfig): string | null {
+/** Rules that span keys, checked on the final configuration; every one that fails. */
+function checkCombination(config: TurnhostConfig): string[] {
+  const problems: string[] = [];
   if (config.listen.tcp === null && config.listen.socket === null)
-    return 'listen: at least one of listen.tcp and listen.socket must be set';
+    problems.push('listen: at least one of listen.tcp and listen.socket must be set');
   if (config.listen.tcp !== null) {
     const address = parseHostPort(config.listen.tcp);
     if (address !== null && !isLoopbackHost(address.host) && !config.listen.allowNonLoopback)
-      return `listen.tcp: ${config.listen.tcp} is not a loopback address; set listen.allowNonLoopback to true to serve beyond this host`;
+      problems.push(
+        `listen.tcp: ${config.listen.tcp} is not a loopback address; set listen.allowNonLoopback to true to serve beyond this host`,
+      );
   }
   if (config.metrics.listen !== null) {
     const address = parseHostPort(config.metrics.listen);
     if (address !== null && !isLoopbackHost(address.host))
-      return `metrics.listen: ${config.metrics.listen} is not a loopback address; the metrics listener takes no token and serves this host only`;
+      problems.push(
+        `metrics.listen: ${config.metrics.listen} is not a loopback address; the metrics listener takes no token and serves this host only`,
+      );
   }
   if (config.turns.defaultTimeoutSeconds > config.turns.maxTimeoutSeconds)
-    return 'turns.defaultTimeoutSeconds: must not exceed turns.maxTimeoutSeconds';
+    problems.push('turns.defaultTimeoutSeconds: must not exceed turns.maxTimeoutSeconds');
   const workspacesRoot = config.workspaces.root;
-  if (workspacesRoot !== null && workspacesRoot === '/') return 'workspaces.root: must not be /';
-  if (workspacesRoot !== null && isBeneathDir(config.dataDir, workspacesRoot))
-    return 'workspaces.root: must not contain the data directory (dataDir)';
-  if (workspacesRoot !== null && isBeneathDir(workspacesRoot, config.dataDir))
-    return 'workspaces.root: must not lie inside the data directory (dataDir), which every view hides';
+  if (workspacesRoot === '/') problems.push('workspaces.root: must not be /');
+  else if (workspacesRoot !== null && isBeneathDir(config.dataDir, workspacesRoot))
+    problems.push('workspaces.root: must not contain the data directory (dataDir)');
+  else if (workspacesRoot !== null && isBeneathDir(workspacesRoot, config.dataDir))
+    problems.push('workspaces.root: must not lie inside the data directory (dataDir), which every view hides');
   if (config.limitsDisabled.includes('tmp_size'))
-    return "limitsDisabled: tmp_size cannot be disabled: the turn's /tmp is always a tmpfs of a set size (set limits.tmp_size instead)";
-  return null;
+    problems.push(
+      "limitsDisabled: tmp_size cannot be disabled: the turn's /tmp is always a tmpfs of a set size (set limits.tmp_size instead)",
+    );
+  return problems;
 }
 
 export function loadConfig(options: LoadConfigOptions): ConfigLoadResult {
   const installed = options.installed ?? isInstalledLayout();
   const cwd = options.cwd ?? process.cwd();
   const sources: ConfigSources = { file: null, env: [], cli: [], installed };
-  let layer: Layer = defaultConfig({ installed, cwd }) as unknown as Layer;
+  let layer: Layer = defaultConfig({ installed, cwd });
 
   const file = chooseConfigFile(options, installed, cwd);
   if (file !== null) {
@@ -411,15 +315,23 @@ export function loadConfig(options: LoadConfigOptions): ConfigLoadResult {
     sources.file = file;
   }
 
+  // Every refused variable and flag at once, as for the file.
+  const problems: string[] = [];
   for (const override of ENV_OVERRIDES) {
     const raw = options.env[override.name];
     if (raw === undefined) continue;
     const parsed = override.parse(raw);
-    if ('expected' in parsed) return fail('config_invalid', `${override.name}: ${parsed.expected}`);
+    if ('expected' in parsed) {
+      problems.push(`${override.name}: ${parsed.expected}`);
+      continue;
+    }
     const value =
       override.key === 'dataDir' && typeof parsed.value === 'string' ? path.resolve(cwd, parsed.value) : parsed.value;
-    const problem = checkOverride(override.name, override.key, value);
-    if (problem !== null) return fail('config_invalid', problem);
+    const refused = checkOverride(override.name, override.key, value);
+    if (refused.length > 0) {
+      problems.push(...refused);
+      continue;
+    }
     setPath(layer, override.key, value);
     sources.env.push(override.name);
   }
@@ -428,16 +340,19 @@ export function loadConfig(options: LoadConfigOptions): ConfigLoadResult {
     const raw = options.overrides?.[override.option];
     if (raw === undefined) continue;
     const value = override.option === 'dataDir' && typeof raw === 'string' ? path.resolve(cwd, raw) : raw;
-    const problem = checkOverride(override.flag, override.key, value);
-    if (problem !== null) return fail('config_invalid', problem);
+    const refused = checkOverride(override.flag, override.key, value);
+    if (refused.length > 0) {
+      problems.push(...refused);
+      continue;
+    }
     setPath(layer, override.key, value);
     sources.cli.push(override.flag);
   }
-
-  const problems = checkAll(CONFIG_SCHEMA, layer, '', false);
   if (problems.length > 0) return fail('config_invalid', problems.join('; '));
-  const config = layer as unknown as TurnhostConfig;
-  const combination = checkCombination(config);
-  if (combination !== null) return fail('config_invalid', combination);
-  return ok({ config, sources });
+
+  const merged = validateMerged(layer);
+  if (!merged.ok) return fail('config_invalid', describe(layer, merged.errors).join('; '));
+  const combination = checkCombination(merged.value);
+  if (combination.length > 0) return fail('config_invalid', combination.join('; '));
+  return ok({ config: merged.value, sources });
 }

@@ -79,11 +79,11 @@ export interface ReloadPlan {
 
 /** Which keys differ between the running and the newly loaded configuration, split by how they apply. */
 export function planReload(running: TurnhostConfig, next: TurnhostConfig): ReloadPlan {
-  const paths = new Set([...leafPaths(running as unknown as Tree), ...leafPaths(next as unknown as Tree)]);
+  const paths = new Set([...leafPaths(running), ...leafPaths(next)]);
   const plan: ReloadPlan = { live: [], restart: [] };
   for (const keyPath of [...paths].sort()) {
-    const before = JSON.stringify(valueAt(running as unknown as Tree, keyPath));
-    const after = JSON.stringify(valueAt(next as unknown as Tree, keyPath));
+    const before = JSON.stringify(valueAt(running, keyPath));
+    const after = JSON.stringify(valueAt(next, keyPath));
     if (before === after) continue;
     (LIVE_KEYS.includes(keyPath) ? plan.live : plan.restart).push(keyPath);
   }
@@ -92,6 +92,5 @@ export function planReload(running: TurnhostConfig, next: TurnhostConfig): Reloa
 
 /** Writes the plan's live keys from `next` into `running` (the object every mechanism holds). */
 export function applyLiveKeys(running: TurnhostConfig, next: TurnhostConfig, plan: ReloadPlan): void {
-  for (const keyPath of plan.live)
-    setAt(running as unknown as Tree, keyPath, structuredClone(valueAt(next as unknown as Tree, keyPath)));
+  for (const keyPath of plan.live) setAt(running, keyPath, structuredClone(valueAt(next as unknown as Tree, keyPath)));
 }

@@ -11,6 +11,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
+import { renderConfigSchema } from '../../../api/schema/config.js';
 import { loadConfig } from '../../../supervisor/config/load.js';
 import { packageUnderTest } from './fixture.js';
 
@@ -135,6 +136,7 @@ t.test('files, owners and modes', async (t) => {
     '/usr/share/doc/turnhost/copyright',
     '/usr/share/doc/turnhost/changelog.Debian.gz',
     '/usr/share/bash-completion/completions/turnhost',
+    '/usr/share/turnhost/config.schema.json',
     '/usr/lib/turnhost/ui/index.html',
     '/usr/lib/turnhost/ui/login.html',
     '/usr/lib/turnhost/ui/app.js',
@@ -205,6 +207,15 @@ t.test('the shipped supervisor configuration loads and points at the shipped hel
   t.equal(loaded.config.identityHelper.path, HELPER);
   t.ok(contents.has(loaded.config.identityHelper.path ?? ''), 'that helper is in the package');
   t.equal(loaded.config.dataDir, '/var/lib/turnhost');
+  const shipped = JSON.parse(fs.readFileSync(path.join(tree, 'etc/turnhost/turnhost.json'), 'utf8')) as {
+    $schema: string;
+  };
+  t.equal(shipped.$schema, 'file:///usr/share/turnhost/config.schema.json', 'the file names its schema');
+  t.equal(
+    fs.readFileSync(path.join(tree, 'usr/share/turnhost/config.schema.json'), 'utf8'),
+    renderConfigSchema(),
+    'the schema it names is shipped, and is the one the loader checks with',
+  );
   const helperConf = fs.readFileSync(path.join(tree, 'etc/turnhost/identity-helper.conf'), 'utf8');
   t.match(helperConf, /^uid_range_subuid turnhost$/m);
   t.match(helperConf, /^caller_group turnhost$/m);

@@ -198,7 +198,7 @@ t.test('each validation error names its key path', async (t) => {
     [{ limits: { memory: 'lots' } }, /: limits\.memory: expected a positive number or a string such as "512M"$/],
     [{ limits: { memory: -1 } }, /: limits\.memory: expected a positive number/],
     [{ limits: { disk: 5 } }, /: limits\.disk: unknown limit/],
-    [{ limitsDisabled: ['memory', 'memory'] }, /: limitsDisabled: expected distinct entries$/],
+    [{ limitsDisabled: ['memory', 'memory'] }, /: limitsDisabled: expected an array of distinct limit names$/],
     [{ limitsDisabled: ['swap'] }, /: limitsDisabled\[0\]: expected one of/],
     [{ egress: { maxConnections: 1.5 } }, /: egress\.maxConnections: expected a positive integer$/],
     [{ egress: { maxConnections: '10' } }, /: egress\.maxConnections: expected a positive integer$/],
@@ -208,11 +208,11 @@ t.test('each validation error names its key path', async (t) => {
     [{ fs: { scratch: { capBytes: 0 } } }, /: fs\.scratch\.capBytes: expected a positive integer$/],
     [
       { fs: { protectedPaths: [{ root: '/w', path: '../etc', mode: 'read_only', reason: 'x' }] } },
-      /: fs\.protectedPaths\[0\]: rule\.path: expected a relative path/,
+      /: fs\.protectedPaths\[0\]\.path: expected a relative path without "\.\."$/,
     ],
     [
       { fs: { protectedPaths: [{ root: '/w', path: '.git', mode: 'hide', reason: 'x' }] } },
-      /: fs\.protectedPaths\[0\]: rule\.mode: expected one of/,
+      /: fs\.protectedPaths\[0\]\.mode: expected one of 'read_only', 'mask_file', 'mask_directory'$/,
     ],
     [
       { turns: { workspaceRoots: ['/ok', 'rel'] } },
@@ -300,4 +300,73 @@ t.test('a file with several problems reports every one, in key order', async (t)
   t.match(detail, /; logLevel: expected one of 'debug', 'info', 'warn', 'error'; /);
   t.match(detail, /; events\.sessionRetentionDays: expected a non-negative integer; /);
   t.match(detail, /; colour: unknown key$/);
+});
+
+t.test('a protected-path rule lacking a key names it', async (t) => {
+  t.match(
+    refusal(load({ file: { fs: { protectedPaths: [{ root: '/w', path: '.git', mode: 'read_only' }] } } })),
+    /: fs\.protectedPaths\[0\]\.reason: missing$/,
+  );
+  t.match(
+    refusal(
+      load({ file: { fs: { protectedPaths: [{ root: '/w', path: '.git', mode: 'read_only', reason: 'r', x: 1 }] } } }),
+    ),
+    /: fs\.protectedPaths\[0\]\.x: unknown key$/,
+  );
+});
+
+t.test('$schema names the schema for editors and is not configuration', async (t) => {
+  const result = load({ file: { $schema: 'file:///usr/share/turnhost/config.schema.json', logLevel: 'warn' } });
+  t.ok(result.ok);
+  if (!result.ok) return;
+  t.equal(result.config.logLevel, 'warn');
+  t.notOk('$schema' in result.config, 'the loaded configuration has no $schema key');
+  t.match(refusal(load({ file: { $schema: 5 } })), /: \$schema: expected a string$/);
+  t.match(refusal(load({ file: { egress: { $schema: 'x' } } })), /: egress\.\$schema: unknown key$/);
+});
+
+t.test('an override is checked by its key, naming the variable or flag', async (t) => {
+  t.match(
+    refusal(load({ env: { TURNHOST_WORKSPACE_ROOTS: '/ok:relative' } })),
+    /^TURNHOST_WORKSPACE_ROOTS \(turns\.workspaceRoots\[1\]: expected a normalised absolute path\)$/,
+  );
+  t.match(
+    refusal(load({ env: { TURNHOST_MAX_CONCURRENT_TURNS: '0' } })),
+    /^TURNHOST_MAX_CONCURRENT_TURNS \(turns\.maxConcurrent: expected a positive integer\)$/,
+  );
+  t.match(refusal(load({ overrides: { socket: 'rel.sock' } })), /^--socket \(listen\.socket: expected a normalised/);
+});
+
+t.test('every refused variable and flag at once, and every cross-key problem', async (t) => {
+  const detail = refusal(
+    load({ env: { TURNHOST_LOG_LEVEL: 'loud', TURNHOST_EVENTS_JOURNAL: 'maybe' }, overrides: { listen: 'x' } }),
+  );
+  t.match(detail, /TURNHOST_LOG_LEVEL \(logLevel: /);
+  t.match(detail, /TURNHOST_EVENTS_JOURNAL: expected true\/false\/1\/0/);
+  t.match(detail, /--listen \(listen\.tcp: /);
+  const combined = refusal(
+    load({
+      file: {
+        listen: { tcp: '0.0.0.0:1' },
+        turns: { defaultTimeoutSeconds: 100, maxTimeoutSeconds: 10 },
+        limitsDisabled: ['tmp_size'],
+      },
+    }),
+  );
+  t.match(combined, /listen\.tcp: 0\.0\.0\.0:1 is not a loopback address/);
+  t.match(combined, /turns\.defaultTimeoutSeconds: must not exceed/);
+  t.match(combined, /limitsDisabled: tmp_size cannot be disabled/);
+});
+
+t.test('nested problems follow the document order', async (t) => {
+  const detail = refusal(
+    load({
+      file: { turns: { maxConcurrent: 0, envExtra: ['A', 'B-'] }, egress: { maxBytes: 0, bogus: 1 }, dataDir: 'x' },
+    }),
+  );
+  t.equal(
+    detail.replace(/^[^:]*: /, ''),
+    'turns.maxConcurrent: expected a positive integer; turns.envExtra[1]: expected an environment variable name; ' +
+      'egress.maxBytes: expected a positive integer; egress.bogus: unknown key; dataDir: expected a normalised absolute path',
+  );
 });
