@@ -18,6 +18,7 @@ import { validateRelativePath, type FsRefusal } from '../fs/guard.js';
 import { hostWrite, recordHostWriteRefusal, type HostWriteTarget, type HostWriteTurn } from '../fs/host-write.js';
 import type { TurnManager } from '../turns/types.js';
 import { sendError, type ErrorCode } from './errors.js';
+import { QueryCheck, queryRefusalBody, type QueryFailure } from './query-params.js';
 import { route } from './routing.js';
 import { requestLogger } from './request-id.js';
 import { TURN_ID_PARAM } from './turn-routes.js';
@@ -37,7 +38,7 @@ interface HostWriteParams {
   expectedSha256?: string;
 }
 
-const PARAMETERS = new Set(['path', 'mode', 'root', 'sha256']);
+const PARAMETERS = ['path', 'mode', 'root', 'sha256'];
 const SHA256_HEX = /^[0-9a-f]{64}$/;
 
 /** Refusal → status and code. `invalid_path` / `invalid_option` never reach here from the guard unchecked. */
@@ -54,37 +55,34 @@ const REFUSAL_STATUS: Record<FsRefusal, { status: number; code: ErrorCode }> = {
   io_error: { status: 500, code: 'internal_error' },
 };
 
-type ParamFailure = { ok: false; reason: 'invalid_request' | 'invalid_path'; detail: string; field: string };
+/** The parameters' form is refused as every route's is; the path's safety after it, as `invalid_path`. */
+type ParamFailure = QueryFailure | { ok: false; reason: 'invalid_path'; detail: string; field: 'path' };
 
-function parseParams(params: URLSearchParams): { ok: true; params: HostWriteParams } | ParamFailure {
-  const invalid = (
-    field: string,
-    detail: string,
-    reason: ParamFailure['reason'] = 'invalid_request',
-  ): ParamFailure => ({
-    ok: false,
-    reason,
-    detail: `${field}: ${detail}`,
-    field,
-  });
-  for (const name of new Set(params.keys())) {
-    if (!PARAMETERS.has(name)) return invalid(name, 'unknown parameter');
-    if (params.getAll(name).length > 1) return invalid(name, 'given more than once');
-  }
-  const rel = params.get('path');
-  if (rel === null) return invalid('path', 'required (a path relative to the root)');
-  const mode = params.get('mode');
-  if (mode !== 'create' && mode !== 'replace') return invalid('mode', "expected 'create' or 'replace'");
-  const target = params.get('root') ?? 'workspace';
-  if (target !== 'workspace' && target !== 'temp') return invalid('root', "expected 'workspace' or 'temp'");
-  const sha256 = params.get('sha256');
+function parseParams(query: URLSearchParams): { ok: true; params: HostWriteParams } | ParamFailure {
+  const check = new QueryCheck(query, PARAMETERS);
+  const rel = check.get('path');
+  if (rel === null) check.refuse('path', 'required (a path relative to the root)');
+  const mode = check.get('mode');
+  if (mode !== 'create' && mode !== 'replace') check.refuse('mode', "expected 'create' or 'replace'");
+  const target = check.get('root') ?? 'workspace';
+  if (target !== 'workspace' && target !== 'temp') check.refuse('root', "expected 'workspace' or 'temp'");
+  const sha256 = check.get('sha256');
   if (sha256 !== null) {
-    if (mode !== 'replace') return invalid('sha256', 'only allowed with mode=replace');
-    if (!SHA256_HEX.test(sha256)) return invalid('sha256', 'expected 64 lowercase hex digits');
+    if (mode === 'create') check.refuse('sha256', 'only allowed with mode=replace');
+    else if (!SHA256_HEX.test(sha256)) check.refuse('sha256', 'expected 64 lowercase hex digits');
   }
-  const path = validateRelativePath(rel);
-  if (!path.ok) return invalid('path', path.detail, 'invalid_path');
-  return { ok: true, params: { rel, mode, target, ...(sha256 === null ? {} : { expectedSha256: sha256 }) } };
+  const refused = check.failure();
+  if (refused !== null) return refused;
+  // Every parameter was accepted, so path and mode hold values of their form.
+  const params: HostWriteParams = {
+    rel: rel!,
+    mode: mode as HostWriteParams['mode'],
+    target: target as HostWriteTarget,
+  };
+  const path = validateRelativePath(params.rel);
+  if (!path.ok) return { ok: false, reason: 'invalid_path', detail: `path: ${path.detail}`, field: 'path' };
+  if (sha256 !== null) params.expectedSha256 = sha256;
+  return { ok: true, params };
 }
 
 /** Reads the raw body, stopping at the first byte above `maxBytes`. */
@@ -147,7 +145,13 @@ export function registerHostWriteRoute(router: Router, deps: HostWriteRouteDeps)
       if (!parsed.ok) {
         if (parsed.reason === 'invalid_path')
           recordHostWriteRefusal(deps.events, turn, query.get('path') ?? '', 'invalid_path');
-        return sendError(res, 400, parsed.reason, parsed.detail, { field: parsed.field });
+        return sendError(
+          res,
+          400,
+          parsed.reason,
+          parsed.detail,
+          parsed.reason === 'invalid_path' ? { field: 'path' } : queryRefusalBody(parsed),
+        );
       }
       const { params } = parsed;
       const encoding = req.headers['content-encoding'];

@@ -1,52 +1,42 @@
 /**
  * Query parameters of `GET /api/turns`: `session`, `workspace`, `state`, `after` (a previous page's
- * `nextAfter`), `limit`. Unknown and repeated parameters are refused, and every refusal names
- * the parameter, as for the event pages (event-query.ts).
+ * `nextAfter`), `limit`, refused as every route's are (query-params.ts).
  */
 import { MAX_TURN_PAGE, TURN_CURSOR_PATTERN, TURN_STATES } from '../turns/store.js';
 import type { TurnPageQuery, TurnRecord } from '../turns/types.js';
-import type { QueryFailure } from './event-query.js';
+import { QueryCheck, type QueryFailure } from './query-params.js';
 import { WORKSPACE_ID_PATTERN } from '../workspaces/service.js';
 
-const KNOWN = new Set(['session', 'workspace', 'state', 'after', 'limit']);
-
-function refuse(field: string, detail: string): QueryFailure {
-  return { ok: false, reason: 'invalid_request', detail: `${field}: ${detail}`, field };
-}
-
 export function parseTurnQuery(params: URLSearchParams): { ok: true; query: TurnPageQuery } | QueryFailure {
-  for (const name of new Set(params.keys())) {
-    if (!KNOWN.has(name)) return refuse(name, 'unknown parameter');
-    if (params.getAll(name).length > 1) return refuse(name, 'given more than once');
-  }
+  const check = new QueryCheck(params, ['session', 'workspace', 'state', 'after', 'limit']);
   const query: TurnPageQuery = {};
-  const session = params.get('session');
+  const session = check.get('session');
   if (session !== null) {
     if (session.length === 0 || session.length > 128 || /[\x00-\x1f\x7f]/.test(session))
-      return refuse('session', 'expected 1-128 printable characters');
-    query.sessionId = session;
+      check.refuse('session', 'expected 1-128 printable characters');
+    else query.sessionId = session;
   }
-  const workspace = params.get('workspace');
+  const workspace = check.get('workspace');
   if (workspace !== null) {
-    if (!WORKSPACE_ID_PATTERN.test(workspace)) return refuse('workspace', 'expected 1-64 of A-Z a-z 0-9 _ -');
-    query.workspaceId = workspace;
+    if (!WORKSPACE_ID_PATTERN.test(workspace)) check.refuse('workspace', 'expected 1-64 of A-Z a-z 0-9 _ -');
+    else query.workspaceId = workspace;
   }
-  const state = params.get('state');
+  const state = check.get('state');
   if (state !== null) {
     if (!(TURN_STATES as readonly string[]).includes(state))
-      return refuse('state', `expected one of ${TURN_STATES.join(', ')}`);
-    query.state = state as TurnRecord['state'];
+      check.refuse('state', `expected one of ${TURN_STATES.join(', ')}`);
+    else query.state = state as TurnRecord['state'];
   }
-  const after = params.get('after');
+  const after = check.get('after');
   if (after !== null) {
-    if (!TURN_CURSOR_PATTERN.test(after)) return refuse('after', "expected the previous page's nextAfter");
-    query.after = after;
+    if (!TURN_CURSOR_PATTERN.test(after)) check.refuse('after', "expected the previous page's nextAfter");
+    else query.after = after;
   }
-  const limit = params.get('limit');
+  const limit = check.get('limit');
   if (limit !== null) {
     const n = /^[0-9]{1,4}$/.test(limit) ? Number(limit) : NaN;
-    if (!(n >= 1 && n <= MAX_TURN_PAGE)) return refuse('limit', `expected an integer from 1 to ${MAX_TURN_PAGE}`);
-    query.limit = n;
+    if (!(n >= 1 && n <= MAX_TURN_PAGE)) check.refuse('limit', `expected an integer from 1 to ${MAX_TURN_PAGE}`);
+    else query.limit = n;
   }
-  return { ok: true, query };
+  return check.failure() ?? { ok: true, query };
 }

@@ -18,6 +18,7 @@ import { isAuthorized, sessionAuthorizes, UNAUTHENTICATED_MESSAGE } from './auth
 import { sameOrigin, type UiSessions } from './ui-session.js';
 import { MAX_BODY_BYTES, type ErrorCode } from './errors.js';
 import { eventMatches, MAX_EVENT_PAGE, parseEventQuery } from './event-query.js';
+import { QueryCheck, queryRefusalBody } from './query-params.js';
 import { TURN_ID_PARAM } from './turn-routes.js';
 
 export const MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
@@ -51,8 +52,14 @@ const STATUS_TEXT: Record<number, string> = {
   405: 'Method Not Allowed',
 };
 
-function rejectUpgrade(socket: Duplex, status: number, code: ErrorCode, error: string): void {
-  const body = JSON.stringify({ error, code });
+function rejectUpgrade(
+  socket: Duplex,
+  status: number,
+  code: ErrorCode,
+  error: string,
+  members: Record<string, unknown> = {},
+): void {
+  const body = JSON.stringify({ error, code, ...members });
   const extra = status === 401 ? 'WWW-Authenticate: Bearer\r\n' : '';
   socket.end(
     `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Error'}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${extra}Connection: close\r\n\r\n${body}`,
@@ -210,7 +217,7 @@ export function createUpgradeHandler(deps: UpgradeDeps): UpgradeHandler {
 
       if (url.pathname === EVENTS_STREAM_PATH) {
         const parsed = parseEventQuery(url.searchParams, { allowLimit: false });
-        if (!parsed.ok) return rejectUpgrade(socket, 400, 'invalid_request', parsed.detail);
+        if (!parsed.ok) return rejectUpgrade(socket, 400, 'invalid_request', parsed.detail, queryRefusalBody(parsed));
         return wss.handleUpgrade(req, socket, head, (ws) => {
           wss.emit('connection', ws, req);
           streamEvents(ws, deps.store, parsed.query, deps.logger);
@@ -223,8 +230,9 @@ export function createUpgradeHandler(deps: UpgradeDeps): UpgradeHandler {
         const id = attach[1] ?? '';
         if (!TURN_ID_PARAM.test(id) || turns.get(id) === undefined)
           return rejectUpgrade(socket, 404, 'not_found', 'no such turn');
-        if ([...url.searchParams.keys()].length > 0)
-          return rejectUpgrade(socket, 400, 'invalid_request', 'attach takes no parameters');
+        const refused = new QueryCheck(url.searchParams, []).failure();
+        if (refused !== null)
+          return rejectUpgrade(socket, 400, 'invalid_request', refused.detail, queryRefusalBody(refused));
         return wss.handleUpgrade(req, socket, head, (ws) => {
           wss.emit('connection', ws, req);
           const attached = turns.attach(id);

@@ -17,6 +17,7 @@ import { closeRoot, openRoot, readFile, validateRelativePath, writeFile, type Fs
 import type { WorkspaceFailure, WorkspaceService, WorkspaceView } from '../workspaces/service.js';
 import { MAX_BODY_BYTES, sendError, type ErrorCode } from './errors.js';
 import { route } from './routing.js';
+import { QueryCheck, queryRefusalBody } from './query-params.js';
 import { compileValidator, createAjv } from '../../api/schema/validate.js';
 import { WorkspaceCreateRequest } from '../../api/schema/workspaces.js';
 
@@ -81,13 +82,16 @@ function publicView(workspace: WorkspaceView, usage?: { bytes: number; files: nu
   };
 }
 
-function query(req: Request, allowed: string[]): { ok: true; params: URLSearchParams } | { ok: false; detail: string } {
-  const params = new URL(req.originalUrl, 'http://localhost').searchParams;
-  for (const name of new Set(params.keys())) {
-    if (!allowed.includes(name)) return { ok: false, detail: `${name}: unknown parameter` };
-    if (params.getAll(name).length > 1) return { ok: false, detail: `${name}: given more than once` };
-  }
-  return { ok: true, params };
+function queryCheck(req: Request, known: readonly string[]): QueryCheck {
+  return new QueryCheck(new URL(req.originalUrl, 'http://localhost').searchParams, known);
+}
+
+/** Answers the query's refusal, if any; true when one was sent. */
+function refuseQuery(res: Response, check: QueryCheck): boolean {
+  const refused = check.failure();
+  if (refused === null) return false;
+  sendError(res, 400, 'invalid_request', refused.detail, queryRefusalBody(refused));
+  return true;
 }
 
 /** Reads the raw body, refusing the first byte above `maxBytes`. */
@@ -159,11 +163,11 @@ export function registerWorkspaceRoutes(router: Router, deps: WorkspaceRouteDeps
       },
     ],
     get: (req, res) => {
-      const parsed = query(req, ['session']);
-      if (!parsed.ok) return sendError(res, 400, 'invalid_request', parsed.detail);
-      const session = parsed.params.get('session');
+      const check = queryCheck(req, ['session']);
+      const session = check.get('session');
       if (session !== null && !SESSION_ID.test(session))
-        return sendError(res, 400, 'invalid_request', 'session: expected 1-128 characters of [A-Za-z0-9_.:-]');
+        check.refuse('session', 'expected 1-128 characters of [A-Za-z0-9_.:-]');
+      if (refuseQuery(res, check)) return;
       const listed = workspaces.list(session === null ? {} : { sessionId: session }).filter((w) => w.state === 'ready');
       res.json({ workspaces: listed.map((w) => publicView(w)) });
     },
@@ -171,19 +175,17 @@ export function registerWorkspaceRoutes(router: Router, deps: WorkspaceRouteDeps
 
   route(router, '/api/workspaces/:id', {
     get: async (req, res) => {
-      const parsed = query(req, []);
-      if (!parsed.ok) return sendError(res, 400, 'invalid_request', parsed.detail);
+      if (refuseQuery(res, queryCheck(req, []))) return;
       const workspace = lookup(req, res);
       if (!workspace) return;
       const usage = await workspaces.usage(workspace.id);
       res.json({ workspace: publicView(workspace, usage.ok ? usage : null) });
     },
     delete: async (req, res) => {
-      const parsed = query(req, ['cancel']);
-      if (!parsed.ok) return sendError(res, 400, 'invalid_request', parsed.detail);
-      const cancel = parsed.params.get('cancel');
-      if (cancel !== null && cancel !== '1' && cancel !== '0')
-        return sendError(res, 400, 'invalid_request', "cancel: expected '1' or '0'");
+      const check = queryCheck(req, ['cancel']);
+      const cancel = check.get('cancel');
+      if (cancel !== null && cancel !== '1' && cancel !== '0') check.refuse('cancel', "expected '1' or '0'");
+      if (refuseQuery(res, check)) return;
       const workspace = lookup(req, res, { deleting: true });
       if (!workspace) return;
       const removed = await workspaces.delete(workspace.id, { cancel: cancel === '1' });
@@ -194,10 +196,10 @@ export function registerWorkspaceRoutes(router: Router, deps: WorkspaceRouteDeps
 
   route(router, '/api/workspaces/:id/files', {
     get: (req, res) => {
-      const parsed = query(req, ['path']);
-      if (!parsed.ok) return sendError(res, 400, 'invalid_request', parsed.detail);
-      const rel = parsed.params.get('path');
-      if (rel === null) return sendError(res, 400, 'invalid_request', 'path: required', { field: 'path' });
+      const check = queryCheck(req, ['path']);
+      const rel = check.get('path');
+      if (rel === null) check.refuse('path', 'required');
+      if (refuseQuery(res, check) || rel === null) return;
       const valid = validateRelativePath(rel);
       if (!valid.ok) return sendError(res, 400, 'invalid_path', `path: ${valid.detail}`, { field: 'path' });
       const workspace = lookup(req, res);
@@ -215,15 +217,14 @@ export function registerWorkspaceRoutes(router: Router, deps: WorkspaceRouteDeps
       }
     },
     put: async (req, res) => {
-      const parsed = query(req, ['path', 'mode']);
-      if (!parsed.ok) return sendError(res, 400, 'invalid_request', parsed.detail);
-      const rel = parsed.params.get('path');
-      if (rel === null) return sendError(res, 400, 'invalid_request', 'path: required', { field: 'path' });
+      const check = queryCheck(req, ['path', 'mode']);
+      const rel = check.get('path');
+      if (rel === null) check.refuse('path', 'required');
+      const mode = check.get('mode') ?? 'replace';
+      if (mode !== 'create' && mode !== 'replace') check.refuse('mode', "expected 'create' or 'replace'");
+      if (refuseQuery(res, check) || rel === null || (mode !== 'create' && mode !== 'replace')) return;
       const valid = validateRelativePath(rel);
       if (!valid.ok) return sendError(res, 400, 'invalid_path', `path: ${valid.detail}`, { field: 'path' });
-      const mode = parsed.params.get('mode') ?? 'replace';
-      if (mode !== 'create' && mode !== 'replace')
-        return sendError(res, 400, 'invalid_request', "mode: expected 'create' or 'replace'", { field: 'mode' });
       const workspace = lookup(req, res);
       if (!workspace) return;
       const config = deps.config();

@@ -227,6 +227,29 @@ for (const separate of [true, false]) {
     t.equal((await api('POST', '/api/workspaces', { id: 'repo' })).status, 409);
     t.equal((await api('GET', '/api/workspaces/missing')).json.code, 'workspace_not_found');
     t.equal((await api('GET', '/api/workspaces/repo/files?path=../etc/passwd')).status, 400);
+    const badList = await api('GET', '/api/workspaces?session=a%20b&colour=red');
+    t.same(
+      [badList.status, badList.json.field, badList.json.errors],
+      [
+        400,
+        'colour',
+        [
+          { field: 'colour', detail: 'unknown parameter' },
+          { field: 'session', detail: 'expected 1-128 characters of [A-Za-z0-9_.:-]' },
+        ],
+      ],
+      'a refused query names every parameter, unknown ones first as for bodies',
+    );
+    const badPut = await api('PUT', '/api/workspaces/repo/files?mode=append', undefined, Buffer.from('x'));
+    t.same(
+      badPut.json.errors,
+      [
+        { field: 'path', detail: 'required' },
+        { field: 'mode', detail: "expected 'create' or 'replace'" },
+      ],
+      'a file write without a path and with a bad mode is refused for both',
+    );
+    t.equal((await api('DELETE', '/api/workspaces/repo?cancel=yes')).json.field, 'cancel');
     t.equal((await api('GET', '/api/workspaces/repo/files?path=absent')).status, 404);
     const absolute = await api('POST', '/api/turns', {
       sessionId: 's',

@@ -203,6 +203,17 @@ t.test('host writes into a running turn', async (t) => {
     t.equal(bad.status, 400, query);
     t.equal(bad.json.field, field, `${query} names ${field}`);
   }
+  const several = await put(id, 'mode=append&root=home&colour=1', 'x');
+  t.same(
+    several.json.errors,
+    [
+      { field: 'colour', detail: 'unknown parameter' },
+      { field: 'path', detail: 'required (a path relative to the root)' },
+      { field: 'mode', detail: "expected 'create' or 'replace'" },
+      { field: 'root', detail: "expected 'workspace' or 'temp'" },
+    ],
+    'every refused parameter at once',
+  );
 
   const inTemp = await put(id, 'path=from-host/in.txt&mode=create&root=temp', 'temp data');
   t.equal(inTemp.status, 201);

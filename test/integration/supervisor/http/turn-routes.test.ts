@@ -251,6 +251,11 @@ t.test('attach: backlog, input, resize, signal, exit record, auth', async (t) =>
 
   t.equal((await upgradeRefusal(s.ws('/api/turns/att/attach', null))).status, 401);
   t.equal((await upgradeRefusal(s.ws('/api/turns/nope/attach'))).status, 404);
+  const withQuery = await upgradeRefusal(s.ws('/api/turns/att/attach?after=3'));
+  t.match(withQuery, {
+    status: 400,
+    json: { code: 'invalid_request', field: 'after', errors: [{ field: 'after', detail: 'unknown parameter' }] },
+  });
 
   const ws = s.ws('/api/turns/att/attach');
   const first = nextMessages(ws, 1);

@@ -84,4 +84,14 @@ t.test('bad parameters are refused naming them', async (t) => {
     t.equal(answer.status, 400, query);
     t.match(answer.body, { code: 'invalid_request', error, field: /^[a-z]+$/ }, query);
   }
+  const several = await api.request('GET', '/api/turns?colour=red&state=done&limit=0');
+  t.same(
+    (several.body as { errors: unknown }).errors,
+    [
+      { field: 'colour', detail: 'unknown parameter' },
+      { field: 'state', detail: 'expected one of starting, running, finished' },
+      { field: 'limit', detail: 'expected an integer from 1 to 1000' },
+    ],
+    'every refused parameter at once',
+  );
 });
