@@ -5,10 +5,10 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { renderConfigSchema } from '../api/schema/config.js';
+import { publishedConfigSchema } from '../supervisor/config/load.js';
 import { renderOpenApi } from '../api/openapi.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const version = (JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8')) as { version: string }).version;
 fs.writeFileSync(path.join(root, 'docs/openapi.json'), renderOpenApi(version));
-fs.writeFileSync(path.join(root, 'docs/config.schema.json'), renderConfigSchema());
+fs.writeFileSync(path.join(root, 'docs/config.schema.json'), publishedConfigSchema());

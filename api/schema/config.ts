@@ -334,14 +334,28 @@ function fileSchemaOf(config: TSchema): TSchema {
 
 export const TurnhostConfigFile: TSchema = fileSchemaOf(TurnhostConfig);
 
+/**
+ * Each key's schema given its default, so an editor shows it. The defaults come from the caller
+ * (the supervisor's `defaultConfig` for the installed layout) so they are written once.
+ */
+function withDefaults(node: Node, defaults: unknown): Node {
+  if (defaults === undefined) return node;
+  if (node['type'] !== 'object' || node['properties'] === undefined || Array.isArray(defaults))
+    return { ...node, default: defaults };
+  const properties: Record<string, Node> = {};
+  for (const [key, child] of Object.entries(node['properties'] as Record<string, Node>))
+    properties[key] = withDefaults(child, (defaults as Record<string, unknown> | null)?.[key]);
+  return { ...node, properties };
+}
+
 /** The published JSON Schema (draft-07, which editors read) of the configuration file. */
-export function renderConfigSchema(): string {
+export function renderConfigSchema(defaults: Static<typeof TurnhostConfig>): string {
   const document = {
     $schema: 'http://json-schema.org/draft-07/schema#',
-    ...(TurnhostConfigFile as Node),
+    ...withDefaults(TurnhostConfigFile as Node, defaults),
     description:
-      "The turnhost supervisor's configuration file: every key optional, the defaults fill the rest. " +
-      'docs/configuration.md documents every key and its default.',
+      "The turnhost supervisor's configuration file: every key optional, the defaults (those of the " +
+      'installed package) fill the rest. docs/configuration.md documents every key.',
   };
   return `${JSON.stringify(document, null, 2)}\n`;
 }

@@ -8,7 +8,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { fail, ok, type Result } from '../../core/result.js';
-import { TurnhostConfig as ConfigSchema, TurnhostConfigFile } from '../../api/schema/config.js';
+import { TurnhostConfig as ConfigSchema, renderConfigSchema, TurnhostConfigFile } from '../../api/schema/config.js';
 import type { FieldError } from '../../api/schema/errors.js';
 import { compileValidator, createAjv } from '../../api/schema/validate.js';
 import type { TurnhostConfig } from './types.js';
@@ -99,6 +99,11 @@ export function defaultConfig(options: { installed: boolean; cwd: string }): Tur
     workspaces: { root: options.installed ? INSTALLED_WORKSPACES_ROOT : null, maxBytes: 10 * 1024 * 1024 * 1024 },
     probeRoots: { proc: '/proc', sysFsCgroup: '/sys/fs/cgroup' },
   };
+}
+
+/** The configuration file's published JSON Schema, its defaults those of the installed package. */
+export function publishedConfigSchema(): string {
+  return renderConfigSchema(defaultConfig({ installed: true, cwd: '/' }));
 }
 
 type Layer = Record<string, unknown>;

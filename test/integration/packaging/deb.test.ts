@@ -11,7 +11,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
-import { renderConfigSchema } from '../../../api/schema/config.js';
+import { publishedConfigSchema } from '../../../supervisor/config/load.js';
 import { loadConfig } from '../../../supervisor/config/load.js';
 import { packageUnderTest } from './fixture.js';
 
@@ -213,7 +213,7 @@ t.test('the shipped supervisor configuration loads and points at the shipped hel
   t.equal(shipped.$schema, 'file:///usr/share/turnhost/config.schema.json', 'the file names its schema');
   t.equal(
     fs.readFileSync(path.join(tree, 'usr/share/turnhost/config.schema.json'), 'utf8'),
-    renderConfigSchema(),
+    publishedConfigSchema(),
     'the schema it names is shipped, and is the one the loader checks with',
   );
   const helperConf = fs.readFileSync(path.join(tree, 'etc/turnhost/identity-helper.conf'), 'utf8');

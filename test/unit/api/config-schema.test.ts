@@ -9,20 +9,39 @@ import net from 'node:net';
 import path from 'node:path';
 import { Ajv } from 'ajv';
 import t from 'tap';
-import {
-  ABSOLUTE_PATH_PATTERN,
-  CIDR_PATTERN,
-  HOST_PORT_PATTERN,
-  TurnhostConfig,
-  renderConfigSchema,
-} from '../../../api/schema/config.js';
-import { parseHostPort } from '../../../supervisor/config/load.js';
+import { ABSOLUTE_PATH_PATTERN, CIDR_PATTERN, HOST_PORT_PATTERN, TurnhostConfig } from '../../../api/schema/config.js';
+import { defaultConfig, parseHostPort, publishedConfigSchema } from '../../../supervisor/config/load.js';
 import { REPO_ROOT } from '../../support/turn-harness.js';
 
 const published = fs.readFileSync(path.join(REPO_ROOT, 'docs/config.schema.json'), 'utf8');
 
 t.test('docs/config.schema.json is the schema the loader checks with', async (t) => {
-  t.ok(published === renderConfigSchema(), 'docs/config.schema.json is not stale (npm run openapi)');
+  t.ok(published === publishedConfigSchema(), 'docs/config.schema.json is not stale (npm run openapi)');
+});
+
+t.test("every key's default is the installed package's and fits its own schema", async (t) => {
+  const defaults = defaultConfig({ installed: true, cwd: '/' }) as unknown as Record<string, unknown>;
+  const ajv = new Ajv({ strict: false });
+  let leaves = 0;
+  const walk = (node: Record<string, unknown>, value: unknown, key: string): void => {
+    const properties = node['properties'] as Record<string, Record<string, unknown>> | undefined;
+    if (node['type'] === 'object' && properties !== undefined && !Array.isArray(value)) {
+      for (const [name, child] of Object.entries(properties)) {
+        if (name === '$schema' || child['deprecated'] === true) continue;
+        walk(child, (value as Record<string, unknown>)[name], key === '' ? name : `${key}.${name}`);
+      }
+      return;
+    }
+    leaves++;
+    if (value === undefined) {
+      t.notOk('default' in node, `${key} has no default and shows none`);
+      return;
+    }
+    t.same(node['default'], value, `${key} shows its default`);
+    t.ok(ajv.validate(node, value), `${key}'s default fits its schema: ${JSON.stringify(ajv.errors)}`);
+  };
+  walk(JSON.parse(published) as Record<string, unknown>, defaults, '');
+  t.ok(leaves >= 39, `every key was walked (${leaves})`);
 });
 
 t.test('a plain JSON Schema validator accepts the packaged file and refuses bad ones', async (t) => {
