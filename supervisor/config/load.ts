@@ -231,25 +231,29 @@ function checkOverride(label: string, keyPath: string, value: unknown): string[]
   return checked.ok ? [] : describe(layer, checked.errors).map((problem) => `${label} (${problem})`);
 }
 
-function readConfigFile(file: string): Result<{ layer: Layer }, 'config_invalid'> {
+/**
+ * `config_unreadable`: the file cannot be read or parsed, so nothing else can be judged;
+ * `config_invalid`: it parsed and its keys are refused, which the variables and flags join.
+ */
+function readConfigFile(file: string): Result<{ layer: Layer }, 'config_unreadable' | 'config_invalid'> {
   let text: string;
   try {
     const stat = fs.statSync(file);
-    if (!stat.isFile()) return fail('config_invalid', `${file}: not a regular file`);
+    if (!stat.isFile()) return fail('config_unreadable', `${file}: not a regular file`);
     if (stat.size > MAX_CONFIG_FILE_BYTES)
-      return fail('config_invalid', `${file}: larger than ${MAX_CONFIG_FILE_BYTES} bytes`);
+      return fail('config_unreadable', `${file}: larger than ${MAX_CONFIG_FILE_BYTES} bytes`);
     text = fs.readFileSync(file, 'utf8');
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code ?? 'read error';
-    return fail('config_invalid', `${file}: cannot read the configuration file (${code})`);
+    return fail('config_unreadable', `${file}: cannot read the configuration file (${code})`);
   }
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
   } catch (error) {
-    return fail('config_invalid', `${file}: not valid JSON (${(error as Error).message})`);
+    return fail('config_unreadable', `${file}: not valid JSON (${(error as Error).message})`);
   }
-  if (!isRecord(parsed)) return fail('config_invalid', `${file}: expected a JSON object at the top level`);
+  if (!isRecord(parsed)) return fail('config_unreadable', `${file}: expected a JSON object at the top level`);
   // Every problem at once: an operator fixing a file should not learn of them one run at a time.
   const checked = validateFileLayer(parsed);
   if (!checked.ok) return fail('config_invalid', `${file}: ${describe(parsed, checked.errors).join('; ')}`);
@@ -312,16 +316,18 @@ export function loadConfig(options: LoadConfigOptions): ConfigLoadResult {
   const sources: ConfigSources = { file: null, env: [], cli: [], installed };
   let layer: Layer = defaultConfig({ installed, cwd });
 
+  // Every problem at once: the file's, then every refused variable and flag.
+  const problems: string[] = [];
   const file = chooseConfigFile(options, installed, cwd);
   if (file !== null) {
     const read = readConfigFile(file);
-    if (!read.ok) return read;
-    layer = merge(layer, read.layer);
-    sources.file = file;
+    if (read.ok) {
+      layer = merge(layer, read.layer);
+      sources.file = file;
+    } else if (read.reason === 'config_unreadable') return fail('config_invalid', read.detail);
+    else problems.push(read.detail);
   }
 
-  // Every refused variable and flag at once, as for the file.
-  const problems: string[] = [];
   for (const override of ENV_OVERRIDES) {
     const raw = options.env[override.name];
     if (raw === undefined) continue;

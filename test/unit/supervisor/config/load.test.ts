@@ -358,6 +358,22 @@ t.test('every refused variable and flag at once, and every cross-key problem', a
   t.match(combined, /limitsDisabled: tmp_size cannot be disabled/);
 });
 
+t.test("a refused file's problems come with those of the variables and flags", async (t) => {
+  const detail = refusal(
+    load({
+      file: { logLevel: 'loud', bogus: 1 },
+      env: { TURNHOST_EVENTS_JOURNAL: 'maybe' },
+      overrides: { listen: 'x' },
+    }),
+  );
+  const parts = detail.split('; ');
+  t.match(parts, [/logLevel: /, /bogus: unknown key/, /^TURNHOST_EVENTS_JOURNAL: /, /^--listen \(listen\.tcp: /]);
+  t.equal(parts.length, 4, 'each problem once');
+  const unparsable = refusal(load({ file: '{ not json', env: { TURNHOST_EVENTS_JOURNAL: 'maybe' } }));
+  t.match(unparsable, /not valid JSON/);
+  t.notMatch(unparsable, /TURNHOST_EVENTS_JOURNAL/, 'a file that does not parse is refused alone');
+});
+
 t.test('nested problems follow the document order', async (t) => {
   const detail = refusal(
     load({
