@@ -352,7 +352,7 @@ function withDefaults(node: Node, defaults: unknown): Node {
 export function renderConfigSchema(defaults: Static<typeof TurnhostConfig>): string {
   const document = {
     $schema: 'http://json-schema.org/draft-07/schema#',
-    ...withDefaults(TurnhostConfigFile as Node, defaults),
+    ...withDefaults(TurnhostConfigFile, defaults),
     description:
       "The turnhost supervisor's configuration file: every key optional, the defaults (those of the " +
       'installed package) fill the rest. docs/configuration.md documents every key.',
