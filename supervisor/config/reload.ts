@@ -92,5 +92,5 @@ export function planReload(running: TurnhostConfig, next: TurnhostConfig): Reloa
 
 /** Writes the plan's live keys from `next` into `running` (the object every mechanism holds). */
 export function applyLiveKeys(running: TurnhostConfig, next: TurnhostConfig, plan: ReloadPlan): void {
-  for (const keyPath of plan.live) setAt(running, keyPath, structuredClone(valueAt(next as unknown as Tree, keyPath)));
+  for (const keyPath of plan.live) setAt(running, keyPath, structuredClone(valueAt(next, keyPath)));
 }

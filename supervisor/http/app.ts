@@ -12,7 +12,7 @@ import type { TurnManager } from '../turns/types.js';
 import { requireToken } from './auth.js';
 import { MAX_BODY_BYTES, sendError } from './errors.js';
 import { parseEventQuery } from './event-query.js';
-import { queryRefusalBody } from './query-params.js';
+import { requestQuery, sendQueryRefusal } from './query-params.js';
 import type { HostFacts } from './host-facts.js';
 import { refuseBody, route } from './routing.js';
 import { registerTurnRoutes } from './turn-routes.js';
@@ -196,8 +196,8 @@ export function createApp(deps: AppDeps): Express {
   });
   route(api, '/api/governance/events', {
     get: (req, res) => {
-      const parsed = parseEventQuery(new URL(req.originalUrl, 'http://localhost').searchParams, { allowLimit: true });
-      if (!parsed.ok) return sendError(res, 400, 'invalid_request', parsed.detail, queryRefusalBody(parsed));
+      const parsed = parseEventQuery(requestQuery(req), { allowLimit: true });
+      if (!parsed.ok) return sendQueryRefusal(res, parsed);
       const page = deps.store.query(parsed.query);
       if (!page.ok) {
         if (page.reason === 'invalid_query') return sendError(res, 400, 'invalid_request', page.detail);

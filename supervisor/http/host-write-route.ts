@@ -18,7 +18,7 @@ import { validateRelativePath, type FsRefusal } from '../fs/guard.js';
 import { hostWrite, recordHostWriteRefusal, type HostWriteTarget, type HostWriteTurn } from '../fs/host-write.js';
 import type { TurnManager } from '../turns/types.js';
 import { sendError, type ErrorCode } from './errors.js';
-import { QueryCheck, queryRefusalBody, type QueryFailure } from './query-params.js';
+import { QueryCheck, requestQuery, sendQueryRefusal, type QueryFailure } from './query-params.js';
 import { route } from './routing.js';
 import { requestLogger } from './request-id.js';
 import { TURN_ID_PARAM } from './turn-routes.js';
@@ -140,18 +140,12 @@ export function registerHostWriteRoute(router: Router, deps: HostWriteRouteDeps)
       if (!TURN_ID_PARAM.test(id)) return sendError(res, 404, 'not_found', 'no turn (malformed id)');
       const turn = lookup(res, id);
       if (!turn) return;
-      const query = new URL(req.originalUrl, 'http://localhost').searchParams;
+      const query = requestQuery(req);
       const parsed = parseParams(query);
       if (!parsed.ok) {
-        if (parsed.reason === 'invalid_path')
-          recordHostWriteRefusal(deps.events, turn, query.get('path') ?? '', 'invalid_path');
-        return sendError(
-          res,
-          400,
-          parsed.reason,
-          parsed.detail,
-          parsed.reason === 'invalid_path' ? { field: 'path' } : queryRefusalBody(parsed),
-        );
+        if (parsed.reason === 'invalid_request') return sendQueryRefusal(res, parsed);
+        recordHostWriteRefusal(deps.events, turn, query.get('path') ?? '', 'invalid_path');
+        return sendError(res, 400, 'invalid_path', parsed.detail, { field: 'path' });
       }
       const { params } = parsed;
       const encoding = req.headers['content-encoding'];

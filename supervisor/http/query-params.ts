@@ -4,7 +4,9 @@
  * once (`errors`), the first one also as `field` and at the head of the message. Routes and the
  * WebSocket upgrades share this so a client's `TurnhostApiError.field` is set for any of them.
  */
+import type { Request, Response } from 'express';
 import type { FieldError } from '../../api/schema/errors.js';
+import { sendError } from './errors.js';
 
 export type QueryFailure = {
   ok: false;
@@ -55,7 +57,16 @@ export class QueryCheck {
   }
 }
 
+/** The parameters of an HTTP request (the WebSocket upgrades parse their URL themselves). */
+export function requestQuery(req: Request): URLSearchParams {
+  return new URL(req.originalUrl, 'http://localhost').searchParams;
+}
+
 /** The error body's extra members of a query refusal. */
 export function queryRefusalBody(failure: QueryFailure): { field: string; errors: FieldError[] } {
   return { field: failure.field, errors: failure.errors };
+}
+
+export function sendQueryRefusal(res: Response, failure: QueryFailure): void {
+  sendError(res, 400, failure.reason, failure.detail, queryRefusalBody(failure));
 }

@@ -17,7 +17,7 @@ import { closeRoot, openRoot, readFile, validateRelativePath, writeFile, type Fs
 import type { WorkspaceFailure, WorkspaceService, WorkspaceView } from '../workspaces/service.js';
 import { MAX_BODY_BYTES, sendError, type ErrorCode } from './errors.js';
 import { route } from './routing.js';
-import { QueryCheck, queryRefusalBody } from './query-params.js';
+import { QueryCheck, requestQuery, sendQueryRefusal } from './query-params.js';
 import { compileValidator, createAjv } from '../../api/schema/validate.js';
 import { WorkspaceCreateRequest } from '../../api/schema/workspaces.js';
 
@@ -83,14 +83,14 @@ function publicView(workspace: WorkspaceView, usage?: { bytes: number; files: nu
 }
 
 function queryCheck(req: Request, known: readonly string[]): QueryCheck {
-  return new QueryCheck(new URL(req.originalUrl, 'http://localhost').searchParams, known);
+  return new QueryCheck(requestQuery(req), known);
 }
 
 /** Answers the query's refusal, if any; true when one was sent. */
 function refuseQuery(res: Response, check: QueryCheck): boolean {
   const refused = check.failure();
   if (refused === null) return false;
-  sendError(res, 400, 'invalid_request', refused.detail, queryRefusalBody(refused));
+  sendQueryRefusal(res, refused);
   return true;
 }
 
