@@ -56,7 +56,9 @@ export interface ApiRoute {
 
 /** Codes any route may answer: request id and auth refusals, wrong method, internal failures. */
 export const COMMON_ERRORS: ErrorCode[] = ['invalid_request', 'method_not_allowed', 'internal_error'];
-export const AUTHENTICATED_ERRORS: ErrorCode[] = ['unauthenticated'];
+// Every authenticated request passes the 1 MiB body cap (or a route's own byte cap) before it
+// is routed, so a GET with an oversized body is refused with 413 like any other.
+export const AUTHENTICATED_ERRORS: ErrorCode[] = ['unauthenticated', 'body_too_large'];
 
 const TurnId = Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$' });
 const eventFilters = {
@@ -355,7 +357,7 @@ export const ROUTES: ApiRoute[] = [
     body: { contentType: 'application/octet-stream', schema: Type.String({ contentEncoding: 'binary' }) },
     responses: {
       200: { description: 'Replaced.', schema: HostWriteAnswer },
-      201: { description: 'Created.', schema: HostWriteAnswer },
+      201: { description: 'Created.', schema: HostWriteAnswer, headers: ['Location'] },
     },
     errors: [
       'invalid_path',

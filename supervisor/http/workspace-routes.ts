@@ -16,6 +16,7 @@ import type { TurnhostConfig } from '../config/types.js';
 import { closeRoot, openRoot, readFile, validateRelativePath, writeFile, type FsRefusal } from '../fs/guard.js';
 import type { WorkspaceFailure, WorkspaceService, WorkspaceView } from '../workspaces/service.js';
 import { MAX_BODY_BYTES, sendError, type ErrorCode } from './errors.js';
+import { requestLogger } from './request-id.js';
 import { route } from './routing.js';
 import { QueryCheck, requestQuery, sendQueryRefusal } from './query-params.js';
 import { compileValidator, createAjv } from '../../api/schema/validate.js';
@@ -259,7 +260,8 @@ export function registerWorkspaceRoutes(router: Router, deps: WorkspaceRouteDeps
         // supervisor's group, and the workspace's turns (its uid) must be able to change the file.
         const written = writeFile(root, rel, body, { mode, maxBytes, fileMode: 0o666 });
         if (!written.ok) {
-          if (written.reason === 'io_error') deps.logger.error('workspace write failed', { detail: written.detail });
+          if (written.reason === 'io_error')
+            requestLogger(res, deps.logger).error('workspace write failed', { detail: written.detail });
           return sendError(res, FS_STATUS[written.reason], FS_CODE(written.reason), written.detail);
         }
         deps.events.append({
@@ -271,6 +273,12 @@ export function registerWorkspaceRoutes(router: Router, deps: WorkspaceRouteDeps
           profile: null,
           payload: { path: rel, bytes: written.bytes, sha256: written.sha256, replaced: written.replaced },
         });
+        // The file's own address: GET reads it, PUT (replace by default) writes it again.
+        if (!written.replaced)
+          res.setHeader(
+            'Location',
+            `/api/workspaces/${encodeURIComponent(workspace.id)}/files?${new URLSearchParams({ path: rel }).toString()}`,
+          );
         res.status(written.replaced ? 200 : 201).json(written);
       } finally {
         closeRoot(root);

@@ -183,6 +183,8 @@ for (const separate of [true, false]) {
     t.equal(read.text, 'one\ntwo\n', 'the host reads the file back');
     const written = await api('PUT', '/api/workspaces/repo/files?path=host.txt', undefined, Buffer.from('from host\n'));
     t.equal(written.status, 201, written.text);
+    t.equal(written.headers.location, '/api/workspaces/repo/files?path=host.txt', 'a created file names its address');
+    t.equal((await api('GET', written.headers.location!)).text, 'from host\n', 'which reads the file back');
     const third = await runTurn(api, harness, {
       sessionId: 'session-two',
       workspace: 'repo',

@@ -93,6 +93,12 @@ t.test('404, 405, 413', async (t) => {
   t.equal(tooLarge.status, 413);
   t.same(tooLarge.json, { error: 'body: larger than 1048576 bytes', code: 'body_too_large' });
   t.equal(s.probeCalls(), 0);
+  // The cap stands ahead of every authenticated route, reads included; the answer is documented.
+  for (const path of ['/api/status', '/api/governance/events', '/api/openapi.json']) {
+    const tooLargeRead = await s.request('GET', path, { body: big });
+    t.equal(tooLargeRead.status, 413, path);
+    t.equal(tooLargeRead.json.code, 'body_too_large', path);
+  }
 });
 
 t.test('500 hides internals and logs the stack; logs never carry tokens, queries or bodies', async (t) => {
