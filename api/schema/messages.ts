@@ -1,5 +1,6 @@
 /** WebSocket messages: JSON text frames in both directions. Binary data travels as base64. */
 import { Type, type Static } from '@sinclair/typebox';
+import { FieldError } from './errors.js';
 import { GovernanceEvent } from './events.js';
 import { TurnResult } from './turns.js';
 
@@ -27,27 +28,47 @@ export const AttachServerMessage = Type.Union(
     Type.Object({
       type: Type.Literal('error'),
       code: Type.Union([Type.Literal('invalid_request'), Type.Literal('input_closed')]),
-      error: Type.String(),
+      error: Type.String({ description: 'What was refused; starts with the field name when one is at fault.' }),
+      field: Type.Optional(Type.String({ description: 'The first refused field of an invalid message.' })),
+      errors: Type.Optional(Type.Array(FieldError, { description: 'Every refused field of an invalid message.' })),
     }),
   ],
   { title: 'AttachServerMessage' },
 );
 export type AttachServerMessage = Static<typeof AttachServerMessage>;
 
-export const AttachClientMessage = Type.Union(
-  [
-    Type.Object({ type: Type.Literal('input'), data: Type.String({ contentEncoding: 'base64' }) }),
-    Type.Object({
-      type: Type.Literal('resize'),
-      cols: Type.Integer({ minimum: 1, maximum: 1000 }),
-      rows: Type.Integer({ minimum: 1, maximum: 1000 }),
-    }),
-    Type.Object({ type: Type.Literal('signal'), signal: Type.Union(SIGNALS.map((s) => Type.Literal(s))) }),
-    Type.Object(
-      { type: Type.Literal('eof') },
-      { description: "Ends the command's input: EOF on its stdin pipe, the terminal's EOF character on a pty." },
-    ),
-  ],
-  { title: 'AttachClientMessage' },
-);
+const BASE64 = '^[A-Za-z0-9+/]*={0,2}$';
+const closed = { additionalProperties: false };
+const dimension = Type.Integer({ minimum: 1, maximum: 1000, 'x-detail': 'expected an integer 1-1000' });
+
+/** One schema per message type: the server picks it by `type`, so a refusal names the field at fault. */
+export const ATTACH_CLIENT_MESSAGES = [
+  Type.Object(
+    {
+      type: Type.Literal('input'),
+      data: Type.String({ contentEncoding: 'base64', pattern: BASE64, 'x-detail': 'expected base64 text' }),
+    },
+    closed,
+  ),
+  Type.Object(
+    { type: Type.Literal('eof') },
+    {
+      ...closed,
+      description: "Ends the command's input: EOF on its stdin pipe, the terminal's EOF character on a pty.",
+    },
+  ),
+  Type.Object({ type: Type.Literal('resize'), cols: dimension, rows: dimension }, closed),
+  Type.Object(
+    {
+      type: Type.Literal('signal'),
+      signal: Type.Union(
+        SIGNALS.map((s) => Type.Literal(s)),
+        { 'x-detail': `expected one of ${SIGNALS.join(', ')}` },
+      ),
+    },
+    closed,
+  ),
+] as const;
+
+export const AttachClientMessage = Type.Union([...ATTACH_CLIENT_MESSAGES], { title: 'AttachClientMessage' });
 export type AttachClientMessage = Static<typeof AttachClientMessage>;

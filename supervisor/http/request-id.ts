@@ -11,25 +11,42 @@ import { sendError } from './errors.js';
 export const REQUEST_ID_HEADER = 'X-Request-Id';
 export const REQUEST_ID_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/;
 
+/** The logger of the request `res` answers (it carries the request id), if requestIds ran. */
+export function ownLogger(res: Response): Logger | undefined {
+  return res.locals['logger'] as Logger | undefined;
+}
+
 /** The logger of the request `res` answers, falling back to `logger` outside a request. */
 export function requestLogger(res: Response, logger: Logger): Logger {
-  const own = res.locals['logger'] as Logger | undefined;
-  return own ?? logger;
+  return ownLogger(res) ?? logger;
+}
+
+export type RequestIdResult =
+  { ok: true; id: string } | { ok: false; id: string; field: 'x-request-id'; detail: string };
+
+/**
+ * The id of a request: the presented one when well formed, else a fresh one. A refusal still
+ * carries a fresh id, so the refusal itself is answered and logged under an id.
+ */
+export function resolveRequestId(presented: string | string[] | undefined): RequestIdResult {
+  if (presented === undefined) return { ok: true, id: randomUUID() };
+  if (typeof presented === 'string' && REQUEST_ID_PATTERN.test(presented)) return { ok: true, id: presented };
+  // The refused value is never echoed or logged: it is caller-controlled text.
+  return {
+    ok: false,
+    id: randomUUID(),
+    field: 'x-request-id',
+    detail: 'x-request-id: expected 1-128 characters of [A-Za-z0-9._:-]',
+  };
 }
 
 export function requestIds(logger: Logger): RequestHandler {
   return (req, res, next) => {
-    const presented = req.headers['x-request-id'];
-    const valid = typeof presented === 'string' && REQUEST_ID_PATTERN.test(presented);
-    const id = valid ? presented : randomUUID();
-    res.locals['requestId'] = id;
-    res.locals['logger'] = logger.child({ requestId: id });
-    res.setHeader(REQUEST_ID_HEADER, id);
-    // The refused value is never echoed or logged: it is caller-controlled text.
-    if (presented !== undefined && !valid)
-      return sendError(res, 400, 'invalid_request', 'x-request-id: expected 1-128 characters of [A-Za-z0-9._:-]', {
-        field: 'x-request-id',
-      });
+    const resolved = resolveRequestId(req.headers['x-request-id']);
+    res.locals['requestId'] = resolved.id;
+    res.locals['logger'] = logger.child({ requestId: resolved.id });
+    res.setHeader(REQUEST_ID_HEADER, resolved.id);
+    if (!resolved.ok) return sendError(res, 400, 'invalid_request', resolved.detail, { field: resolved.field });
     next();
   };
 }

@@ -17,6 +17,7 @@ import express, { type Express, type Response } from 'express';
 import type { Logger } from '../../core/log.js';
 import { tokenMatches } from './auth.js';
 import { sendError } from './errors.js';
+import { requestLogger } from './request-id.js';
 import { route } from './routing.js';
 import { clearedSessionCookie, sameOrigin, sessionCookie, sessionFromCookie, type UiSessions } from './ui-session.js';
 
@@ -88,12 +89,12 @@ export function registerStatusPage(
         pageHeaders(res);
         const token = (req.body as Record<string, unknown> | undefined)?.['token'];
         if (typeof token !== 'string' || !tokenMatches(token.trim(), deps.token)) {
-          deps.logger.warn('status page sign-in refused: wrong token');
+          requestLogger(res, deps.logger).warn('status page sign-in refused: wrong token');
           return res.redirect(303, '/ui/login#failed');
         }
         const session = deps.sessions.create();
         res.setHeader('Set-Cookie', sessionCookie(session.id, session.maxAgeSeconds));
-        deps.logger.info('status page sign-in');
+        requestLogger(res, deps.logger).info('status page sign-in');
         res.redirect(303, '/ui/');
       },
     ],

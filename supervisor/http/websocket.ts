@@ -19,7 +19,11 @@ import { sameOrigin, type UiSessions } from './ui-session.js';
 import { MAX_BODY_BYTES, type ErrorCode } from './errors.js';
 import { eventMatches, MAX_EVENT_PAGE, parseEventQuery } from './event-query.js';
 import { QueryCheck, queryRefusalBody } from './query-params.js';
+import { REQUEST_ID_HEADER, resolveRequestId } from './request-id.js';
 import { TURN_ID_PARAM } from './turn-routes.js';
+import { ATTACH_CLIENT_MESSAGES, type AttachClientMessage } from '../../api/schema/messages.js';
+import { compileValidator, createAjv, type SchemaValidator } from '../../api/schema/validate.js';
+import type { FieldError } from '../../api/schema/errors.js';
 
 export const MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
 /** An attached client's unsent output above which the turn's output is paused. */
@@ -28,7 +32,6 @@ const ATTACH_HIGH_WATER_BYTES = 1024 * 1024;
 const MAX_PENDING_EVENTS = 100_000;
 const EVENTS_STREAM_PATH = '/api/governance/events/stream';
 const ATTACH_PATH = /^\/api\/turns\/([^/]+)\/attach$/;
-const SIGNALS = new Set(['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT']);
 
 export interface UpgradeDeps {
   logger: Logger;
@@ -52,8 +55,16 @@ const STATUS_TEXT: Record<number, string> = {
   405: 'Method Not Allowed',
 };
 
+/** One upgrade request: its id (echoed on every answer) and the logger that carries it. */
+interface UpgradeRequest {
+  id: string;
+  logger: Logger;
+  path: string;
+}
+
 function rejectUpgrade(
   socket: Duplex,
+  request: UpgradeRequest,
   status: number,
   code: ErrorCode,
   error: string,
@@ -61,8 +72,9 @@ function rejectUpgrade(
 ): void {
   const body = JSON.stringify({ error, code, ...members });
   const extra = status === 401 ? 'WWW-Authenticate: Bearer\r\n' : '';
+  request.logger.info('websocket upgrade', { path: request.path, status, code });
   socket.end(
-    `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Error'}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${extra}Connection: close\r\n\r\n${body}`,
+    `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Error'}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${REQUEST_ID_HEADER}: ${request.id}\r\n${extra}Connection: close\r\n\r\n${body}`,
   );
 }
 
@@ -127,42 +139,55 @@ function encodeStreamEvent(event: TurnStreamEvent): string {
     : JSON.stringify({ type: 'exit', result: event.result });
 }
 
-type ClientMessageError = { code: 'invalid_request' | 'input_closed'; error: string };
+type ClientMessageError = {
+  code: 'invalid_request' | 'input_closed';
+  error: string;
+  field?: string;
+  errors?: FieldError[];
+};
+
+const clientMessageAjv = createAjv();
+/** Each client message type's validator: picked by `type`, so a refusal names the fields at fault. */
+const CLIENT_MESSAGES = new Map<string, SchemaValidator<unknown>>(
+  ATTACH_CLIENT_MESSAGES.map((schema) => [schema.properties.type.const, compileValidator(clientMessageAjv, schema)]),
+);
+const CLIENT_MESSAGE_TYPES = [...CLIENT_MESSAGES.keys()].map((type) => `'${type}'`).join(', ');
+
+function invalidMessage(errors: FieldError[]): ClientMessageError {
+  const first = errors[0]!;
+  return { code: 'invalid_request', error: `${first.field}: ${first.detail}`, field: first.field, errors };
+}
 
 /** One client message; answers an error or null when applied. */
 function applyClientMessage(attachment: TurnAttachment, raw: string): ClientMessageError | null {
-  const invalid = (error: string): ClientMessageError => ({ code: 'invalid_request', error });
-  const closed = (outcome: InputOutcome): ClientMessageError | null =>
-    outcome.ok ? null : { code: 'input_closed', error: `input: ${outcome.detail}` };
   let message: unknown;
   try {
     message = JSON.parse(raw);
   } catch {
-    return invalid('message: not valid JSON');
+    return invalidMessage([{ field: 'message', detail: 'not valid JSON' }]);
   }
-  if (typeof message !== 'object' || message === null) return invalid('message: expected an object');
-  const m = message as Record<string, unknown>;
-  switch (m['type']) {
+  if (typeof message !== 'object' || message === null || Array.isArray(message))
+    return invalidMessage([{ field: 'message', detail: 'expected an object' }]);
+  const type = (message as Record<string, unknown>)['type'];
+  const validate = typeof type === 'string' ? CLIENT_MESSAGES.get(type) : undefined;
+  if (validate === undefined)
+    return invalidMessage([{ field: 'type', detail: `expected one of ${CLIENT_MESSAGE_TYPES}` }]);
+  const checked = validate(message);
+  if (!checked.ok) return invalidMessage(checked.errors);
+  const closed = (outcome: InputOutcome): ClientMessageError | null =>
+    outcome.ok ? null : { code: 'input_closed', error: `input: ${outcome.detail}` };
+  const m = checked.value as AttachClientMessage;
+  switch (m.type) {
     case 'input':
-      if (typeof m['data'] !== 'string') return invalid('data: expected base64 text');
-      return closed(attachment.write(Buffer.from(m['data'], 'base64')));
+      return closed(attachment.write(Buffer.from(m.data, 'base64')));
     case 'eof':
       return closed(attachment.endInput());
-    case 'resize': {
-      const { cols, rows } = m;
-      const dimension = (v: unknown): v is number => Number.isInteger(v) && (v as number) >= 1 && (v as number) <= 1000;
-      if (!dimension(cols)) return invalid('cols: expected an integer 1-1000');
-      if (!dimension(rows)) return invalid('rows: expected an integer 1-1000');
-      attachment.resize(cols, rows);
+    case 'resize':
+      attachment.resize(m.cols, m.rows);
       return null;
-    }
     case 'signal':
-      if (typeof m['signal'] !== 'string' || !SIGNALS.has(m['signal']))
-        return invalid(`signal: expected one of ${[...SIGNALS].join(', ')}`);
-      attachment.signal(m['signal'] as 'SIGINT');
+      attachment.signal(m.signal);
       return null;
-    default:
-      return invalid("type: expected 'input', 'eof', 'resize' or 'signal'");
   }
 }
 
@@ -190,7 +215,7 @@ function attachTurn(ws: WebSocket, attachment: TurnAttachment): void {
   });
   ws.on('message', (data, isBinary) => {
     const refused = isBinary
-      ? { code: 'invalid_request', error: 'message: expected JSON text' }
+      ? invalidMessage([{ field: 'message', detail: 'expected JSON text' }])
       : applyClientMessage(attachment, rawText(data));
     if (refused !== null) ws.send(JSON.stringify({ type: 'error', ...refused }));
   });
@@ -199,29 +224,54 @@ function attachTurn(ws: WebSocket, attachment: TurnAttachment): void {
 
 export function createUpgradeHandler(deps: UpgradeDeps): UpgradeHandler {
   const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_BODY_BYTES });
-  wss.on('connection', (ws) =>
-    ws.on('error', (error) => deps.logger.debug('websocket error', { error: error.message })),
-  );
+  const upgrades = new WeakMap<IncomingMessage, UpgradeRequest>();
+  // The 101 answer echoes the request's id like every other answer.
+  wss.on('headers', (headers, req) => {
+    const request = upgrades.get(req);
+    if (request !== undefined) headers.push(`${REQUEST_ID_HEADER}: ${request.id}`);
+  });
+
+  const accept = (
+    req: IncomingMessage,
+    socket: Duplex,
+    head: Buffer,
+    request: UpgradeRequest,
+    opened: (ws: WebSocket) => void,
+  ): void => {
+    upgrades.set(req, request);
+    wss.handleUpgrade(req, socket, head, (ws) => {
+      request.logger.info('websocket upgrade', { path: request.path, status: 101 });
+      ws.on('error', (error) => request.logger.debug('websocket error', { error: error.message }));
+      opened(ws);
+    });
+  };
 
   return {
     handle(req, socket, head) {
       socket.on('error', () => socket.destroy());
       const url = new URL(req.url ?? '/', 'http://localhost');
+      const resolved = resolveRequestId(req.headers['x-request-id']);
+      const request: UpgradeRequest = {
+        id: resolved.id,
+        logger: deps.logger.child({ requestId: resolved.id }),
+        path: url.pathname,
+      };
+      if (!resolved.ok)
+        return rejectUpgrade(socket, request, 400, 'invalid_request', resolved.detail, { field: resolved.field });
       const bySession =
         url.pathname === EVENTS_STREAM_PATH &&
         sessionAuthorizes(req.method ?? '', req.headers, deps.statusPage?.sessions) &&
         sameOrigin(req.headers, { required: true });
       if (!isAuthorized(req.headers, deps.token) && !bySession)
-        return rejectUpgrade(socket, 401, 'unauthenticated', UNAUTHENTICATED_MESSAGE);
-      if (req.method !== 'GET') return rejectUpgrade(socket, 405, 'method_not_allowed', 'WebSocket upgrades use GET');
+        return rejectUpgrade(socket, request, 401, 'unauthenticated', UNAUTHENTICATED_MESSAGE);
+      if (req.method !== 'GET')
+        return rejectUpgrade(socket, request, 405, 'method_not_allowed', 'WebSocket upgrades use GET');
 
       if (url.pathname === EVENTS_STREAM_PATH) {
         const parsed = parseEventQuery(url.searchParams, { allowLimit: false });
-        if (!parsed.ok) return rejectUpgrade(socket, 400, 'invalid_request', parsed.detail, queryRefusalBody(parsed));
-        return wss.handleUpgrade(req, socket, head, (ws) => {
-          wss.emit('connection', ws, req);
-          streamEvents(ws, deps.store, parsed.query, deps.logger);
-        });
+        if (!parsed.ok)
+          return rejectUpgrade(socket, request, 400, 'invalid_request', parsed.detail, queryRefusalBody(parsed));
+        return accept(req, socket, head, request, (ws) => streamEvents(ws, deps.store, parsed.query, request.logger));
       }
 
       const attach = ATTACH_PATH.exec(url.pathname);
@@ -229,12 +279,11 @@ export function createUpgradeHandler(deps: UpgradeDeps): UpgradeHandler {
         const turns = deps.turns;
         const id = attach[1] ?? '';
         if (!TURN_ID_PARAM.test(id) || turns.get(id) === undefined)
-          return rejectUpgrade(socket, 404, 'not_found', 'no such turn');
+          return rejectUpgrade(socket, request, 404, 'not_found', 'no such turn');
         const refused = new QueryCheck(url.searchParams, []).failure();
         if (refused !== null)
-          return rejectUpgrade(socket, 400, 'invalid_request', refused.detail, queryRefusalBody(refused));
-        return wss.handleUpgrade(req, socket, head, (ws) => {
-          wss.emit('connection', ws, req);
+          return rejectUpgrade(socket, request, 400, 'invalid_request', refused.detail, queryRefusalBody(refused));
+        return accept(req, socket, head, request, (ws) => {
           const attached = turns.attach(id);
           if (!attached.ok) {
             ws.close(1008, 'no such turn');
@@ -243,7 +292,7 @@ export function createUpgradeHandler(deps: UpgradeDeps): UpgradeHandler {
           attachTurn(ws, attached.attachment);
         });
       }
-      rejectUpgrade(socket, 404, 'not_found', 'no WebSocket endpoint at this path');
+      rejectUpgrade(socket, request, 404, 'not_found', 'no WebSocket endpoint at this path');
     },
     close() {
       for (const ws of wss.clients) ws.close(1001, 'server shutting down');

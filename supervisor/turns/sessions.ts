@@ -82,8 +82,15 @@ function prepared(db: Database.Database): SessionStatements {
 export function deleteSession<R extends string = never>(
   deps: SessionDeps,
   sessionId: string,
-  options: { trigger: SessionDeleteTrigger; beforeDelete?: BeforeSessionDelete<R>; workspacesDeleted?: number },
+  options: {
+    trigger: SessionDeleteTrigger;
+    beforeDelete?: BeforeSessionDelete<R>;
+    workspacesDeleted?: number;
+    /** The logger of the request that asked (it carries the request id); the supervisor's otherwise. */
+    logger?: Logger;
+  },
 ): Result<{ deleted: SessionDeletion }, SessionDeleteFailure | R> {
+  const logger = options.logger ?? deps.logger;
   if (deps.isBusy(sessionId)) return fail('session_busy', `a turn of session ${sessionId} is running`);
   let statementsOf: SessionStatements;
   try {
@@ -93,7 +100,7 @@ export function deleteSession<R extends string = never>(
     if (statementsOf.countEvents.get(sessionId)!.n === 0 && statementsOf.countTurns.get(sessionId)!.n === 0)
       return fail('not_found', `no session ${sessionId}`);
   } catch (error) {
-    return unavailable(deps, error);
+    return unavailable(logger, error);
   }
   if (options.beforeDelete) {
     const before = options.beforeDelete(sessionId);
@@ -111,7 +118,7 @@ export function deleteSession<R extends string = never>(
       }))
       .immediate();
   } catch (error) {
-    return unavailable(deps, error);
+    return unavailable(logger, error);
   }
   deps.events.append({
     sessionId: null,
@@ -122,12 +129,12 @@ export function deleteSession<R extends string = never>(
     profile: null,
     payload: { ...deleted, trigger: options.trigger },
   });
-  deps.logger.info('session deleted', { ...deleted, trigger: options.trigger });
+  logger.info('session deleted', { ...deleted, trigger: options.trigger });
   return ok({ deleted });
 }
 
-function unavailable(deps: SessionDeps, error: unknown): Fail<'store_unavailable'> {
-  deps.logger.error('session delete failed', { detail: (error as Error).message });
+function unavailable(logger: Logger, error: unknown): Fail<'store_unavailable'> {
+  logger.error('session delete failed', { detail: (error as Error).message });
   return fail('store_unavailable', 'the session store could not be read or written');
 }
 
@@ -155,7 +162,7 @@ export function pruneSessions<R extends string = never>(
   try {
     due = sessionsPastRetention(deps.db, options.now, options.retentionDays);
   } catch (error) {
-    return unavailable(deps, error);
+    return unavailable(deps.logger, error);
   }
   const deleted: SessionDeletion[] = [];
   for (const sessionId of due) {

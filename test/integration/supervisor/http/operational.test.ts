@@ -1,6 +1,8 @@
+import type http from 'node:http';
 import t from 'tap';
+import WebSocket from 'ws';
 import { renderOpenApi } from '../../../../api/openapi.js';
-import { fakeStatus, startTestServer } from './fixtures/server.js';
+import { fakeStatus, startTestServer, TOKEN } from './fixtures/server.js';
 
 const logLines = (lines: string[]): Record<string, unknown>[] => lines.map((l) => JSON.parse(l));
 
@@ -49,6 +51,61 @@ t.test('X-Request-Id: malformed values are refused naming the header, never echo
   }
   t.equal((await s.request('GET', '/api/status', { headers: { 'x-request-id': 'x'.repeat(128) } })).status, 200);
   t.notOk(s.lines.join('\n').includes('semi;colon'), 'the refused value is not logged');
+});
+
+t.test('X-Request-Id on WebSocket upgrades: validated, echoed on the 101 and on refusals, logged', async (t) => {
+  const s = await startTestServer();
+  t.teardown(() => s.close());
+  const url = (path: string): string => `ws://127.0.0.1:${s.server.tcp!.port}${path}`;
+  const headersOf = (ws: WebSocket): Promise<{ status: number; headers: http.IncomingHttpHeaders; json?: any }> =>
+    new Promise((resolve, reject) => {
+      ws.once('upgrade', (res) => resolve({ status: res.statusCode ?? 0, headers: res.headers }));
+      ws.once('unexpected-response', (_req, res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () =>
+          resolve({
+            status: res.statusCode ?? 0,
+            headers: res.headers,
+            json: JSON.parse(Buffer.concat(chunks).toString('utf8')),
+          }),
+        );
+      });
+      ws.once('error', reject);
+    });
+  const auth = { authorization: `Bearer ${TOKEN}` };
+
+  const accepted = new WebSocket(url('/api/governance/events/stream'), {
+    headers: { ...auth, 'x-request-id': 'ws-caller-1' },
+  });
+  const upgrade = await headersOf(accepted);
+  t.equal(upgrade.status, 101);
+  t.equal(upgrade.headers['x-request-id'], 'ws-caller-1', 'the 101 echoes the id the caller sent');
+  accepted.close();
+
+  const malformed = await headersOf(
+    new WebSocket(url('/api/governance/events/stream'), { headers: { ...auth, 'x-request-id': 'has space' } }),
+  );
+  t.equal(malformed.status, 400);
+  t.match(malformed.json, { code: 'invalid_request', field: 'x-request-id', error: /^x-request-id: / });
+  t.match(malformed.headers['x-request-id'], /^[0-9a-f-]{36}$/, 'a generated id is echoed instead');
+
+  const unauthenticated = await headersOf(new WebSocket(url('/api/governance/events/stream')));
+  t.equal(unauthenticated.status, 401);
+  const refusedId = unauthenticated.headers['x-request-id'];
+  t.match(refusedId, /^[0-9a-f-]{36}$/, 'a refusal carries a generated id');
+
+  const upgrades = logLines(s.lines).filter((l) => l['msg'] === 'websocket upgrade');
+  t.match(
+    upgrades.map((l) => [l['requestId'], l['status']]),
+    [
+      ['ws-caller-1', 101],
+      [malformed.headers['x-request-id'], 400],
+      [refusedId, 401],
+    ],
+    'each upgrade is logged under its id',
+  );
+  t.notOk(s.lines.join('\n').includes('has space'), 'the refused value is not logged');
 });
 
 t.test('GET /api/ready: public; 200 when ordinary is available, 503 naming the requirement otherwise', async (t) => {

@@ -74,6 +74,12 @@ t.test('sign-in: a wrong token gets no cookie; the right one an HttpOnly SameSit
   });
   t.equal(right.status, 303);
   t.equal(right.headers.location, '/ui/');
+  const signIns = s.lines.map((l) => JSON.parse(l)).filter((l) => String(l.msg).startsWith('status page sign-in'));
+  t.same(
+    signIns.map((l) => l.requestId),
+    [wrong.headers['x-request-id'], right.headers['x-request-id']],
+    'sign-in lines name their request',
+  );
   const setCookie = String(right.headers['set-cookie']);
   t.match(setCookie, /^turnhost_session=[A-Za-z0-9_-]{43}; /);
   t.match(setCookie, /; HttpOnly/);

@@ -270,18 +270,37 @@ t.test('attach: backlog, input, resize, signal, exit record, auth', async (t) =>
   t.equal(echo.stream, 'stderr');
   t.same(fake.inputs, ['hello']);
 
-  const errors = nextMessages(ws, 4, (m) => m.type === 'error');
+  const errors = nextMessages(ws, 8, (m) => m.type === 'error');
   ws.send(JSON.stringify({ type: 'resize', cols: 100, rows: 30 }));
   ws.send(JSON.stringify({ type: 'signal', signal: 'SIGINT' }));
   ws.send(JSON.stringify({ type: 'resize', cols: 0, rows: 30 }));
   ws.send(JSON.stringify({ type: 'signal', signal: 'SIGKILL' }));
   ws.send('not json');
   ws.send(JSON.stringify({ type: 'teleport' }));
+  ws.send(JSON.stringify({ type: 'resize', cols: 0, rows: 5000, extra: true }));
+  ws.send(JSON.stringify({ type: 'input', data: 'not base64!' }));
+  ws.send(JSON.stringify({ type: 'eof', data: '' }));
+  ws.send(Buffer.from('binary'), { binary: true });
   const errs = await errors;
   t.same(
     errs.map((e) => e.error.split(':')[0]),
-    ['cols', 'signal', 'message', 'type'],
+    ['cols', 'signal', 'message', 'type', 'extra', 'data', 'data', 'message'],
   );
+  t.same(errs[2], {
+    type: 'error',
+    code: 'invalid_request',
+    error: 'message: not valid JSON',
+    field: 'message',
+    errors: [{ field: 'message', detail: 'not valid JSON' }],
+  });
+  // Every refused field of one message, unknown fields first, as an HTTP refusal lists them.
+  t.same(errs[4]!.errors, [
+    { field: 'extra', detail: 'unknown field' },
+    { field: 'cols', detail: 'expected an integer 1-1000' },
+    { field: 'rows', detail: 'expected an integer 1-1000' },
+  ]);
+  t.same(errs[5]!.errors, [{ field: 'data', detail: 'expected base64 text' }]);
+  t.same(errs[6]!.errors, [{ field: 'data', detail: 'unknown field' }]);
   t.same(fake.resizes, [[100, 30]]);
   t.same(fake.signals, ['SIGINT']);
 
