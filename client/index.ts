@@ -8,6 +8,7 @@ import { createHash } from 'node:crypto';
 import http from 'node:http';
 import WebSocket from 'ws';
 import type {
+  ActivityView,
   AttachServerMessage,
   ErrorCode,
   EventsPage,
@@ -31,6 +32,7 @@ import type {
 } from '../api/schema/index.js';
 
 export type {
+  ActivityView,
   ErrorCode,
   EventsPage,
   FieldError,
@@ -59,6 +61,16 @@ export interface ClientOptions {
   token: string;
   /** Sent as X-Request-Id on every request when given. */
   requestId?: () => string;
+}
+
+export interface EventStreamOptions extends EventQuery {
+  signal?: AbortSignal;
+  /**
+   * Consecutive failed reconnects (no server, or a 5xx answer) after which the stream throws
+   * the last failure; unlimited by default. The first connection is not retried: a wrong
+   * address or token is reported at once.
+   */
+  maxReconnects?: number;
 }
 
 /**
@@ -243,7 +255,11 @@ export interface TurnhostClient {
    * Matching events as they are committed. With `after`, stored ones after that id come first;
    * a dropped connection is reopened from the last id seen, so no event is missed or repeated.
    */
-  streamEvents(query?: EventQuery & { signal?: AbortSignal }): AsyncIterable<GovernanceEvent>;
+  streamEvents(query?: EventStreamOptions): AsyncIterable<GovernanceEvent>;
+  /** Running turns, recent denials and recent events (served when the daemon keeps activity). */
+  activity(): Promise<ActivityView>;
+  /** The Prometheus text exposition. */
+  metrics(): Promise<string>;
   createTurn(request: TurnCreateRequest): Promise<TurnRecord>;
   getTurn(id: string): Promise<TurnRecord>;
   /** One page of turns, newest first; pass `nextAfter` back as `after` for the next. */
@@ -369,10 +385,16 @@ export function createClient(options: ClientOptions): TurnhostClient {
     return { ws, opened };
   }
 
-  async function* streamEvents(q: EventQuery & { signal?: AbortSignal } = {}): AsyncGenerator<GovernanceEvent> {
+  /** Whether a failed (re)connect may succeed later: no server yet, or one answering 5xx. */
+  const transient = (error: unknown): boolean =>
+    error instanceof TurnhostApiError && (error.status === 0 ? error.code === 'unreachable' : error.status >= 500);
+
+  async function* streamEvents(q: EventStreamOptions = {}): AsyncGenerator<GovernanceEvent> {
     let after = q.after;
     const { signal } = q;
+    const maxReconnects = q.maxReconnects ?? Infinity;
     let failures = 0;
+    let connected = false;
     for (;;) {
       if (signal?.aborted) return;
       if (failures > 0) {
@@ -405,7 +427,15 @@ export function createClient(options: ClientOptions): TurnhostClient {
         messages.end();
       });
       ws.on('error', () => undefined);
-      await opened;
+      try {
+        await opened;
+      } catch (error) {
+        // A reconnect waits out a restarting server; anything else (a refusal, the first connect) is the caller's.
+        if (!connected || !transient(error) || failures >= maxReconnects) throw error;
+        failures++;
+        continue;
+      }
+      connected = true;
       const abort = (): void => ws.close(1000);
       signal?.addEventListener('abort', abort, { once: true });
       try {
@@ -505,6 +535,8 @@ export function createClient(options: ClientOptions): TurnhostClient {
     openapi: () => request<Record<string, unknown>>('GET', '/api/openapi.json'),
     events: (q = {}) => request<EventsPage>('GET', `/api/governance/events${query({ ...q })}`),
     streamEvents,
+    activity: () => request<ActivityView>('GET', '/api/activity'),
+    metrics: async () => (await exchange('GET', '/metrics', undefined, [200], true)).data.toString('utf8'),
     createTurn: async (body) => (await request<{ turn: TurnRecord }>('POST', '/api/turns', json(body), [201])).turn,
     getTurn: async (id) => (await request<{ turn: TurnRecord }>('GET', turnPath(id))).turn,
     listTurns: (q = {}) => request<TurnList>('GET', `/api/turns${query({ ...q })}`),
