@@ -88,6 +88,21 @@ function withRefs(schema: unknown, root = true): unknown {
   return out;
 }
 
+const REQUEST_ID_ANSWER = { $ref: '#/components/headers/RequestId' };
+const REQUEST_ID_HEADER = {
+  required: true,
+  description: "The request's id: the caller's X-Request-Id when it was well formed, else a generated one.",
+  schema: { type: 'string' },
+};
+
+/** Headers an error status always carries besides X-Request-Id. */
+const ERROR_HEADERS: Record<number, Record<string, string>> = {
+  401: { 'WWW-Authenticate': 'Bearer: the scheme the API takes.' },
+  405: { Allow: "The path's methods." },
+  426: { Upgrade: 'websocket' },
+  429: { 'Retry-After': 'Seconds to wait before trying again.' },
+};
+
 function errorResponses(codes: ErrorCode[]): Json {
   const byStatus = new Map<number, ErrorCode[]>();
   for (const code of new Set(codes))
@@ -96,6 +111,15 @@ function errorResponses(codes: ErrorCode[]): Json {
   for (const [status, list] of [...byStatus].sort((a, b) => a[0] - b[0]))
     responses[String(status)] = {
       description: list.join(', '),
+      headers: {
+        'X-Request-Id': REQUEST_ID_ANSWER,
+        ...Object.fromEntries(
+          Object.entries(ERROR_HEADERS[status] ?? {}).map(([name, description]) => [
+            name,
+            { required: true, description, schema: { type: 'string' } },
+          ]),
+        ),
+      },
       content: {
         'application/json': {
           schema: {
@@ -138,9 +162,7 @@ function operation(route: ApiRoute): Json {
   });
   const responses: Json = {};
   for (const [status, answer] of Object.entries(route.responses)) {
-    const headers: Json = {
-      'X-Request-Id': { required: true, schema: { type: 'string' } },
-    };
+    const headers: Json = { 'X-Request-Id': REQUEST_ID_ANSWER };
     for (const header of answer.headers ?? []) headers[header] = { required: true, schema: { type: 'string' } };
     responses[status] = {
       description: answer.description,
@@ -200,6 +222,7 @@ export function buildOpenApi(version = '0.1.0'): Json {
     paths,
     components: {
       securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } },
+      headers: { RequestId: REQUEST_ID_HEADER },
       schemas,
     },
     'x-error-codes': ERROR_STATUS,

@@ -53,7 +53,8 @@ export const GovernedStatus = Type.Object(
       }),
     ),
     identity: Type.Optional(IdentityMode),
-    workerUid: Type.Optional(Type.Integer({ minimum: 1 })),
+    // 0 is a root supervisor's shared_uid worker (its root-server warning says what that allows).
+    workerUid: Type.Optional(Type.Integer({ minimum: 0 })),
     egress: Type.Object({ active: Type.Boolean(), detail: Type.String() }),
     configurationView: Type.Optional(Type.Union([Type.Literal('startup'), Type.Literal('live')])),
   },
@@ -90,7 +91,8 @@ export const WorkerHostStatus = Type.Object(
     restricted: Type.Optional(ModeAvailability),
     rootServer: Type.Optional(Type.Object({ warning: Type.String() })),
     identity: Type.Optional(IdentityMode),
-    workerUid: Type.Optional(Type.Integer({ minimum: 1 })),
+    // 0 is a root supervisor's shared_uid worker (its root-server warning says what that allows).
+    workerUid: Type.Optional(Type.Integer({ minimum: 0 })),
     limits: WorkerLimitsStatus,
     governed: GovernedStatus,
     boundary: BoundaryFacilities,

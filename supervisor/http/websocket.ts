@@ -71,7 +71,7 @@ function rejectUpgrade(
   members: Record<string, unknown> = {},
 ): void {
   const body = JSON.stringify({ error, code, ...members });
-  const extra = status === 401 ? 'WWW-Authenticate: Bearer\r\n' : '';
+  const extra = status === 401 ? 'WWW-Authenticate: Bearer\r\n' : status === 405 ? 'Allow: GET\r\n' : '';
   request.logger.info('websocket upgrade', { path: request.path, status, code });
   socket.end(
     `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Error'}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${REQUEST_ID_HEADER}: ${request.id}\r\n${extra}Connection: close\r\n\r\n${body}`,

@@ -3,7 +3,7 @@ import path from 'node:path';
 import type { Express } from 'express';
 import t from 'tap';
 import { buildOpenApi, renderOpenApi, routeErrorCodes } from '../../../api/openapi.js';
-import { ERROR_CODES, ROUTES } from '../../../api/schema/index.js';
+import { ERROR_CODES, ERROR_STATUS, ROUTES } from '../../../api/schema/index.js';
 import { createMemoryLogger } from '../../../core/log.js';
 import { defaultConfig } from '../../../supervisor/config/load.js';
 import { createApp } from '../../../supervisor/http/app.js';
@@ -84,6 +84,21 @@ t.test('every route of the document appears in docs/http-api.md', async (t) => {
     const mention = `${route.method.toUpperCase()} ${route.path}`;
     t.ok(new RegExp(`${mention.replace(/[.?*+]/g, '\\$&')}(?![A-Za-z0-9/_-])`).test(text), mention);
   }
+});
+
+t.test("docs/http-api.md's error table lists every code with the document's status", async (t) => {
+  const text = fs.readFileSync(path.join(REPO_ROOT, 'docs/http-api.md'), 'utf8');
+  const listed = new Map<string, number[]>();
+  for (const row of text.matchAll(/^\| (\d{3}) \| ([^|]+) \|/gm))
+    for (const code of row[2]!.matchAll(/`([a-z_]+)`/g))
+      listed.set(code[1]!, [...(listed.get(code[1]!) ?? []), Number(row[1])]);
+  // A code may appear on several rows (by route), always with its one status.
+  for (const code of ERROR_CODES) t.same([...new Set(listed.get(code) ?? [])], [ERROR_STATUS[code]], code);
+  t.same(
+    [...listed.keys()].filter((code) => !(ERROR_CODES as readonly string[]).includes(code)),
+    [],
+    'no code the API does not have',
+  );
 });
 
 t.test('the contract check catches bodies, codes and headers the document does not allow', async (t) => {
