@@ -6,11 +6,11 @@
  *     --cwd /srv/workspace -- /bin/sh -c 'echo hello'
  *
  * `--server http://HOST:PORT` instead of `--socket`. Exits with the command's exit code, 3 when
- * the host cannot run ordinary turns, 2 on a usage error. (An integrator imports
- * `turnhost/client`; inside the repository the relative path is used.)
+ * the host cannot run ordinary turns, 2 on a usage error. It imports the client the way an
+ * integrator does, as `turnhost/client` (inside this repository the package refers to itself).
  */
 import { parseArgs } from 'node:util';
-import { createClient, TurnhostApiError, type ServerTarget } from '../client/index.js';
+import { createClient, TurnhostApiError, type ServerTarget } from 'turnhost/client';
 
 function target(socket: string | undefined, server: string | undefined): ServerTarget | null {
   if (socket !== undefined) return { kind: 'unix', path: socket };
@@ -56,9 +56,9 @@ async function main(): Promise<number> {
   })();
 
   const attached = await client.attach(turn.id);
-  // Our stdin goes to the turn's (the attach protocol has no end-of-input, so a command should
-  // not wait for one).
+  // Our stdin goes to the turn's, and its end to the command as end of input.
   process.stdin.on('data', (data: Buffer) => attached.write(data));
+  process.stdin.on('end', () => attached.eof());
   process.stdin.on('error', () => undefined);
   for await (const chunk of attached.output)
     (chunk.stream === 'stderr' ? process.stderr : process.stdout).write(chunk.data);

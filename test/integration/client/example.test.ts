@@ -21,12 +21,13 @@ t.test('the host integration example runs a turn end to end', async (t) => {
       '--',
       '/bin/sh',
       '-c',
-      'read go; echo "out-line $go"; echo err-line >&2; exit 3',
+      'read go; echo "out-line $go"; echo "rest $(wc -l)"; echo err-line >&2; exit 3',
     ],
     { env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', TURNHOST_API_TOKEN: token }, stdio: 'pipe' },
   );
-  // The command waits for this line, so it cannot finish before the example attached.
-  child.stdin.write('sent\n');
+  // The command waits for this line, so it cannot finish before the example attached; the end
+  // of our input reaches it as EOF (wc would wait for it until the turn's timeout).
+  child.stdin.end('sent\nsecond\nthird\n');
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -35,6 +36,7 @@ t.test('the host integration example runs a turn end to end', async (t) => {
   t.equal(code, 3, `the command's exit code (${stderr})`);
   t.match(stdout, /^host: ordinary available/m);
   t.match(stdout, /^out-line sent$/m);
+  t.match(stdout, /^rest 2$/m, 'the rest of the input, ended by EOF');
   t.match(stderr, /^err-line$/m);
   t.match(stdout, /^event: worker_launch$/m);
   t.match(stdout, /^event: worker_exit$/m);
