@@ -137,6 +137,14 @@ export interface OutputChunk {
   data: Buffer;
 }
 
+/** The server's refusal of a message sent on an attach, or a message from it that was not JSON. */
+export interface AttachError {
+  code: string;
+  error: string;
+  field?: string;
+  errors?: FieldError[];
+}
+
 /** An attached turn: its output until it exits, and the controls of its terminal. */
 export interface Attachment {
   /** The output, backlog first; ends when the turn exited or the connection closed. */
@@ -148,8 +156,8 @@ export interface Attachment {
   eof(): void;
   resize(cols: number, rows: number): void;
   signal(signal: TurnSignal): void;
-  /** Refusals of a sent message (`{ code, error }`), e.g. a resize out of range. */
-  onError(listener: (error: { code: string; error: string }) => void): void;
+  /** Refusals of a sent message, e.g. a resize out of range (`errors` lists every refused field). */
+  onError(listener: (error: AttachError) => void): void;
   /** Stops reading: the server then pauses the turn's output (backpressure). */
   pause(): void;
   resume(): void;
@@ -267,8 +275,8 @@ export interface TurnhostClient {
   /** Every turn matching the query, following `nextAfter` through every page. */
   allTurns(query?: Omit<TurnQuery, 'after'>): AsyncIterable<TurnRecord>;
   cancelTurn(id: string): Promise<TurnRecord>;
-  attach(id: string): Promise<Attachment>;
-  writeFile(id: string, write: HostWrite, data: Buffer | string): Promise<HostWriteAnswer>;
+  attachTurn(id: string): Promise<Attachment>;
+  writeHostFile(id: string, write: HostWrite, data: Buffer | string): Promise<HostWriteAnswer>;
   deleteSession(id: string): Promise<SessionDeletion['deleted']>;
   createWorkspace(request?: WorkspaceCreateRequest): Promise<Workspace>;
   listWorkspaces(query?: { session?: string }): Promise<Workspace[]>;
@@ -474,14 +482,14 @@ export function createClient(options: ClientOptions): TurnhostClient {
     }
   }
 
-  async function attach(id: string): Promise<Attachment> {
+  async function attachTurn(id: string): Promise<Attachment> {
     const { ws, opened } = connectSocket(turnPath(id, '/attach'));
     // The socket is read while neither the caller paused nor unread output is above the mark.
     let callerPaused = false;
     const output = channel<OutputChunk>(() => {
       if (!callerPaused) ws.resume();
     });
-    const errorListeners: Array<(e: { code: string; error: string }) => void> = [];
+    const errorListeners: Array<(e: AttachError) => void> = [];
     let settle: (result: TurnResult | null) => void = () => undefined;
     const result = new Promise<TurnResult | null>((resolve) => (settle = resolve));
     ws.on('message', (data) => {
@@ -496,7 +504,10 @@ export function createClient(options: ClientOptions): TurnhostClient {
         output.push({ stream: message.stream, data: Buffer.from(message.data, 'base64') });
         if (output.size() > HIGH_WATER_MESSAGES) ws.pause();
       } else if (message.type === 'exit') settle(message.result);
-      else for (const listener of errorListeners) listener({ code: message.code, error: message.error });
+      else {
+        const { type: _type, ...refusal } = message;
+        for (const listener of errorListeners) listener(refusal);
+      }
     });
     ws.on('close', () => {
       output.end();
@@ -542,8 +553,8 @@ export function createClient(options: ClientOptions): TurnhostClient {
     listTurns: (q = {}) => request<TurnList>('GET', `/api/turns${query({ ...q })}`),
     allTurns,
     cancelTurn: async (id) => (await request<{ turn: TurnRecord }>('POST', turnPath(id, '/cancel'))).turn,
-    attach,
-    writeFile: (id, write, data) =>
+    attachTurn,
+    writeHostFile: (id, write, data) =>
       request<HostWriteAnswer>(
         'PUT',
         turnPath(id, `/files${query({ path: write.path, mode: write.mode, root: write.root, sha256: write.sha256 })}`),

@@ -55,7 +55,7 @@ async function main(): Promise<number> {
     }
   })();
 
-  const attached = await client.attach(turn.id);
+  const attached = await client.attachTurn(turn.id);
   // Our stdin goes to the turn's, and its end to the command as end of input.
   process.stdin.on('data', (data: Buffer) => attached.write(data));
   process.stdin.on('end', () => attached.eof());

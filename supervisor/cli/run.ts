@@ -177,7 +177,9 @@ export async function attachRemote(
   turnId: string,
   options: { tty: boolean; json: boolean; input?: boolean },
 ): Promise<number> {
-  const attached = await call(connection, `WebSocket /api/turns/${turnId}/attach`, (client) => client.attach(turnId));
+  const attached = await call(connection, `WebSocket /api/turns/${turnId}/attach`, (client) =>
+    client.attachTurn(turnId),
+  );
   const streamed = await drive(remoteAttachment(attached), options);
   const result = streamed === LOST ? await finishedResult(connection, turnId) : streamed;
   return report(turnId, result, options.json);

@@ -5,7 +5,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
-import { createClient, TurnhostApiError, type GovernanceEvent } from '../../../client/index.js';
+import { createClient, TurnhostApiError, type AttachError, type GovernanceEvent } from '../../../client/index.js';
 import { startSupervisor } from '../../support/served-supervisor.js';
 import { REPO_ROOT } from '../../support/turn-harness.js';
 
@@ -59,7 +59,22 @@ t.test('every method against a real supervisor', async (t) => {
     cwd: served.workspace,
   });
   t.equal(created.id, 'client-one');
-  const attached = await client.attach(created.id);
+  const attached = await client.attachTurn(created.id);
+  const refusedResize = new Promise<AttachError>((resolve) => attached.onError(resolve));
+  attached.resize(0, 5000);
+  t.same(
+    await refusedResize,
+    {
+      code: 'invalid_request',
+      error: 'cols: expected an integer 1-1000',
+      field: 'cols',
+      errors: [
+        { field: 'cols', detail: 'expected an integer 1-1000' },
+        { field: 'rows', detail: 'expected an integer 1-1000' },
+      ],
+    },
+    "a refused message's every field reaches onError",
+  );
   attached.write('hello\n');
   let stdout = '';
   let stderr = '';
@@ -82,7 +97,7 @@ t.test('every method against a real supervisor', async (t) => {
     argv: ['wc', '-l'],
     cwd: served.workspace,
   });
-  const counter = await client.attach(counting.id);
+  const counter = await client.attachTurn(counting.id);
   counter.write('a\nb\n');
   counter.eof();
   let counted = '';
@@ -108,7 +123,7 @@ t.test('every method against a real supervisor', async (t) => {
     workspace: 'client-ws',
     argv: ['/bin/sh', '-c', 'cat in.txt > out.txt && echo turn >> out.txt'],
   });
-  const wsAttached = await client.attach(inWorkspace.id);
+  const wsAttached = await client.attachTurn(inWorkspace.id);
   const wsOutput: Buffer[] = [];
   for await (const chunk of wsAttached.output) wsOutput.push(chunk.data);
   t.equal(Buffer.concat(wsOutput).length, 0, 'the turn wrote only to its file');
@@ -153,8 +168,8 @@ t.test('every method against a real supervisor', async (t) => {
     argv: ['/bin/sh', '-c', 'while [ ! -f done.txt ]; do sleep 0.05; done; cat done.txt'],
     cwd: served.workspace,
   });
-  const watched = await client.attach(sleeper.id);
-  const written = await client.writeFile(sleeper.id, { path: 'done.txt', mode: 'create' }, 'written by the host');
+  const watched = await client.attachTurn(sleeper.id);
+  const written = await client.writeHostFile(sleeper.id, { path: 'done.txt', mode: 'create' }, 'written by the host');
   t.same(written.replaced, false);
   t.equal(written.bytes, 19);
   let out = '';
@@ -195,7 +210,7 @@ t.test('every method against a real supervisor', async (t) => {
     code: 'invalid_request',
     field: 'limit',
   });
-  const noAttach = await refusal(() => client.attach('no-such-turn'));
+  const noAttach = await refusal(() => client.attachTurn('no-such-turn'));
   t.match(noAttach, { status: 404, code: 'not_found' });
   const wrongToken = createClient({ target: { kind: 'unix', path: served.socket }, token: 'wrong' });
   t.match(await refusal(() => wrongToken.status()), { status: 401, code: 'unauthenticated' });

@@ -25,15 +25,17 @@ export async function everyMethod(client: TurnhostClient): Promise<void> {
     checkWorkerHost: () => client.checkWorkerHost(),
     openapi: () => client.openapi(),
     events: () => client.events({ session: 's', after: 1, limit: 10 }),
-    streamEvents: () => client.streamEvents({ turn: 't', after: 0 }),
+    streamEvents: () => client.streamEvents({ turn: 't', after: 0, maxReconnects: 3 }),
     createTurn: () =>
       client.createTurn({ sessionId: 's', mode: 'ordinary', argv: ['wc', '-l'], workspace: 'w', stdin: 'a\\n' }),
     getTurn: () => client.getTurn('t'),
     listTurns: () => client.listTurns({ session: 's', workspace: 'w', state: 'finished', after: '1', limit: 5 }),
     allTurns: () => client.allTurns({ workspace: 'w' }),
     cancelTurn: () => client.cancelTurn('t'),
-    attach: async () => {
-      const attached = await client.attach('t');
+    activity: async () => (await client.activity()).runningTurns.length,
+    metrics: async () => (await client.metrics()).length,
+    attachTurn: async () => {
+      const attached = await client.attachTurn('t');
       attached.write('x');
       attached.eof();
       attached.resize(80, 24);
@@ -41,7 +43,7 @@ export async function everyMethod(client: TurnhostClient): Promise<void> {
       for await (const chunk of attached.output) chunk.data.byteLength satisfies number;
       return (await attached.result)?.exitCode;
     },
-    writeFile: () => client.writeFile('t', { path: 'a', mode: 'create' }, 'x'),
+    writeHostFile: () => client.writeHostFile('t', { path: 'a', mode: 'create' }, 'x'),
     deleteSession: async () => (await client.deleteSession('s')).workspaces,
     createWorkspace: async () => (await client.createWorkspace({ sessionId: 's' })).uid,
     listWorkspaces: () => client.listWorkspaces({ session: 's' }),

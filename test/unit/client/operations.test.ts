@@ -1,0 +1,20 @@
+import t from 'tap';
+import { ROUTES } from '../../../api/schema/index.js';
+import { createClient } from '../../../client/index.js';
+
+/** Client methods that are not one route: a pager that follows listTurns through every page. */
+const CONVENIENCES = ['allTurns'];
+
+t.test('the client has one method per route, named by its operationId', async (t) => {
+  const client = createClient({ target: { kind: 'unix', path: '/nonexistent.sock' }, token: 'unused' });
+  const methods = Object.keys(client).filter(
+    (name) => typeof (client as unknown as Record<string, unknown>)[name] === 'function',
+  );
+  const operations = ROUTES.map((route) => route.operationId);
+  for (const operation of operations) t.ok(methods.includes(operation), `client.${operation}()`);
+  t.same(
+    methods.filter((name) => !operations.includes(name)),
+    CONVENIENCES,
+    'no method outside the document but the pager',
+  );
+});
