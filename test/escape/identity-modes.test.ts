@@ -18,6 +18,7 @@ import {
   plainUid,
   setUpHelper,
   startSupervisor,
+  stopSupervisors,
   supervisorBase,
   type ServedSupervisor,
 } from '../support/served-supervisor.js';
@@ -40,9 +41,7 @@ const supervisors: Array<[ConfigName, ServedSupervisor]> = [
   ['shared_uid, root supervisor', await startSupervisor({ name: 'shared-root' })],
   ['shared_uid, non-root supervisor', await startSupervisor({ name: 'shared-user', uid: NON_ROOT_UID })],
 ];
-t.teardown(async () => {
-  for (const [, supervisor] of supervisors) await supervisor.stop();
-});
+t.teardown(() => stopSupervisors(supervisors.map(([, supervisor]) => supervisor)));
 
 /** Host-side fixtures every configuration is attacked with. */
 const SECRET_DIR = fs.mkdtempSync('/var/lib/turnhost-esc-secret-');

@@ -6,7 +6,13 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
-import { setUpHelper, startSupervisor, supervisorBase, type CliResult } from '../support/served-supervisor.js';
+import {
+  setUpHelper,
+  startSupervisor,
+  stopSupervisors,
+  supervisorBase,
+  type CliResult,
+} from '../support/served-supervisor.js';
 import { stopTapInjectingIntoChildren } from '../support/no-tap-inject.js';
 import { until } from '../support/until.js';
 
@@ -17,10 +23,7 @@ const helper = setUpHelper([supervisorBase('lease-a').dataDir, supervisorBase('l
 t.teardown(() => helper.remove());
 const a = await startSupervisor({ name: 'lease-a', helper });
 const b = await startSupervisor({ name: 'lease-b', helper });
-t.teardown(async () => {
-  await a.stop();
-  await b.stop();
-});
+t.teardown(() => stopSupervisors([a, b]));
 
 t.test('concurrent turns of two supervisors on one range never share a uid', async (t) => {
   const release = (dir: string): string => path.join(dir, 'release');

@@ -11,6 +11,7 @@ import {
   plainUid,
   setUpHelper,
   startSupervisor,
+  stopSupervisors,
   supervisorBase,
   type ServedSupervisor,
 } from '../support/served-supervisor.js';
@@ -26,9 +27,7 @@ const supervisors: Array<[string, ServedSupervisor]> = [
   ['separate_uid, root supervisor', await startSupervisor({ name: 'ws-separate', helper, workspaces: true })],
   ['shared_uid, non-root supervisor', await startSupervisor({ name: 'ws-user', uid: plainUid(5), workspaces: true })],
 ];
-t.teardown(async () => {
-  for (const [, supervisor] of supervisors) await supervisor.stop();
-});
+t.teardown(() => stopSupervisors(supervisors.map(([, supervisor]) => supervisor)));
 
 for (const [name, supervisor] of supervisors) {
   t.test(name, async (t) => {

@@ -3,6 +3,7 @@
  * route is found by method and path template; its documented success schema, required headers
  * and error codes decide. A path outside the document (the status page) is not checked; an
  * unknown API path must answer a documented error. Answers every mismatch, empty when none.
+ * WebSocket messages are checked against their route's `x-websocket` schemas the same way.
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import { Ajv, type ValidateFunction } from 'ajv';
@@ -33,6 +34,20 @@ const templates = Object.keys(document['paths'] as Json).map((template) => ({
 /** Whether a path is one the document describes (the API and /metrics, not the status page). */
 export function documented(path: string): boolean {
   return path.startsWith('/api/') || path === '/metrics';
+}
+
+/** The headers a documented answer requires (resolving `#/components/headers/...`) that `headers` lacks. */
+function missingHeaders(where: string, answer: Json | undefined, headers: IncomingHttpHeaders): string[] {
+  const missing: string[] = [];
+  for (const [name, declared] of Object.entries((answer?.['headers'] ?? {}) as Json)) {
+    const ref = (declared as Json)['$ref'];
+    const header = (
+      typeof ref === 'string' ? document['components']['headers'][ref.split('/').pop()!] : declared
+    ) as Json;
+    if (header['required'] === true && headers[name.toLowerCase()] === undefined)
+      missing.push(`${where}: required header ${name} missing`);
+  }
+  return missing;
 }
 
 export function contractProblems(
@@ -72,6 +87,7 @@ export function contractProblems(
     if (errorStatus[code] !== status) problems.push(`${where}: code ${code} is documented as ${errorStatus[code]}`);
     // A route's own refusals must be documented on it; unknown paths and methods answer 404/405.
     const answers = operation?.['responses']?.[String(status)];
+    problems.push(...missingHeaders(where, answers, headers));
     if (operation !== undefined && status !== 404 && status !== 405) {
       const codes: string[] = answers?.content?.['application/json']?.schema?.allOf?.[1]?.properties?.code?.enum ?? [];
       if (!codes.includes(code)) problems.push(`${where}: code ${code} is not documented for this route`);
@@ -82,9 +98,7 @@ export function contractProblems(
   if (operation === undefined) return [...problems, `${where}: no such operation in the document`];
   const answer: Json | undefined = operation['responses'][String(status)];
   if (answer === undefined) return [...problems, `${where}: status not documented`];
-  for (const [name, header] of Object.entries((answer['headers'] ?? {}) as Json))
-    if ((header as Json)['required'] === true && headers[name.toLowerCase()] === undefined)
-      problems.push(`${where}: required header ${name} missing`);
+  problems.push(...missingHeaders(where, answer, headers));
   const schema = answer['content']?.['application/json']?.schema as Json | undefined;
   if (schema !== undefined) {
     const body = json();
@@ -92,6 +106,28 @@ export function contractProblems(
     if (body !== undefined && !validate(body)) problems.push(`${where}: ${ajv.errorsText(validate.errors)}`);
   }
   return problems;
+}
+
+/**
+ * A message the server sent on a WebSocket at `path`, against the `x-websocket` server schema
+ * of its route. Answers every mismatch, empty when none.
+ */
+export function messageProblems(path: string, text: string): string[] {
+  const bare = path.split('?')[0] ?? path;
+  const matched = templates.find((t) => t.pattern.test(bare));
+  const schema = matched
+    ? ((document['paths'][matched.template] as Json)['get']?.['x-websocket']?.['server'] as Json | undefined)
+    : undefined;
+  if (schema === undefined) return [`WebSocket ${bare}: no server messages are documented here`];
+  const where = `WebSocket ${bare} message ${text.slice(0, 120)}`;
+  let message: unknown;
+  try {
+    message = JSON.parse(text);
+  } catch {
+    return [`${where}: not JSON`];
+  }
+  const validate = validatorFor(`WebSocket ${matched!.template}`, schema);
+  return validate(message) ? [] : [`${where}: ${ajv.errorsText(validate.errors)}`];
 }
 
 /** Throws naming every mismatch, so the test that received the answer fails. */

@@ -2,7 +2,7 @@
  * The HTTP API and attach WebSocket of a served supervisor (served-supervisor.ts), raw: requests
  * whose every answer is checked against the OpenAPI document (a mismatch throws), and an attach
  * that collects what the server sends and sends anything, so tests can also send what no
- * client would.
+ * client would. `apiRequest` serves any test that holds a connection (an in-process daemon's).
  */
 import fs from 'node:fs';
 import http from 'node:http';
@@ -20,7 +20,13 @@ export interface ApiResponse {
   body: unknown;
 }
 
-function apiRequest(connection: Connection, method: string, urlPath: string, body?: unknown): Promise<ApiResponse> {
+/** One request; rejects, naming every mismatch, when the answer breaks the API contract. */
+export function apiRequest(
+  connection: Connection,
+  method: string,
+  urlPath: string,
+  body?: unknown,
+): Promise<ApiResponse> {
   const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
   const target = connection.target;
   const where = target.kind === 'tcp' ? { host: target.host, port: target.port } : { socketPath: target.path };
@@ -59,17 +65,31 @@ function apiRequest(connection: Connection, method: string, urlPath: string, bod
 
 const attachMessage = compileValidator(createAjv(), AttachServerMessage);
 
-/** The socket at once (listeners go on before it opens: a first read may carry messages), and its opening. */
+/**
+ * The socket at once (listeners go on before it opens: a first read may carry messages), and its
+ * opening. The upgrade's answer, the 101 or a refusal, is checked against the API contract.
+ */
 function connectSocket(connection: Connection, urlPath: string): { socket: WebSocket; opened: Promise<void> } {
   const target = connection.target;
   const url =
     target.kind === 'tcp' ? `ws://${target.host}:${target.port}${urlPath}` : `ws+unix://${target.path}:${urlPath}`;
   const socket = new WebSocket(url, { headers: { authorization: `Bearer ${connection.token}` } });
   const opened = new Promise<void>((resolve, reject) => {
-    socket.once('open', () => resolve());
-    socket.once('unexpected-response', (_req, res) =>
-      reject(new Error(`WebSocket ${urlPath}: HTTP ${res.statusCode}`)),
+    let upgraded: string[] = [];
+    socket.once('upgrade', (res) => (upgraded = contractProblems('GET', urlPath, 101, res.headers, '')));
+    socket.once('open', () =>
+      upgraded.length > 0 ? reject(new Error(`contract: ${upgraded.join('; ')}`)) : resolve(),
     );
+    socket.once('unexpected-response', (_req, res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        const problems = contractProblems('GET', urlPath, res.statusCode ?? 0, res.headers, text);
+        const contract = problems.length > 0 ? ` (contract: ${problems.join('; ')})` : '';
+        reject(new Error(`WebSocket ${urlPath}: HTTP ${res.statusCode}${contract}`));
+      });
+    });
     socket.once('error', reject);
   });
   return { socket, opened };
@@ -103,9 +123,9 @@ export interface Attached {
 }
 
 export function servedApi(supervisor: ServedSupervisor): ServedApi {
-  const base = path.dirname(supervisor.dataDir);
+  // Straight to the server: every answer is checked here, without the proxy's help.
   const connection: Connection = {
-    target: { kind: 'unix', path: path.join(base, 'api.sock') },
+    target: { kind: 'unix', path: supervisor.serverSocket },
     token: fs.readFileSync(path.join(supervisor.dataDir, 'api-token'), 'utf8').trim(),
   };
   return {

@@ -5,6 +5,12 @@
  * `events` over its unix socket. Everything it creates (directories, cgroups, processes) is
  * removed by `stop`.
  *
+ * Clients reach it through a contract-checking proxy (contract-proxy.ts): the configuration
+ * file names the proxy's socket, so the CLI (with --config) and the typed client (on `socket`)
+ * get every answer checked against the OpenAPI document, while the supervisor itself is told
+ * its own socket with --socket. `stop` fails, after removing everything, when an answer broke
+ * the contract.
+ *
  * A non-root supervisor gets what an operator would give it: a data directory and workspace of
  * its own, and its own cgroup directory in each v1 hierarchy (the delegation systemd does on
  * cgroup v2, done by hand here), which it enters before dropping to its uid. It runs in a
@@ -18,6 +24,7 @@ import { discoverCgroupLayout } from '../../cgroup/discover.js';
 import { prepareCgroupSubtree, removeCgroupSubtree, subtreeTurnRoots } from '../../cgroup/turn-cgroup.js';
 import { writeHelperConfig } from '../../supervisor/identity/helper-config.js';
 import { turnSubtreeName } from '../../supervisor/turns/launch-environment.js';
+import { startContractProxy } from './contract-proxy.js';
 import { HELPER_PATH, REPO_ROOT } from './turn-harness.js';
 import { until } from './until.js';
 
@@ -55,14 +62,19 @@ export interface ServedSupervisor {
   dataDir: string;
   workspace: string;
   configPath: string;
-  /** The API's unix socket. */
+  /** Where clients connect: the contract-checking proxy in front of the API's unix socket. */
   socket: string;
+  /** The API's own unix socket, where the supervisor listens. */
+  serverSocket: string;
+  /** Every answer so far that broke the API contract, as the proxy found them. */
+  contractProblems: string[];
   /** The checkout as this supervisor's processes see it. */
   codeRoot: string;
   pid: number;
   cli(args: string[], options?: { input?: string }): Promise<CliResult>;
   /** `turnhost run -- argv` in the workspace, as turn `turnId` when given (for its events). */
   run(argv: string[], options?: { turnId?: string; extra?: string[] }): Promise<CliResult>;
+  /** Stops and removes everything; then throws when an answer broke the API contract. */
   stop(): Promise<void>;
 }
 
@@ -187,8 +199,14 @@ function collect(child: ChildProcess, input?: string): Promise<CliResult> {
   );
 }
 
-/** The data directory, workspace and config file of a supervisor, before it runs. */
-export function writeSupervisorConfig(options: SupervisorOptions): {
+/**
+ * The data directory, workspace and config file of a supervisor, before it runs. `socket` is
+ * where the supervisor listens; the file names `clientSocket` instead when given (a proxy).
+ */
+export function writeSupervisorConfig(
+  options: SupervisorOptions,
+  clientSocket?: string,
+): {
   base: string;
   dataDir: string;
   workspace: string;
@@ -211,7 +229,7 @@ export function writeSupervisorConfig(options: SupervisorOptions): {
     configPath,
     JSON.stringify({
       dataDir,
-      listen: { tcp: null, socket },
+      listen: { tcp: null, socket: clientSocket ?? socket },
       logLevel: 'info',
       identityHelper: options.helper
         ? { path: options.helper.path, configPath: options.helper.configPath }
@@ -228,14 +246,15 @@ export function writeSupervisorConfig(options: SupervisorOptions): {
 
 export async function startSupervisor(options: SupervisorOptions): Promise<ServedSupervisor> {
   const uid = options.uid ?? 0;
-  const { base, dataDir, workspace, socket, configPath } = writeSupervisorConfig(options);
+  const proxySocket = path.join(supervisorBase(options.name).base, 'checked-api.sock');
+  const { base, dataDir, workspace, socket, configPath } = writeSupervisorConfig(options, proxySocket);
 
   const cgroupDirs = uid === 0 ? [] : delegateV1Cgroups(`turnhost-esc-${options.name}-${process.pid}`, uid);
   // The checkout bound at a path every uid can traverse, in the supervisor's own mount namespace.
   const codeRoot = uid === 0 ? REPO_ROOT : path.join(base, 'code');
   if (uid !== 0) fs.mkdirSync(codeRoot);
   const enter = cgroupDirs.map((dir) => `echo $$ > ${dir}/cgroup.procs`).join('; ');
-  const serve = `${process.execPath} ${path.join(codeRoot, CLI)} serve --config ${configPath}`;
+  const serve = `${process.execPath} ${path.join(codeRoot, CLI)} serve --config ${configPath} --socket ${socket}`;
   const script =
     uid === 0
       ? `exec ${serve}`
@@ -269,13 +288,16 @@ export async function startSupervisor(options: SupervisorOptions): Promise<Serve
   if (!ready || state.exited) {
     throw new Error(`supervisor ${options.name} did not start: ${Buffer.concat(log).toString('utf8')}`);
   }
+  const proxy = await startContractProxy({ kind: 'unix', path: socket }, { kind: 'unix', path: proxySocket });
   return {
     name: options.name,
     uid,
     dataDir,
     workspace,
     configPath,
-    socket,
+    socket: proxySocket,
+    serverSocket: socket,
+    contractProblems: proxy.problems,
     codeRoot,
     pid: child.pid ?? -1,
     cli,
@@ -290,10 +312,25 @@ export async function startSupervisor(options: SupervisorOptions): Promise<Serve
         await Promise.race([gone, new Promise((resolve) => setTimeout(resolve, 15_000))]);
         if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
       }
+      await proxy.close();
       for (const dir of cgroupDirs) removeCgroupTree(dir);
       fs.rmSync(base, { recursive: true, force: true });
+      proxy.assertConforming(options.name);
     },
   };
+}
+
+/** Stops every supervisor, each whatever the others' stops threw; then throws what they threw. */
+export async function stopSupervisors(supervisors: ServedSupervisor[]): Promise<void> {
+  const failures: string[] = [];
+  for (const supervisor of supervisors) {
+    try {
+      await supervisor.stop();
+    } catch (error) {
+      failures.push(error instanceof Error ? error.message : String(error));
+    }
+  }
+  if (failures.length > 0) throw new Error(failures.join('\n'));
 }
 
 /** A throwaway uid for a non-root supervisor, outside every test's worker range. */

@@ -8,6 +8,7 @@
 import net from 'node:net';
 import t, { type Test } from 'tap';
 import { createClient, TurnhostApiError, type GovernanceEvent } from '../../../client/index.js';
+import { startContractProxy } from '../../support/contract-proxy.js';
 import { event, startTestServer, TOKEN, type TestServer } from '../supervisor/http/fixtures/server.js';
 
 interface Relay {
@@ -56,10 +57,17 @@ async function startRelay(upstreamPort: number): Promise<Relay> {
 
 async function setUp(t: Test): Promise<{ s: TestServer; relay: Relay }> {
   const s = await startTestServer();
-  const relay = await startRelay(s.server.tcp!.port);
+  // Behind the relay, a contract proxy: every answer and message the client gets is checked.
+  const checked = await startContractProxy(
+    { kind: 'tcp', host: '127.0.0.1', port: s.server.tcp!.port },
+    { kind: 'tcp' },
+  );
+  const relay = await startRelay(checked.target.port);
   t.teardown(async () => {
     await relay.close();
+    await checked.close();
     await s.close();
+    checked.assertConforming();
   });
   return { s, relay };
 }

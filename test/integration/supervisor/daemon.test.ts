@@ -12,6 +12,7 @@ import t from 'tap';
 import { createMemoryLogger } from '../../../core/log.js';
 import { startDaemon } from '../../../supervisor/daemon.js';
 import { stopTapInjectingIntoChildren } from '../../support/no-tap-inject.js';
+import { apiRequest } from '../../support/served-api.js';
 import { until } from '../../support/until.js';
 
 stopTapInjectingIntoChildren();
@@ -51,30 +52,12 @@ t.teardown(async () => {
 });
 const token = fs.readFileSync(path.join(dir, 'data', 'api-token'), 'utf8').trim();
 
-function api(method: string, urlPath: string, body?: unknown): Promise<{ status: number; json: any }> {
-  const payload = body === undefined ? undefined : JSON.stringify(body);
-  return new Promise((resolve, reject) => {
-    const req = http.request(
-      {
-        socketPath: apiSocket,
-        method,
-        path: urlPath,
-        headers: {
-          authorization: `Bearer ${token}`,
-          ...(payload ? { 'content-type': 'application/json' } : {}),
-        },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (chunk: Buffer) => chunks.push(chunk));
-        res.on('end', () =>
-          resolve({ status: res.statusCode ?? 0, json: JSON.parse(Buffer.concat(chunks).toString()) }),
-        );
-      },
-    );
-    req.on('error', reject);
-    req.end(payload);
-  });
+const connection = { target: { kind: 'unix' as const, path: apiSocket }, token };
+
+/** A request whose answer is checked against the API contract (a mismatch rejects). */
+async function api(method: string, urlPath: string, body?: unknown): Promise<{ status: number; json: any }> {
+  const answer = await apiRequest(connection, method, urlPath, body);
+  return { status: answer.status, json: answer.body };
 }
 
 /** One turn whose command GETs the origin through its proxy; answers the turn's egress events. */
@@ -91,10 +74,15 @@ async function fetchOriginInATurn(): Promise<Array<{ kind: string; payload: Reco
   if (created.status !== 201) throw new Error(`create answered ${created.status}: ${JSON.stringify(created.json)}`);
   const id = created.json.turn.id as string;
   let finished = false;
+  let failed: Error | undefined;
   await until(() => {
-    void api('GET', `/api/turns/${id}`).then((answer) => (finished = answer.json.turn.state === 'finished'));
-    return finished;
+    void api('GET', `/api/turns/${id}`).then(
+      (answer) => (finished = answer.json.turn.state === 'finished'),
+      (error: unknown) => (failed = error instanceof Error ? error : new Error(String(error))),
+    );
+    return finished || failed !== undefined;
   }, 60_000);
+  if (failed !== undefined) throw failed;
   const events = await api('GET', `/api/governance/events?turn=${id}`);
   return events.json.events.filter((e: { kind: string }) => e.kind.startsWith('egress_'));
 }
@@ -143,13 +131,7 @@ t.test('a configuration that no longer validates changes nothing and says why', 
   const line = lines.map((l) => JSON.parse(l)).find((l) => l.msg.startsWith('configuration reload refused'));
   t.equal(line?.level, 'error');
   t.match(line?.detail, /egress\.allowlist/);
-  const metrics = await new Promise<string>((resolve) => {
-    http.get({ socketPath: apiSocket, path: '/metrics', headers: { authorization: `Bearer ${token}` } }, (res) => {
-      let text = '';
-      res.on('data', (chunk: Buffer) => (text += chunk.toString()));
-      res.on('end', () => resolve(text));
-    });
-  });
+  const metrics = String((await apiRequest(connection, 'GET', '/metrics')).body);
   t.match(metrics, /^turnhost_config_reloads_total\{result="refused"\} 1$/m);
   t.match(metrics, /^turnhost_config_reloads_total\{result="applied"\} 1$/m);
   t.match(metrics, /^turnhost_turn_launches_total\{outcome="started"\} 2$/m);

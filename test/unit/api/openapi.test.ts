@@ -114,6 +114,12 @@ t.test('the contract check catches bodies, codes and headers the document does n
   t.match(contractProblems('GET', '/api/turns/a', 409, headers, conflict), [/not documented for this route/]);
   t.match(contractProblems('GET', '/api/turns/a', 400, headers, conflict), [/documented as 409/]);
   t.match(contractProblems('GET', '/api/turns/a', 404, headers, '{"error":"x","code":"nope"}'), [/error body/]);
+  const unauthenticated = JSON.stringify({ error: 'x', code: 'unauthenticated' });
+  t.match(contractProblems('GET', '/api/status', 401, headers, unauthenticated), [/WWW-Authenticate/]);
+  t.same(
+    contractProblems('GET', '/api/status', 401, { ...headers, 'www-authenticate': 'Bearer' }, unauthenticated),
+    [],
+  );
   const turn = JSON.stringify({ turn: { id: 'a' } });
   t.ok(contractProblems('POST', '/api/turns', 201, headers, turn).some((p) => /Location/.test(p)));
   t.same(contractProblems('GET', '/ui/', 200, {}, '<html>'), [], 'the status page is outside the document');

@@ -9,6 +9,7 @@ import path from 'node:path';
 import { createMemoryLogger } from '../../../../core/log.js';
 import t from 'tap';
 import { openEventStore } from '../../../../supervisor/events/store.js';
+import { startContractProxy } from '../../../support/contract-proxy.js';
 import { stopTapInjectingIntoChildren } from '../../../support/no-tap-inject.js';
 
 // The server started here spawns workers; tap's hook must not reach them (no-tap-inject.ts).
@@ -32,7 +33,6 @@ const workspace = path.join(tmp, 'workspace');
 fs.mkdirSync(workspace, { mode: 0o777 });
 fs.chmodSync(workspace, 0o777);
 const socket = path.join(tmp, 'api.sock');
-const server = `unix:${socket}`;
 // The CLI runs as operators run it: without tap's loader options (NODE_OPTIONS) or TURNHOST_* settings.
 const cleanEnv = Object.fromEntries(
   Object.entries(process.env).filter(
@@ -41,18 +41,21 @@ const cleanEnv = Object.fromEntries(
 );
 cleanEnv.TURNHOST_WORKSPACE_ROOTS = workspace;
 
+/**
+ * The CLI, without blocking this process: its answers pass through the contract proxies below,
+ * which run here.
+ */
 function turnhost(
   args: string[],
   options: { input?: string } = {},
-): { code: number | null; stdout: string; stderr: string } {
-  const result = spawnSync(process.execPath, [cli, ...args], {
-    cwd: tmp,
-    env: cleanEnv,
-    encoding: 'utf8',
-    input: options.input ?? '',
-    timeout: 60_000,
-  });
-  return { code: result.status, stdout: result.stdout, stderr: result.stderr };
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, [cli, ...args], { cwd: tmp, env: cleanEnv, timeout: 60_000 });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString('utf8')));
+  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
+  child.stdin.end(options.input ?? '');
+  return new Promise((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })));
 }
 
 interface Served {
@@ -62,7 +65,7 @@ interface Served {
   exited: Promise<number | null>;
 }
 
-/** The server logs to a file, not a pipe: a full pipe would block the server while a spawnSync blocks us. */
+/** The server logs to a file, not a pipe: a full pipe would block the server while nothing reads it. */
 async function serve(args: string[]): Promise<Served> {
   const logFile = path.join(tmp, `serve-${Date.now()}.log`);
   const log = fs.openSync(logFile, 'w');
@@ -86,11 +89,24 @@ async function serve(args: string[]): Promise<Served> {
 }
 
 const served = await serve(['--data-dir', dataDir, '--listen', '127.0.0.1:0', '--socket', socket]);
+// The CLI talks to the server through contract proxies, one per listener: every answer it gets
+// is checked against the OpenAPI document, and the file fails when one broke it.
+const checkedSocket = await startContractProxy(
+  { kind: 'unix', path: socket },
+  { kind: 'unix', path: path.join(tmp, 'checked-api.sock') },
+);
+const checkedTcp = await startContractProxy({ kind: 'tcp', host: '127.0.0.1', port: served.port }, { kind: 'tcp' });
+const server = `unix:${checkedSocket.target.path}`;
+const tcpServer = `http://127.0.0.1:${checkedTcp.target.port}`;
 t.teardown(async () => {
   if (served.child.exitCode === null) {
     served.child.kill('SIGTERM');
     await served.exited;
   }
+  await checkedSocket.close();
+  await checkedTcp.close();
+  checkedSocket.assertConforming('serve on its unix socket');
+  checkedTcp.assertConforming('serve on TCP');
 });
 
 t.test('serve creates a private data dir and token file', async (t) => {
@@ -101,7 +117,7 @@ t.test('serve creates a private data dir and token file', async (t) => {
 });
 
 t.test('status --json shows a workerHost for this machine', async (t) => {
-  const result = turnhost(['status', '--json', '--server', server, '--data-dir', dataDir]);
+  const result = await turnhost(['status', '--json', '--server', server, '--data-dir', dataDir]);
   t.equal(result.code, 0, result.stderr);
   const status = JSON.parse(result.stdout);
   t.match(status.software, { release: String, sourceCommit: String });
@@ -120,7 +136,7 @@ t.test('status --json shows a workerHost for this machine', async (t) => {
 });
 
 t.test('status (human) over TCP', async (t) => {
-  const result = turnhost(['status', '--server', `http://127.0.0.1:${served.port}`, '--data-dir', dataDir]);
+  const result = await turnhost(['status', '--server', tcpServer, '--data-dir', dataDir]);
   t.equal(result.code, 0, result.stderr);
   t.match(result.stdout, /^software\s+turnhost /m);
   t.match(result.stdout, /^ordinary\s+(available|UNAVAILABLE)/m);
@@ -128,11 +144,11 @@ t.test('status (human) over TCP', async (t) => {
 });
 
 t.test('check re-runs the probes; exit code follows ordinary', async (t) => {
-  const result = turnhost(['check', '--json', '--server', server, '--data-dir', dataDir]);
+  const result = await turnhost(['check', '--json', '--server', server, '--data-dir', dataDir]);
   const status = JSON.parse(result.stdout);
   t.equal(status.ordinary.trigger, 'check');
   t.equal(result.code, status.ordinary.available ? 0 : 4);
-  const human = turnhost(['check', '--server', server, '--data-dir', dataDir]);
+  const human = await turnhost(['check', '--server', server, '--data-dir', dataDir]);
   t.equal(human.code, result.code);
   t.match(human.stdout, /^ordinary\s+/m);
   t.match(
@@ -168,7 +184,7 @@ t.test('events --json, filters, paging, errors', async (t) => {
   ]);
   store.close();
 
-  const all = turnhost(['events', '--json', '--server', server, '--data-dir', dataDir, '--session', 'cli-s1']);
+  const all = await turnhost(['events', '--json', '--server', server, '--data-dir', dataDir, '--session', 'cli-s1']);
   t.equal(all.code, 0, all.stderr);
   const page = JSON.parse(all.stdout);
   t.same(
@@ -178,17 +194,17 @@ t.test('events --json, filters, paging, errors', async (t) => {
   t.equal(page.nextAfter, null);
 
   const first = JSON.parse(
-    turnhost(['events', '--json', '--server', server, '--data-dir', dataDir, '--limit', '1']).stdout,
+    (await turnhost(['events', '--json', '--server', server, '--data-dir', dataDir, '--limit', '1'])).stdout,
   );
   t.equal(first.events.length, 1);
   t.equal(first.nextAfter, first.events[0].id);
 
-  const human = turnhost(['events', '--server', server, '--data-dir', dataDir, '--kind', 'egress_denial']);
+  const human = await turnhost(['events', '--server', server, '--data-dir', dataDir, '--kind', 'egress_denial']);
   t.equal(human.code, 0);
   t.equal(human.stdout.trim().split('\n').length, 2);
   t.match(human.stdout, /egress_denial v1\tcli-s1\/-/);
 
-  const bad = turnhost(['events', '--server', server, '--data-dir', dataDir, '--limit', '0']);
+  const bad = await turnhost(['events', '--server', server, '--data-dir', dataDir, '--limit', '0']);
   t.equal(bad.code, 2);
   t.match(bad.stderr, /limit: expected an integer/);
 });
@@ -239,10 +255,16 @@ t.test('events --follow replays after --after, then ends cleanly on SIGINT', asy
 });
 
 t.test('no server: exit 5 with the hint', async (t) => {
-  const viaSocket = turnhost(['status', '--server', `unix:${path.join(tmp, 'absent.sock')}`, '--data-dir', dataDir]);
+  const viaSocket = await turnhost([
+    'status',
+    '--server',
+    `unix:${path.join(tmp, 'absent.sock')}`,
+    '--data-dir',
+    dataDir,
+  ]);
   t.equal(viaSocket.code, 5);
   t.match(viaSocket.stderr, /no server answers at unix:.*absent\.sock.*turnhost serve.*make run/);
-  const noToken = turnhost(['status', '--data-dir', path.join(tmp, 'never-served')]);
+  const noToken = await turnhost(['status', '--data-dir', path.join(tmp, 'never-served')]);
   t.equal(noToken.code, 5);
   t.match(noToken.stderr, /turnhost serve/);
 });
@@ -251,11 +273,11 @@ t.test('a wrong token: exit 4', async (t) => {
   const other = path.join(tmp, 'other-data');
   fs.mkdirSync(other, { mode: 0o700 });
   fs.writeFileSync(path.join(other, 'api-token'), 'not-the-right-token-at-all\n', { mode: 0o600 });
-  const result = turnhost(['status', '--server', server, '--data-dir', other]);
+  const result = await turnhost(['status', '--server', server, '--data-dir', other]);
   t.equal(result.code, 4);
   t.match(result.stderr, /unauthenticated/);
   fs.chmodSync(path.join(other, 'api-token'), 0o644);
-  const loose = turnhost(['status', '--server', server, '--data-dir', other]);
+  const loose = await turnhost(['status', '--server', server, '--data-dir', other]);
   t.equal(loose.code, 4, 'a token file readable by others is refused');
   t.match(loose.stderr, /chmod 600/);
 });
@@ -273,7 +295,10 @@ t.test('bad usage: exit 2', async (t) => {
     ['run', '--mode', 'fast', '--', '/bin/true'],
     ['status', '--server', 'ftp://x'],
   ]) {
-    const result = turnhost([...args, ...(args[0] === 'events' ? ['--server', server, '--data-dir', dataDir] : [])]);
+    const result = await turnhost([
+      ...args,
+      ...(args[0] === 'events' ? ['--server', server, '--data-dir', dataDir] : []),
+    ]);
     t.equal(result.code, 2, args.join(' ') || '(no arguments)');
   }
 });
@@ -281,19 +306,19 @@ t.test('bad usage: exit 2', async (t) => {
 t.test('serve refuses an invalid configuration naming the key: exit 2', async (t) => {
   const config = path.join(tmp, 'bad.json');
   fs.writeFileSync(config, JSON.stringify({ egress: { maxConnections: 0 } }));
-  const result = turnhost(['serve', '--config', config, '--data-dir', path.join(tmp, 'bad-data')]);
+  const result = await turnhost(['serve', '--config', config, '--data-dir', path.join(tmp, 'bad-data')]);
   t.equal(result.code, 2);
   t.match(result.stderr, /egress\.maxConnections: expected a positive integer/);
-  const missing = turnhost(['serve', '--config', path.join(tmp, 'missing.json')]);
+  const missing = await turnhost(['serve', '--config', path.join(tmp, 'missing.json')]);
   t.equal(missing.code, 2);
   t.match(missing.stderr, /missing\.json: cannot read the configuration file \(ENOENT\)/);
-  const exposed = turnhost(['serve', '--listen', '0.0.0.0:0', '--data-dir', path.join(tmp, 'bad-data')]);
+  const exposed = await turnhost(['serve', '--listen', '0.0.0.0:0', '--data-dir', path.join(tmp, 'bad-data')]);
   t.equal(exposed.code, 2);
   t.match(exposed.stderr, /not a loopback address/);
 });
 
 t.test('a second serve is refused: same data dir, or same socket', async (t) => {
-  const sameDir = turnhost([
+  const sameDir = await turnhost([
     'serve',
     '--data-dir',
     dataDir,
@@ -304,10 +329,10 @@ t.test('a second serve is refused: same data dir, or same socket', async (t) => 
   ]);
   t.equal(sameDir.code, 1);
   t.match(sameDir.stderr, /data_dir_in_use: .* another turnhost supervisor uses this data directory/);
-  const local = turnhost(['run', '--local', '--data-dir', dataDir, '--cwd', workspace, '--', '/bin/true']);
+  const local = await turnhost(['run', '--local', '--data-dir', dataDir, '--cwd', workspace, '--', '/bin/true']);
   t.equal(local.code, 1, 'run --local refuses a data dir a server holds');
   t.match(local.stderr, /another turnhost supervisor/);
-  const sameSocket = turnhost([
+  const sameSocket = await turnhost([
     'serve',
     '--data-dir',
     path.join(tmp, 'second-data'),
@@ -326,23 +351,33 @@ t.test('run through the server and --local', async (t) => {
     turnhost(['run', '--server', server, '--data-dir', dataDir, '--cwd', workspace, ...args], { input });
 
   // The command waits a little so the attach stream is up before it prints.
-  const echo = run(['--', '/bin/sh', '-c', 'sleep 1; echo hello from a turn']);
+  const echo = await run(['--', '/bin/sh', '-c', 'sleep 1; echo hello from a turn']);
   t.equal(echo.code, 0, echo.stderr);
   t.equal(echo.stdout, 'hello from a turn\n');
-  const failing = run(['--json', '--', '/bin/sh', '-c', 'exit 3']);
+  const failing = await run(['--json', '--', '/bin/sh', '-c', 'exit 3']);
   t.equal(failing.code, 3, failing.stderr);
   t.match(JSON.parse(failing.stdout), { status: 'nonzero_exit', exitCode: 3 });
-  const signalled = run(['--', '/bin/sh', '-c', 'kill -TERM $$']);
+  const signalled = await run(['--', '/bin/sh', '-c', 'kill -TERM $$']);
   t.equal(signalled.code, 128 + 15, signalled.stderr);
-  const stdin = run(['--', '/bin/sh', '-c', 'head -c 5'], 'abcdefgh');
+  const stdin = await run(['--', '/bin/sh', '-c', 'head -c 5'], 'abcdefgh');
   t.equal(stdin.stdout, 'abcde', 'input reaches the command');
-  const timeout = run(['--timeout', '1', '--', '/bin/sleep', '30']);
+  const timeout = await run(['--timeout', '1', '--', '/bin/sleep', '30']);
   t.equal(timeout.code, 124, timeout.stderr);
 
-  const refused = turnhost(['run', '--server', server, '--data-dir', dataDir, '--cwd', '/etc', '--', '/bin/true']);
+  const refused = await turnhost([
+    'run',
+    '--server',
+    server,
+    '--data-dir',
+    dataDir,
+    '--cwd',
+    '/etc',
+    '--',
+    '/bin/true',
+  ]);
   t.equal(refused.code, 2, 'a cwd outside the workspace roots is a usage error');
   t.match(refused.stderr, /cwd: must lie beneath/);
-  const missing = turnhost([
+  const missing = await turnhost([
     'run',
     '--server',
     server,
@@ -358,7 +393,7 @@ t.test('run through the server and --local', async (t) => {
   t.equal(missing.code, 2);
   t.match(missing.stderr, /turnId: /);
 
-  const local = turnhost([
+  const local = await turnhost([
     'run',
     '--local',
     '--data-dir',
@@ -376,19 +411,19 @@ t.test('run through the server and --local', async (t) => {
   // After those turns the server holds one worker prepared for the next turn like them.
   let prepared: unknown;
   for (let attempt = 0; attempt < 150; attempt++) {
-    prepared = JSON.parse(turnhost(['status', '--json', '--server', server, '--data-dir', dataDir]).stdout).runtime
-      .preparedWorkers;
+    prepared = JSON.parse((await turnhost(['status', '--json', '--server', server, '--data-dir', dataDir])).stdout)
+      .runtime.preparedWorkers;
     if ((prepared as { ready: number }).ready === 1) break;
     await new Promise((resolve) => setTimeout(resolve, 200));
   }
   t.same(prepared, { ready: 1, starting: 0 }, 'status shows the prepared worker');
   t.match(
-    turnhost(['status', '--server', server, '--data-dir', dataDir]).stdout,
+    (await turnhost(['status', '--server', server, '--data-dir', dataDir])).stdout,
     /prepared workers\s+1 ready, 0 starting/,
   );
   // The turns' proxies started the kernel relay; none of those commands opened a tunnel.
-  const relay = JSON.parse(turnhost(['status', '--json', '--server', server, '--data-dir', dataDir]).stdout).runtime
-    .egressRelay;
+  const relay = JSON.parse((await turnhost(['status', '--json', '--server', server, '--data-dir', dataDir])).stdout)
+    .runtime.egressRelay;
   t.same(relay, {
     state: 'ready',
     failure: null,
@@ -397,7 +432,7 @@ t.test('run through the server and --local', async (t) => {
     refused: { relay_not_ready: 0, not_adoptable: 0 },
   });
   t.match(
-    turnhost(['status', '--server', server, '--data-dir', dataDir]).stdout,
+    (await turnhost(['status', '--server', server, '--data-dir', dataDir])).stdout,
     /^egress relay\s+ready, 0 spliced \(tunnels and forward bodies\), 0 open$/m,
   );
 });

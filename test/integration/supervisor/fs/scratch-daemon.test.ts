@@ -10,6 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { createMemoryLogger } from '../../../../core/log.js';
 import { startDaemon } from '../../../../supervisor/daemon.js';
 import { isPinnedScratchName } from '../../../../supervisor/fs/scratch.js';
+import { apiRequest } from '../../../support/served-api.js';
 import { fakeStatus } from '../http/fixtures/server.js';
 
 t.test('the pinning rule: a last component ending in .pin', async (t) => {
@@ -62,10 +63,9 @@ t.test('the daemon prunes the scratch area and keeps pinned files', async (t) =>
   );
 
   const token = fs.readFileSync(path.join(base, 'data', 'api-token'), 'utf8').trim();
-  const res = await fetch(`http://127.0.0.1:${daemon.http.tcp!.port}/api/governance/events?kind=scratch_overage`, {
-    headers: { authorization: `Bearer ${token}` },
-  });
-  const body = (await res.json()) as { events: Array<{ payload: unknown; actor: string; sessionId: unknown }> };
+  const connection = { target: { kind: 'tcp' as const, host: '127.0.0.1', port: daemon.http.tcp!.port }, token };
+  const res = await apiRequest(connection, 'GET', '/api/governance/events?kind=scratch_overage');
+  const body = res.body as { events: Array<{ payload: unknown; actor: string; sessionId: unknown }> };
   t.equal(body.events.length, 1);
   t.same(body.events[0]?.payload, { bytes: 150, pinnedFiles: 1, pinnedBytes: 60, overageBytes: 50 });
   t.equal(body.events[0]?.actor, 'server');

@@ -2,6 +2,7 @@ import type http from 'node:http';
 import t from 'tap';
 import WebSocket from 'ws';
 import { renderOpenApi } from '../../../../api/openapi.js';
+import { contractProblems } from '../../../support/api-contract.js';
 import { fakeStatus, startTestServer, TOKEN } from './fixtures/server.js';
 
 const logLines = (lines: string[]): Record<string, unknown>[] => lines.map((l) => JSON.parse(l));
@@ -57,19 +58,19 @@ t.test('X-Request-Id on WebSocket upgrades: validated, echoed on the 101 and on 
   const s = await startTestServer();
   t.teardown(() => s.close());
   const url = (path: string): string => `ws://127.0.0.1:${s.server.tcp!.port}${path}`;
+  /** The upgrade's answer, the 101 or a refusal, checked against the API contract (a mismatch rejects). */
   const headersOf = (ws: WebSocket): Promise<{ status: number; headers: http.IncomingHttpHeaders; json?: any }> =>
     new Promise((resolve, reject) => {
-      ws.once('upgrade', (res) => resolve({ status: res.statusCode ?? 0, headers: res.headers }));
+      const checked = (status: number, headers: http.IncomingHttpHeaders, text: string): void => {
+        const problems = contractProblems('GET', new URL(ws.url).pathname, status, headers, text);
+        if (problems.length > 0) return reject(new Error(`contract: ${problems.join('; ')}`));
+        resolve({ status, headers, ...(text === '' ? {} : { json: JSON.parse(text) }) });
+      };
+      ws.once('upgrade', (res) => checked(res.statusCode ?? 0, res.headers, ''));
       ws.once('unexpected-response', (_req, res) => {
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () =>
-          resolve({
-            status: res.statusCode ?? 0,
-            headers: res.headers,
-            json: JSON.parse(Buffer.concat(chunks).toString('utf8')),
-          }),
-        );
+        res.on('end', () => checked(res.statusCode ?? 0, res.headers, Buffer.concat(chunks).toString('utf8')));
       });
       ws.once('error', reject);
     });

@@ -5,14 +5,15 @@
  * denial appears live. Screenshots are kept in .tap/screenshots/status-page/ (CI keeps .tap/).
  */
 import fs from 'node:fs';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { chromium, type BrowserContext, type Page, type Request } from 'playwright-core';
 import { createMemoryLogger } from '../../../../core/log.js';
 import { startDaemon, type DaemonHandle } from '../../../../supervisor/daemon.js';
+import { contractProblems, documented, messageProblems } from '../../../support/api-contract.js';
 import { stopTapInjectingIntoChildren } from '../../../support/no-tap-inject.js';
+import { apiRequest } from '../../../support/served-api.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const CHROMIUM_FLAGS = [
@@ -62,6 +63,38 @@ const context: BrowserContext = await chromium.launchPersistentContext(userDataD
   args: CHROMIUM_FLAGS,
 });
 t.teardown(() => context.close());
+
+// Every API answer and event-stream message the page receives is checked against the OpenAPI
+// document; the last test asserts that none broke it.
+const browserProblems: string[] = [];
+const browserChecks: Array<Promise<void>> = [];
+let checkedAnswers = 0;
+let checkedMessages = 0;
+async function checkAnswer(request: Request): Promise<void> {
+  const url = new URL(request.url());
+  if (!documented(url.pathname)) return;
+  try {
+    const response = await request.response();
+    if (response === null) return;
+    const [headers, text] = await Promise.all([response.allHeaders(), response.text()]);
+    const where = `${url.pathname}${url.search}`;
+    browserProblems.push(...contractProblems(request.method(), where, response.status(), headers, text));
+    checkedAnswers += 1;
+  } catch (error) {
+    // A page the test closed takes its last answers with it: those were not the server's doing.
+    if (!/closed/i.test(String(error))) browserProblems.push(`${request.method()} ${url.pathname}: ${String(error)}`);
+  }
+}
+context.on('page', (page) => {
+  page.on('requestfinished', (request) => browserChecks.push(checkAnswer(request)));
+  page.on('websocket', (socket) => {
+    const where = new URL(socket.url()).pathname;
+    socket.on('framereceived', ({ payload }) => {
+      browserProblems.push(...messageProblems(where, String(payload)));
+      checkedMessages += 1;
+    });
+  });
+});
 
 async function signIn(page: Page, at: string): Promise<void> {
   await page.goto(`${at}/ui/`);
@@ -113,26 +146,15 @@ t.test('a running turn appears and disappears; a denial appears live', async (t)
   const script =
     "const port = process.env.HTTP_PROXY.split(':')[2];" +
     "require('http').get({ host: '127.0.0.1', port, path: 'http://denied.example.test/', headers: { host: 'denied.example.test' } }, (r) => r.resume());";
-  const created = await new Promise<{ turn: { id: string } }>((resolve, reject) => {
-    const body = JSON.stringify({
-      sessionId: 'browser',
-      mode: 'ordinary',
-      cwd: workspace,
-      argv: ['/bin/sh', '-c', `${process.execPath} -e "${script}"; while [ ! -e stop ]; do sleep 0.1; done`],
-    });
-    const req = http.request(
-      `${base(live)}/api/turns`,
-      { method: 'POST', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' } },
-      (res) => {
-        let text = '';
-        res.on('data', (chunk: Buffer) => (text += chunk.toString()));
-        res.on('end', () => (res.statusCode === 201 ? resolve(JSON.parse(text)) : reject(new Error(text))));
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
+  const connection = { target: { kind: 'tcp' as const, host: '127.0.0.1', port: live.http.tcp!.port }, token: TOKEN };
+  const created = await apiRequest(connection, 'POST', '/api/turns', {
+    sessionId: 'browser',
+    mode: 'ordinary',
+    cwd: workspace,
+    argv: ['/bin/sh', '-c', `${process.execPath} -e "${script}"; while [ ! -e stop ]; do sleep 0.1; done`],
   });
-  const id = created.turn.id;
+  if (created.status !== 201) throw new Error(JSON.stringify(created.body));
+  const id = (created.body as { turn: { id: string } }).turn.id;
   const row = page.locator(`#running-turns tr[data-turn-id="${id}"]`);
   await row.waitFor();
   t.match(await row.textContent(), /browser.*ordinary.*sh/, 'the running turn, live');
@@ -147,4 +169,10 @@ t.test('a running turn appears and disappears; a denial appears live', async (t)
   t.ok(await page.locator('#events li[data-kind="worker_exit"]').count(), 'its worker_exit is in the live events');
   await page.screenshot({ path: path.join(screenshots, '3-turn-ended.png'), fullPage: true });
   await page.close();
+});
+
+t.test('every API answer and message the page received matches the OpenAPI document', async (t) => {
+  await Promise.all(browserChecks);
+  t.ok(checkedAnswers > 0 && checkedMessages > 0, `${checkedAnswers} answers, ${checkedMessages} messages checked`);
+  t.same(browserProblems, []);
 });
