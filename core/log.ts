@@ -7,6 +7,7 @@
  * each line starts with its syslog priority (`<4>` for warn), which journald strips and files
  * as the entry's PRIORITY, so `journalctl -p warning` shows warnings and errors only.
  */
+import { AsyncLocalStorage } from 'node:async_hooks';
 import fs from 'node:fs';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
@@ -62,6 +63,17 @@ export function parseLogLevel(value: string): LogLevel | undefined {
   return value in RANK ? (value as LogLevel) : undefined;
 }
 
+const contextFields = new AsyncLocalStorage<Record<string, unknown>>();
+
+/**
+ * Runs `fn` so that every line logged meanwhile, by any logger, in this call and in the work it
+ * starts (awaits, timers, callbacks), carries `fields`. A request's id is one: layers far below
+ * the HTTP code log under it without being handed a logger.
+ */
+export function withLogFields<T>(fields: Record<string, unknown>, fn: () => T): T {
+  return contextFields.run({ ...contextFields.getStore(), ...fields }, fn);
+}
+
 export function createLogger(
   options: { level?: LogLevel | LogLevelSwitch; sink?: LogSink; fields?: Record<string, unknown> } = {},
 ): Logger {
@@ -71,7 +83,8 @@ export function createLogger(
   const base = options.fields ?? {};
   const emit = (level: LogLevel, msg: string, fields?: Record<string, unknown>): void => {
     if (RANK[level] < RANK[threshold.level]) return;
-    sink(JSON.stringify({ ts: new Date().toISOString(), level, msg, ...base, ...fields }), level);
+    const context = contextFields.getStore();
+    sink(JSON.stringify({ ts: new Date().toISOString(), level, msg, ...base, ...context, ...fields }), level);
   };
   return {
     debug: (msg, fields) => emit('debug', msg, fields),

@@ -5,20 +5,19 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { RequestHandler, Response } from 'express';
-import type { Logger } from '../../core/log.js';
+import { withLogFields, type Logger } from '../../core/log.js';
 import { sendError } from './errors.js';
 
 export const REQUEST_ID_HEADER = 'X-Request-Id';
 export const REQUEST_ID_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/;
 
-/** The logger of the request `res` answers (it carries the request id), if requestIds ran. */
-export function ownLogger(res: Response): Logger | undefined {
-  return res.locals['logger'] as Logger | undefined;
-}
-
-/** The logger of the request `res` answers, falling back to `logger` outside a request. */
+/**
+ * The logger of the request `res` answers, falling back to `logger` outside a request. Code
+ * that runs inside the request logs under its id with any logger (withLogFields); this one is
+ * for what runs outside it, as a 'finish' listener does.
+ */
 export function requestLogger(res: Response, logger: Logger): Logger {
-  return ownLogger(res) ?? logger;
+  return (res.locals['logger'] as Logger | undefined) ?? logger;
 }
 
 export type RequestIdResult =
@@ -47,6 +46,6 @@ export function requestIds(logger: Logger): RequestHandler {
     res.locals['logger'] = logger.child({ requestId: resolved.id });
     res.setHeader(REQUEST_ID_HEADER, resolved.id);
     if (!resolved.ok) return sendError(res, 400, 'invalid_request', resolved.detail, { field: resolved.field });
-    next();
+    withLogFields({ requestId: resolved.id }, next);
   };
 }

@@ -8,7 +8,6 @@ import type { Router } from 'express';
 import type { TurnManager } from '../turns/types.js';
 import { SESSION_ID_PATTERN } from '../turns/validate.js';
 import { sendError } from './errors.js';
-import { ownLogger } from './request-id.js';
 import { refuseBody, route } from './routing.js';
 
 export function registerSessionRoutes(router: Router, turns: TurnManager): void {
@@ -18,7 +17,7 @@ export function registerSessionRoutes(router: Router, turns: TurnManager): void 
       async (req, res) => {
         const id = String(req.params['id']);
         if (!SESSION_ID_PATTERN.test(id)) return sendError(res, 404, 'not_found', 'no session (malformed id)');
-        const deleted = await turns.deleteSession(id, ownLogger(res));
+        const deleted = await turns.deleteSession(id);
         if (deleted.ok) return void res.json({ deleted: deleted.deleted });
         switch (deleted.reason) {
           case 'not_found':

@@ -8,7 +8,6 @@ import type { TurnManager } from '../turns/types.js';
 import { refuseBody, route } from './routing.js';
 import { MAX_BODY_BYTES, sendError } from './errors.js';
 import { parseTurnQuery } from './turn-query.js';
-import { ownLogger } from './request-id.js';
 import { requestQuery, sendQueryRefusal } from './query-params.js';
 
 export const TURN_ID_PARAM = /^[A-Za-z0-9_-]{1,64}$/;
@@ -47,7 +46,7 @@ export function registerTurnRoutes(router: Router, turns: TurnManager): void {
     get: (req, res) => {
       const parsed = parseTurnQuery(requestQuery(req));
       if (!parsed.ok) return sendQueryRefusal(res, parsed);
-      const page = turns.page(parsed.query, ownLogger(res));
+      const page = turns.page(parsed.query);
       if (!page.ok) return sendError(res, 503, 'store_unavailable', page.detail);
       res.json({ turns: page.turns, nextAfter: page.nextAfter });
     },

@@ -188,17 +188,17 @@ export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnMana
       return stored.map((r) => running.get(r.id)?.record ?? r);
     },
 
-    page(query, logger = deps.logger) {
+    page(query) {
       try {
         const page = records.page(query);
         return ok({ ...page, turns: page.turns.map((r) => running.get(r.id)?.record ?? r) });
       } catch (error) {
-        logger.error('turn listing failed', { detail: (error as Error).message });
+        deps.logger.error('turn listing failed', { detail: (error as Error).message });
         return fail('store_unavailable', 'the turn records could not be read');
       }
     },
 
-    async deleteSession(sessionId, logger) {
+    async deleteSession(sessionId) {
       if (activeInSession.has(sessionId)) return fail('session_busy', `a turn of session ${sessionId} is running`);
       if (deletingSessions.has(sessionId)) return fail('session_busy', `session ${sessionId} is being deleted`);
       deletingSessions.add(sessionId);
@@ -213,7 +213,6 @@ export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnMana
         const deleted = deleteSession(sessionDeps, sessionId, {
           trigger: 'api',
           workspacesDeleted: removed.deleted.length,
-          ...(logger !== undefined ? { logger } : {}),
         });
         if (deleted.ok) forgetSession(sessionId);
         return deleted;

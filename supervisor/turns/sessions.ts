@@ -82,15 +82,8 @@ function prepared(db: Database.Database): SessionStatements {
 export function deleteSession<R extends string = never>(
   deps: SessionDeps,
   sessionId: string,
-  options: {
-    trigger: SessionDeleteTrigger;
-    beforeDelete?: BeforeSessionDelete<R>;
-    workspacesDeleted?: number;
-    /** The logger of the request that asked (it carries the request id); the supervisor's otherwise. */
-    logger?: Logger;
-  },
+  options: { trigger: SessionDeleteTrigger; beforeDelete?: BeforeSessionDelete<R>; workspacesDeleted?: number },
 ): Result<{ deleted: SessionDeletion }, SessionDeleteFailure | R> {
-  const logger = options.logger ?? deps.logger;
   if (deps.isBusy(sessionId)) return fail('session_busy', `a turn of session ${sessionId} is running`);
   let statementsOf: SessionStatements;
   try {
@@ -100,7 +93,7 @@ export function deleteSession<R extends string = never>(
     if (statementsOf.countEvents.get(sessionId)!.n === 0 && statementsOf.countTurns.get(sessionId)!.n === 0)
       return fail('not_found', `no session ${sessionId}`);
   } catch (error) {
-    return unavailable(logger, error);
+    return unavailable(deps, error);
   }
   if (options.beforeDelete) {
     const before = options.beforeDelete(sessionId);
@@ -118,7 +111,7 @@ export function deleteSession<R extends string = never>(
       }))
       .immediate();
   } catch (error) {
-    return unavailable(logger, error);
+    return unavailable(deps, error);
   }
   deps.events.append({
     sessionId: null,
@@ -129,12 +122,12 @@ export function deleteSession<R extends string = never>(
     profile: null,
     payload: { ...deleted, trigger: options.trigger },
   });
-  logger.info('session deleted', { ...deleted, trigger: options.trigger });
+  deps.logger.info('session deleted', { ...deleted, trigger: options.trigger });
   return ok({ deleted });
 }
 
-function unavailable(logger: Logger, error: unknown): Fail<'store_unavailable'> {
-  logger.error('session delete failed', { detail: (error as Error).message });
+function unavailable(deps: SessionDeps, error: unknown): Fail<'store_unavailable'> {
+  deps.logger.error('session delete failed', { detail: (error as Error).message });
   return fail('store_unavailable', 'the session store could not be read or written');
 }
 
@@ -162,7 +155,7 @@ export function pruneSessions<R extends string = never>(
   try {
     due = sessionsPastRetention(deps.db, options.now, options.retentionDays);
   } catch (error) {
-    return unavailable(deps.logger, error);
+    return unavailable(deps, error);
   }
   const deleted: SessionDeletion[] = [];
   for (const sessionId of due) {

@@ -165,8 +165,7 @@ export interface TurnManager {
   get(id: string): TurnRecord | undefined;
   list(filter?: { sessionId?: string }): TurnRecord[];
   /** One page of turn records, newest first (supervisor/turns/store.ts); running turns as they are now. */
-  /** `logger` is the asking request's (it carries the request id). */
-  page(query: TurnPageQuery, logger?: Logger): Result<TurnPage, 'store_unavailable'>;
+  page(query: TurnPageQuery): Result<TurnPage, 'store_unavailable'>;
   cancel(id: string): Result<{ turn: TurnRecord }, 'not_found' | 'not_running'>;
   /**
    * Deletes a session's workspaces, then its events and turn records (supervisor/turns/sessions.ts);
@@ -175,7 +174,6 @@ export interface TurnManager {
    */
   deleteSession(
     sessionId: string,
-    logger?: Logger,
   ): Promise<Result<{ deleted: SessionDeletion }, SessionDeleteFailure | 'workspaces_unavailable'>>;
   /** One retention pass (`events.sessionRetentionDays`, read now) as of `now`: the ended sessions it deleted. */
   pruneSessions(now?: Date): Result<{ deleted: SessionDeletion[] }, 'store_unavailable'>;

@@ -8,6 +8,7 @@ import {
   createStderrSink,
   parseLogLevel,
   stderrIsJournal,
+  withLogFields,
 } from '../../../core/log.js';
 
 t.test('one JSON object per line, below-threshold records dropped', async (t) => {
@@ -81,4 +82,26 @@ t.test('lines to the journal carry their syslog priority prefix', async (t) => {
     ['<7>', '<6>', '<4>', '<3>', '{"t'],
   );
   t.equal(JSON.parse(written[2]!.slice(3)).msg, 'w', 'the JSON follows the prefix');
+});
+
+t.test('withLogFields: every logger, in the call and the work it starts, carries the fields', async (t) => {
+  const { logger, lines } = createMemoryLogger('debug');
+  const other = createLogger({ sink: (line) => lines.push(line) });
+  await withLogFields({ requestId: 'r-1' }, async () => {
+    logger.info('direct');
+    await new Promise((resolve) => setTimeout(resolve, 1));
+    other.child({ part: 'deep' }).warn('after a timer');
+    withLogFields({ step: 2 }, () => logger.info('nested', { requestId: 'explicit' }));
+  });
+  logger.info('outside');
+  t.match(
+    lines.map((l) => JSON.parse(l)),
+    [
+      { msg: 'direct', requestId: 'r-1' },
+      { msg: 'after a timer', requestId: 'r-1', part: 'deep' },
+      { msg: 'nested', requestId: 'explicit', step: 2 },
+      { msg: 'outside' },
+    ],
+  );
+  t.notOk('requestId' in JSON.parse(lines[3]!), 'nothing leaks past the call');
 });

@@ -54,6 +54,20 @@ t.test('X-Request-Id: malformed values are refused naming the header, never echo
   t.notOk(s.lines.join('\n').includes('semi;colon'), 'the refused value is not logged');
 });
 
+t.test('X-Request-Id: lines logged far below the HTTP code carry it too', async (t) => {
+  const s = await startTestServer();
+  t.teardown(() => s.close());
+  // The event store logs its own failure, with its own logger, handed no request.
+  s.store.close();
+  const res = await s.request('GET', '/api/governance/events', { headers: { 'x-request-id': 'deep-1' } });
+  t.equal(res.status, 503);
+  t.match(
+    logLines(s.lines).filter((l) => l['msg'] === 'event query failed'),
+    [{ requestId: 'deep-1' }],
+    "the store's line names the request",
+  );
+});
+
 t.test('X-Request-Id on WebSocket upgrades: validated, echoed on the 101 and on refusals, logged', async (t) => {
   const s = await startTestServer();
   t.teardown(() => s.close());
