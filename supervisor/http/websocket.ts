@@ -11,7 +11,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
-import type { Logger } from '../../core/log.js';
+import { withLogFields, type Logger } from '../../core/log.js';
 import type { EventQuery, EventStore, GovernanceEvent } from '../events/types.js';
 import type { InputOutcome, TurnAttachment, TurnManager, TurnStreamEvent } from '../turns/types.js';
 import { isAuthorized, sessionAuthorizes, UNAUTHENTICATED_MESSAGE } from './auth.js';
@@ -53,13 +53,15 @@ const STATUS_TEXT: Record<number, string> = {
   401: 'Unauthorized',
   404: 'Not Found',
   405: 'Method Not Allowed',
+  500: 'Internal Server Error',
 };
 
 /** One upgrade request: its id (echoed on every answer) and the logger that carries it. */
 interface UpgradeRequest {
   id: string;
   logger: Logger;
-  path: string;
+  /** The request target's path; null until it parsed. */
+  path: string | null;
 }
 
 function rejectUpgrade(
@@ -71,7 +73,7 @@ function rejectUpgrade(
   members: Record<string, unknown> = {},
 ): void {
   const body = JSON.stringify({ error, code, ...members });
-  const extra = status === 401 ? 'WWW-Authenticate: Bearer\r\n' : status === 405 ? 'Allow: GET\r\n' : '';
+  const extra = status === 401 ? 'WWW-Authenticate: Bearer\r\n' : status === 405 ? 'Allow: GET, HEAD\r\n' : '';
   request.logger.info('websocket upgrade', { path: request.path, status, code });
   socket.end(
     `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Error'}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${REQUEST_ID_HEADER}: ${request.id}\r\n${extra}Connection: close\r\n\r\n${body}`,
@@ -246,59 +248,98 @@ export function createUpgradeHandler(deps: UpgradeDeps): UpgradeHandler {
     });
   };
 
+  // The handshake refusals ws finds itself (a malformed protocol or extension header) are
+  // answered like every other refusal: JSON, with the request's id, and logged.
+  wss.on('wsClientError', (error, socket, req) => {
+    const request = upgrades.get(req);
+    if (request === undefined) return void socket.destroy();
+    rejectUpgrade(socket, request, 400, 'invalid_request', `websocket handshake: ${error.message}`);
+  });
+
+  function route(req: IncomingMessage, socket: Duplex, head: Buffer, request: UpgradeRequest): void {
+    const url = URL.canParse(req.url ?? '/', 'http://localhost') ? new URL(req.url ?? '/', 'http://localhost') : null;
+    if (url === null) return rejectUpgrade(socket, request, 400, 'invalid_request', 'url: not a valid request target');
+    request.path = url.pathname;
+    // Node hands every request with an Upgrade header to this handler; only WebSocket is served.
+    const handshake = handshakeProblem(req);
+    if (handshake !== null)
+      return rejectUpgrade(socket, request, 400, 'invalid_request', handshake.detail, { field: handshake.field });
+    const bySession =
+      url.pathname === EVENTS_STREAM_PATH &&
+      sessionAuthorizes(req.method ?? '', req.headers, deps.statusPage?.sessions) &&
+      sameOrigin(req.headers, { required: true });
+    if (!isAuthorized(req.headers, deps.token) && !bySession)
+      return rejectUpgrade(socket, request, 401, 'unauthenticated', UNAUTHENTICATED_MESSAGE);
+    if (req.method !== 'GET')
+      return rejectUpgrade(socket, request, 405, 'method_not_allowed', 'WebSocket upgrades use GET');
+
+    if (url.pathname === EVENTS_STREAM_PATH) {
+      const parsed = parseEventQuery(url.searchParams, { allowLimit: false });
+      if (!parsed.ok)
+        return rejectUpgrade(socket, request, 400, 'invalid_request', parsed.detail, queryRefusalBody(parsed));
+      return accept(req, socket, head, request, (ws) => streamEvents(ws, deps.store, parsed.query, request.logger));
+    }
+
+    const attach = ATTACH_PATH.exec(url.pathname);
+    if (attach !== null && deps.turns !== undefined) {
+      const turns = deps.turns;
+      const id = attach[1] ?? '';
+      if (!TURN_ID_PARAM.test(id) || turns.get(id) === undefined)
+        return rejectUpgrade(socket, request, 404, 'not_found', 'no such turn');
+      const refused = new QueryCheck(url.searchParams, []).failure();
+      if (refused !== null)
+        return rejectUpgrade(socket, request, 400, 'invalid_request', refused.detail, queryRefusalBody(refused));
+      return accept(req, socket, head, request, (ws) => {
+        const attached = turns.attach(id);
+        if (!attached.ok) {
+          ws.close(1008, 'no such turn');
+          return;
+        }
+        attachTurn(ws, attached.attachment);
+      });
+    }
+    rejectUpgrade(socket, request, 404, 'not_found', 'no WebSocket endpoint at this path');
+  }
+
   return {
     handle(req, socket, head) {
       socket.on('error', () => socket.destroy());
-      const url = new URL(req.url ?? '/', 'http://localhost');
       const resolved = resolveRequestId(req.headers['x-request-id']);
       const request: UpgradeRequest = {
         id: resolved.id,
         logger: deps.logger.child({ requestId: resolved.id }),
-        path: url.pathname,
+        path: null,
       };
       if (!resolved.ok)
         return rejectUpgrade(socket, request, 400, 'invalid_request', resolved.detail, { field: resolved.field });
-      const bySession =
-        url.pathname === EVENTS_STREAM_PATH &&
-        sessionAuthorizes(req.method ?? '', req.headers, deps.statusPage?.sessions) &&
-        sameOrigin(req.headers, { required: true });
-      if (!isAuthorized(req.headers, deps.token) && !bySession)
-        return rejectUpgrade(socket, request, 401, 'unauthenticated', UNAUTHENTICATED_MESSAGE);
-      if (req.method !== 'GET')
-        return rejectUpgrade(socket, request, 405, 'method_not_allowed', 'WebSocket upgrades use GET');
-
-      if (url.pathname === EVENTS_STREAM_PATH) {
-        const parsed = parseEventQuery(url.searchParams, { allowLimit: false });
-        if (!parsed.ok)
-          return rejectUpgrade(socket, request, 400, 'invalid_request', parsed.detail, queryRefusalBody(parsed));
-        return accept(req, socket, head, request, (ws) => streamEvents(ws, deps.store, parsed.query, request.logger));
-      }
-
-      const attach = ATTACH_PATH.exec(url.pathname);
-      if (attach !== null && deps.turns !== undefined) {
-        const turns = deps.turns;
-        const id = attach[1] ?? '';
-        if (!TURN_ID_PARAM.test(id) || turns.get(id) === undefined)
-          return rejectUpgrade(socket, request, 404, 'not_found', 'no such turn');
-        const refused = new QueryCheck(url.searchParams, []).failure();
-        if (refused !== null)
-          return rejectUpgrade(socket, request, 400, 'invalid_request', refused.detail, queryRefusalBody(refused));
-        return accept(req, socket, head, request, (ws) => {
-          const attached = turns.attach(id);
-          if (!attached.ok) {
-            ws.close(1008, 'no such turn');
-            return;
-          }
-          attachTurn(ws, attached.attachment);
+      try {
+        withLogFields({ requestId: request.id }, () => route(req, socket, head, request));
+      } catch (error) {
+        // An upgrade runs outside express: a throw here would end the daemon, not one request.
+        request.logger.error('websocket upgrade failed', {
+          error: error instanceof Error ? (error.stack ?? error.message) : String(error),
         });
+        if (socket.writable) rejectUpgrade(socket, request, 500, 'internal_error', 'internal error');
+        else socket.destroy();
       }
-      rejectUpgrade(socket, request, 404, 'not_found', 'no WebSocket endpoint at this path');
     },
     close() {
       for (const ws of wss.clients) ws.close(1001, 'server shutting down');
       wss.close();
     },
   };
+}
+
+/** What makes a request no WebSocket handshake (RFC 6455 section 4.2.1), or null. */
+function handshakeProblem(req: IncomingMessage): { field: string; detail: string } | null {
+  if (req.headers.upgrade?.toLowerCase() !== 'websocket')
+    return { field: 'upgrade', detail: 'upgrade: only websocket is served' };
+  if (!/^[+/0-9A-Za-z]{22}==$/.test(req.headers['sec-websocket-key'] ?? ''))
+    return { field: 'sec-websocket-key', detail: 'sec-websocket-key: expected 16 bytes in base64' };
+  const version = req.headers['sec-websocket-version'];
+  if (version !== '13' && version !== '8')
+    return { field: 'sec-websocket-version', detail: 'sec-websocket-version: expected 13' };
+  return null;
 }
 
 /** A text frame's content: ws hands it over as one buffer, fragments, or an ArrayBuffer. */
