@@ -366,7 +366,8 @@ export function createClient(options: ClientOptions): TurnhostClient {
       target.kind === 'tcp'
         ? `ws://${target.host.includes(':') ? `[${target.host}]` : target.host}:${target.port}${path}`
         : `ws+unix://${target.path}:${path}`;
-    const ws = new WebSocket(url, { headers: headers(), maxPayload: 64 * 1024 * 1024 });
+    // A server that accepts the connection but never answers the handshake is a failure too.
+    const ws = new WebSocket(url, { headers: headers(), maxPayload: 64 * 1024 * 1024, handshakeTimeout: 30_000 });
     const opened = new Promise<void>((resolve, reject) => {
       ws.once('open', () => resolve());
       ws.once('unexpected-response', (_req, res) => {
@@ -401,23 +402,30 @@ export function createClient(options: ClientOptions): TurnhostClient {
     let after = q.after;
     const { signal } = q;
     const maxReconnects = q.maxReconnects ?? Infinity;
-    let failures = 0;
-    let connected = false;
+    // Reconnects made since a message last arrived, and why the latest one was needed.
+    let reconnects = 0;
+    let lastFailure: TurnhostApiError | null = null;
     for (;;) {
       if (signal?.aborted) return;
-      if (failures > 0) {
+      if (reconnects > 0) {
+        if (reconnects > maxReconnects) throw lastFailure!;
         // Reconnects back off (100 ms doubling to 5 s) so a server closing at once is not spun on.
-        const delay = Math.min(5000, 100 * 2 ** (failures - 1));
+        const delay = Math.min(5000, 100 * 2 ** (reconnects - 1));
         await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, delay);
-          signal?.addEventListener('abort', () => (clearTimeout(timer), resolve()), { once: true });
+          const done = (): void => {
+            clearTimeout(timer);
+            signal?.removeEventListener('abort', done);
+            resolve();
+          };
+          const timer = setTimeout(done, delay);
+          signal?.addEventListener('abort', done, { once: true });
         });
         if (signal?.aborted) return;
       }
       const { ws, opened } = connectSocket(
         `/api/governance/events/stream${query({ session: q.session, turn: q.turn, kind: q.kind, after })}`,
       );
-      let closedCode = 0;
+      let closed = { code: 0, reason: '' };
       const stream: { malformed: string | null } = { malformed: null };
       const messages = channel<EventStreamMessage>(() => ws.resume());
       ws.on('message', (data) => {
@@ -430,25 +438,28 @@ export function createClient(options: ClientOptions): TurnhostClient {
         messages.push(parsed);
         if (messages.size() > HIGH_WATER_MESSAGES) ws.pause();
       });
-      ws.on('close', (code) => {
-        closedCode = code;
+      ws.on('close', (code, reason) => {
+        closed = { code, reason: reason.toString('utf8') };
         messages.end();
       });
       ws.on('error', () => undefined);
-      try {
-        await opened;
-      } catch (error) {
-        // A reconnect waits out a restarting server; anything else (a refusal, the first connect) is the caller's.
-        if (!connected || !transient(error) || failures >= maxReconnects) throw error;
-        failures++;
-        continue;
-      }
-      connected = true;
+      // Listening from the start: an abort during the handshake ends the connecting socket too.
       const abort = (): void => ws.close(1000);
       signal?.addEventListener('abort', abort, { once: true });
       try {
+        try {
+          await opened;
+        } catch (error) {
+          if (signal?.aborted) return;
+          // A reconnect waits out a restarting server; a refusal, or a first connection that
+          // fails, is the caller's to see at once.
+          if (lastFailure === null || !transient(error)) throw error;
+          lastFailure = error as TurnhostApiError;
+          reconnects++;
+          continue;
+        }
         for await (const message of messages.iterable) {
-          failures = 0;
+          reconnects = 0;
           // The replay's progress is a cursor too: a drop during a replay resumes after it.
           if (message.type !== 'event') {
             after = Math.max(after ?? 0, message.lastId);
@@ -467,8 +478,13 @@ export function createClient(options: ClientOptions): TurnhostClient {
       // A normal close (ours, or the server shutting down) ends the stream; any other is resumed,
       // from the last id seen. A live-only stream that saw nothing yet resumes live-only: the
       // server has no cursor for "now", and replaying from 0 would resend all history.
-      if (signal?.aborted || closedCode === 1000 || closedCode === 1001) return;
-      failures++;
+      if (signal?.aborted || closed.code === 1000 || closed.code === 1001) return;
+      lastFailure = new TurnhostApiError(
+        0,
+        'unreachable',
+        `event stream closed (${closed.code}${closed.reason === '' ? '' : ` ${closed.reason}`})`,
+      );
+      reconnects++;
     }
   }
 

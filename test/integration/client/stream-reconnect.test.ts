@@ -142,3 +142,51 @@ t.test('a first connection that fails, or a refusal, is reported at once', async
     { status: 401, code: 'unauthenticated' },
   );
 });
+
+t.test('connections that open and then fail count against maxReconnects too', async (t) => {
+  const { s, relay } = await setUp(t);
+  // A store that cannot be read: every replay fails, and the server closes the stream with 1011.
+  s.store.close();
+  const client = createClient({ target: { kind: 'tcp', host: '127.0.0.1', port: relay.port }, token: TOKEN });
+  await t.rejects(
+    (async () => {
+      for await (const _ of client.streamEvents({ after: 0, maxReconnects: 2 })) break;
+    })(),
+    { status: 0, code: 'unreachable', message: /closed \(1011 replay failed\)/ },
+    'the third close ends the stream',
+  );
+  t.equal(
+    s.lines.filter((l) => l.includes('event stream replay failed')).length,
+    3,
+    'the first connection and two reconnects',
+  );
+});
+
+t.test('an abort while the handshake is still unanswered ends the stream', async (t) => {
+  // A server that accepts connections and never answers.
+  const held: net.Socket[] = [];
+  let accepted: () => void = () => undefined;
+  const connected = new Promise<void>((resolve) => (accepted = resolve));
+  const silent = net.createServer((socket) => {
+    held.push(socket);
+    accepted();
+  });
+  await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => {
+    for (const socket of held) socket.destroy();
+    silent.close();
+  });
+  const client = createClient({
+    target: { kind: 'tcp', host: '127.0.0.1', port: (silent.address() as net.AddressInfo).port },
+    token: TOKEN,
+  });
+  const abort = new AbortController();
+  const seen: unknown[] = [];
+  const ended = (async () => {
+    for await (const streamed of client.streamEvents({ signal: abort.signal })) seen.push(streamed);
+  })();
+  await connected;
+  abort.abort();
+  await ended;
+  t.same(seen, [], 'it ended, quietly, with nothing');
+});
