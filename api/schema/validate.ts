@@ -89,6 +89,15 @@ export function fieldErrors(schema: TSchema, errors: ErrorObject[]): FieldError[
     .map(({ f }) => ({ field: f.field, detail: f.detail }));
 }
 
+/**
+ * How a refusal names what it refused, the same on HTTP and WebSocket: `error` and `field` for
+ * the first refused field (what most clients read), `errors` for every one. `errors` is not empty.
+ */
+export function fieldRefusal(errors: FieldError[]): { error: string; field: string; errors: FieldError[] } {
+  const first = errors[0]!;
+  return { error: `${first.field}: ${first.detail}`, field: first.field, errors };
+}
+
 export interface SchemaValidator<T> {
   (value: unknown): { ok: true; value: T } | { ok: false; errors: FieldError[] };
 }

@@ -22,7 +22,7 @@ import { QueryCheck, queryRefusalBody } from './query-params.js';
 import { REQUEST_ID_HEADER, resolveRequestId } from './request-id.js';
 import { TURN_ID_PARAM } from './turn-routes.js';
 import { ATTACH_CLIENT_MESSAGES, type AttachClientMessage } from '../../api/schema/messages.js';
-import { compileValidator, createAjv, type SchemaValidator } from '../../api/schema/validate.js';
+import { compileValidator, createAjv, fieldRefusal, type SchemaValidator } from '../../api/schema/validate.js';
 import type { FieldError } from '../../api/schema/errors.js';
 
 export const MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
@@ -156,8 +156,7 @@ const CLIENT_MESSAGES = new Map<string, SchemaValidator<unknown>>(
 const CLIENT_MESSAGE_TYPES = [...CLIENT_MESSAGES.keys()].map((type) => `'${type}'`).join(', ');
 
 function invalidMessage(errors: FieldError[]): ClientMessageError {
-  const first = errors[0]!;
-  return { code: 'invalid_request', error: `${first.field}: ${first.detail}`, field: first.field, errors };
+  return { code: 'invalid_request', ...fieldRefusal(errors) };
 }
 
 /** One client message; answers an error or null when applied. */

@@ -17,9 +17,9 @@ import { closeRoot, openRoot, readFile, validateRelativePath, writeFile, type Fs
 import type { WorkspaceFailure, WorkspaceService, WorkspaceView } from '../workspaces/service.js';
 import { MAX_BODY_BYTES, sendError, type ErrorCode } from './errors.js';
 import { requestLogger } from './request-id.js';
-import { route } from './routing.js';
+import { refuseBody, route } from './routing.js';
 import { QueryCheck, requestQuery, sendQueryRefusal } from './query-params.js';
-import { compileValidator, createAjv } from '../../api/schema/validate.js';
+import { compileValidator, createAjv, fieldRefusal } from '../../api/schema/validate.js';
 import { WorkspaceCreateRequest } from '../../api/schema/workspaces.js';
 
 export interface WorkspaceRouteDeps {
@@ -147,11 +147,8 @@ export function registerWorkspaceRoutes(router: Router, deps: WorkspaceRouteDeps
         const body: unknown = req.body ?? {};
         const checked = validateCreate(body);
         if (!checked.ok) {
-          const first = checked.errors[0]!;
-          return sendError(res, 400, 'invalid_request', `${first.field}: ${first.detail}`, {
-            field: first.field,
-            errors: checked.errors,
-          });
+          const { error, ...named } = fieldRefusal(checked.errors);
+          return sendError(res, 400, 'invalid_request', error, named);
         }
         const { sessionId, id } = checked.value;
         const created = await workspaces.create({
@@ -182,17 +179,20 @@ export function registerWorkspaceRoutes(router: Router, deps: WorkspaceRouteDeps
       const usage = await workspaces.usage(workspace.id);
       res.json({ workspace: publicView(workspace, usage.ok ? usage : null) });
     },
-    delete: async (req, res) => {
-      const check = queryCheck(req, ['cancel']);
-      const cancel = check.get('cancel');
-      if (cancel !== null && cancel !== '1' && cancel !== '0') check.refuse('cancel', "expected '1' or '0'");
-      if (refuseQuery(res, check)) return;
-      const workspace = lookup(req, res, { deleting: true });
-      if (!workspace) return;
-      const removed = await workspaces.delete(workspace.id, { cancel: cancel === '1' });
-      if (!removed.ok) return sendFailure(res, removed);
-      res.json({ deleted: workspace.id, bytesRemoved: removed.bytes, filesRemoved: removed.files });
-    },
+    delete: [
+      refuseBody,
+      async (req, res) => {
+        const check = queryCheck(req, ['cancel']);
+        const cancel = check.get('cancel');
+        if (cancel !== null && cancel !== '1' && cancel !== '0') check.refuse('cancel', "expected '1' or '0'");
+        if (refuseQuery(res, check)) return;
+        const workspace = lookup(req, res, { deleting: true });
+        if (!workspace) return;
+        const removed = await workspaces.delete(workspace.id, { cancel: cancel === '1' });
+        if (!removed.ok) return sendFailure(res, removed);
+        res.json({ deleted: workspace.id, bytesRemoved: removed.bytes, filesRemoved: removed.files });
+      },
+    ],
   });
 
   route(router, '/api/workspaces/:id/files', {

@@ -7,7 +7,7 @@
  */
 import path from 'node:path';
 import type { Fail } from '../../core/result.js';
-import { compileValidator, createAjv } from '../../api/schema/validate.js';
+import { compileValidator, createAjv, fieldRefusal } from '../../api/schema/validate.js';
 import {
   MAX_REQUEST_STDIN_BYTES,
   SESSION_ID_PATTERN as SESSION_ID_SOURCE,
@@ -113,15 +113,10 @@ export function validateTurnRequest(
       errors.sort((a, b) => topField(a.field) - topField(b.field));
     }
   }
-  const first = errors[0];
-  if (first !== undefined)
-    return {
-      ok: false,
-      reason: 'invalid_request',
-      detail: `${first.field}: ${first.detail}`,
-      field: first.field,
-      errors,
-    };
+  if (errors.length > 0) {
+    const refusal = fieldRefusal(errors);
+    return { ok: false, reason: 'invalid_request', detail: refusal.error, field: refusal.field, errors };
+  }
 
   const valid = body as TurnCreateRequest;
   // A workspace turn's cwd is relative to the workspace (the manager makes it absolute).

@@ -252,6 +252,9 @@ for (const separate of [true, false]) {
       'a file write without a path and with a bad mode is refused for both',
     );
     t.equal((await api('DELETE', '/api/workspaces/repo?cancel=yes')).json.field, 'cancel');
+    const withBody = await api('DELETE', '/api/workspaces/repo', { cancel: true });
+    t.match(withBody, { status: 400, json: { code: 'invalid_request', error: /^body: / } }, 'a delete takes no body');
+    t.equal((await api('GET', '/api/workspaces/repo')).status, 200, 'and deleted nothing');
     t.equal((await api('GET', '/api/workspaces/repo/files?path=absent')).status, 404);
     const absolute = await api('POST', '/api/turns', {
       sessionId: 's',
