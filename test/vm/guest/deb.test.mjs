@@ -240,7 +240,7 @@ async function installedClient() {
 /** Runs a turn through the API and attaches: its stdout, stderr and result. */
 async function apiTurn(client, request, input) {
   const turn = await client.createTurn({ mode: 'ordinary', ...request });
-  const attached = await client.attach(turn.id);
+  const attached = await client.attachTurn(turn.id);
   if (input !== undefined) {
     attached.write(input);
     attached.eof();
@@ -358,7 +358,7 @@ await check('an agent session through the HTTP API with the installed client', a
     sessionBusy: String(sessionBusy),
   });
   await client.cancelTurn(holder.id);
-  const ended = await client.attach(holder.id);
+  const ended = await client.attachTurn(holder.id);
   for await (const chunk of ended.output) void chunk;
   expect((await ended.result)?.status === 'cancelled', 'the holder turn did not end cancelled');
 

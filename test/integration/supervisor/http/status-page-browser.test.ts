@@ -81,8 +81,10 @@ async function checkAnswer(request: Request): Promise<void> {
     browserProblems.push(...contractProblems(request.method(), where, response.status(), headers, text));
     checkedAnswers += 1;
   } catch (error) {
-    // A page the test closed takes its last answers with it: those were not the server's doing.
-    if (!/closed/i.test(String(error))) browserProblems.push(`${request.method()} ${url.pathname}: ${String(error)}`);
+    // A page the test closed, or navigated away from, takes its last answers' bodies with it:
+    // the browser no longer has them, which is not the server's doing.
+    if (!/closed|navigated away|No resource with given identifier/i.test(String(error)))
+      browserProblems.push(`${request.method()} ${url.pathname}: ${String(error)}`);
   }
 }
 context.on('page', (page) => {
