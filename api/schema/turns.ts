@@ -9,10 +9,11 @@
  * property the node does not define.
  */
 import { Type, type Static } from '@sinclair/typebox';
+import { ID_DETAIL, ID_PATTERN, SESSION_ID_DETAIL, SESSION_ID_PATTERN } from './ids.js';
 import { WorkerMode } from './worker-host.js';
 
-export const TURN_ID_PATTERN = '^[A-Za-z0-9_-]{1,64}$';
-export const SESSION_ID_PATTERN = '^[A-Za-z0-9_.:-]{1,128}$';
+export { SESSION_ID_PATTERN } from './ids.js';
+export const TURN_ID_PATTERN = ID_PATTERN;
 export const MAX_ARGV = 4096;
 export const MAX_ENV = 256;
 /** The most input a turn request may carry (decoded); larger input goes through attach. */
@@ -26,10 +27,8 @@ const LimitValue = Type.Union([Type.Number(), Type.String()], {
 
 export const TurnCreateRequest = Type.Object(
   {
-    sessionId: Type.String({ pattern: SESSION_ID_PATTERN, 'x-detail': 'expected 1-128 characters of [A-Za-z0-9_.:-]' }),
-    turnId: Type.Optional(
-      Type.String({ pattern: TURN_ID_PATTERN, 'x-detail': 'expected 1-64 characters of [A-Za-z0-9_-]' }),
-    ),
+    sessionId: Type.String({ pattern: SESSION_ID_PATTERN, 'x-detail': SESSION_ID_DETAIL }),
+    turnId: Type.Optional(Type.String({ pattern: TURN_ID_PATTERN, 'x-detail': ID_DETAIL })),
     mode: Type.Union([Type.Literal('ordinary'), Type.Literal('restricted')], {
       'x-detail': "expected 'ordinary' or 'restricted'",
     }),
