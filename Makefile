@@ -1,9 +1,11 @@
-# turnhost build entry points. `make test` is the README's test command and what CI runs.
+# turnhost build entry points. `make run` and `make test` are the README's two commands; CI runs
+# `make test` (with the VM tiers after it, .ci/run).
 SHELL := /bin/bash
 NODE ?= node
+# Runs one step of `make test` and prints `make test: STEP took N s` (scripts/step.sh).
+STEP := bash scripts/step.sh
 
-
-.PHONY: all deps build build-ts build-native lint format test test-unit run clean
+.PHONY: all deps deps-test build build-ts build-native build-test-native lint format test test-unit run clean
 
 include packaging/deb.mk
 include test/vm/vm.mk
@@ -11,20 +13,30 @@ include test/vm/vm.mk
 all: build
 
 node_modules/.package-lock.json: package.json package-lock.json
-	npm ci --no-audit --no-fund
+	bash scripts/npm-ci.sh
 
-# System packages (apt, idempotent) then npm packages.
+# System packages (apt, idempotent) then npm packages. `deps` is what building and running the
+# server needs; `deps-test` adds the test toolchain (scripts/install-deps.sh names both sets).
 deps:
-	bash scripts/install-deps.sh
+	bash scripts/install-deps.sh runtime
 	$(MAKE) node_modules/.package-lock.json
 
+deps-test:
+	bash scripts/install-deps.sh test
+	$(MAKE) node_modules/.package-lock.json
+
+# What running needs: the compiled TypeScript and the hardened identity helper (gcc only).
 build: deps build-ts build-native
 
 build-ts:
 	npx tsc -p tsconfig.json
 
 build-native:
-	$(MAKE) -C identity-helper all asan
+	$(MAKE) -C identity-helper all
+
+# What only the tests run: the helper's ASan+UBSan build and the native test probes.
+build-test-native:
+	$(MAKE) -C identity-helper asan
 	$(MAKE) -C test/native
 
 # Lint: typescript-eslint (type-aware), the layering and cycle check, prettier, clang-format.
@@ -43,17 +55,21 @@ test-unit: node_modules/.package-lock.json
 	npx tsc -p tsconfig.test.json
 	npx tap test/unit
 
-# Lint first; the tests are type-checked (tap runs them through tsx, which does not), the
-# helper's descriptor parser is fuzzed for a bounded time, then every tap suite runs.
-# The deb is built first so the packaging tests reuse it instead of building under test load;
-# if it fails, those tests rebuild it and report why.
-test: build lint
-	npx tsc -p tsconfig.test.json
-	$(MAKE) -C identity-helper fuzz-run FUZZ_SECONDS=30
-	$(MAKE) deb || echo "make deb failed: the packaging tests will rebuild it and report why"
-	npx tap
+# The test packages, the build, then lint; the tests are type-checked (tap runs them through
+# tsx, which does not), the helper's descriptor parser is fuzzed for a bounded time, then every
+# tap suite runs. The deb is built first so the packaging tests reuse it instead of building
+# under test load; if it fails, those tests rebuild it and report why. Each step prints its time.
+test:
+	$(STEP) deps $(MAKE) --no-print-directory deps-test
+	$(STEP) build $(MAKE) --no-print-directory build build-test-native
+	$(STEP) lint $(MAKE) --no-print-directory lint
+	$(STEP) tsc-tests npx tsc -p tsconfig.test.json
+	$(STEP) fuzz $(MAKE) -C identity-helper fuzz-run FUZZ_SECONDS=30
+	$(STEP) deb $(MAKE) --no-print-directory deb || echo "make deb failed: the packaging tests will rebuild it and report why"
+	$(STEP) tap npx tap
 
-# Development supervisor as root: dev config + root-owned helper config, then serve.
+# Development supervisor as root: dev config + root-owned helper config, then serve. Needs only
+# the runtime packages: no test toolchain is installed or built.
 run: build
 	$(NODE) dist/supervisor/dev-setup.js .turnhost-dev
 	$(NODE) dist/supervisor/cli/main.js serve --config .turnhost-dev/turnhost.json

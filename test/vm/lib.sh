@@ -19,11 +19,35 @@ vm_require_root() {
   [ "$(id -u)" -eq 0 ] || { echo "$1: must run as root" >&2; exit 1; }
 }
 
-# A download failure is the mirror's, not the code's: exit 0 unless TURNHOST_VM_REQUIRED=1 says
-# a skip must fail.
+# The runner's name in its messages and in the SKIPPED line (run.sh: vm-test, run-deb.sh:
+# vm-deb-test).
+VM_TIER=${VM_TIER:-vm-test}
+
+# True when a tier that cannot run must fail: TURNHOST_VM_REQUIRED=1, or on a CI machine (CI set
+# to anything but empty, 0 or false) unless TURNHOST_VM_REQUIRED=0 says otherwise. A CI run that
+# skipped a tier would be green without having tested what the tier tests.
+vm_required() {
+  case "${TURNHOST_VM_REQUIRED:-}" in
+    1) return 0 ;;
+    0) return 1 ;;
+  esac
+  case "${CI:-}" in
+    '' | 0 | false) return 1 ;;
+  esac
+  return 0
+}
+
+# The tier cannot run because a download failed (the mirror's fault, not the code's). Outside CI:
+# `SKIPPED: <tier>: <reason>` and exit 0; .ci/summarize.mjs counts the line as a skipped tier.
+# Where the tier is required (vm_required): a failing TAP result counted like any other, exit 1.
 vm_skip() {
-  echo "SKIPPED: $*"
-  [ "${TURNHOST_VM_REQUIRED:-0}" = 1 ] && exit 1
+  if vm_required; then
+    echo "not ok 1 - $VM_TIER could not run: $*"
+    echo "# { total: 1, pass: 0, fail: 1 }"
+    echo "$VM_TIER: FAILED: $* (a tier that cannot run fails under CI or TURNHOST_VM_REQUIRED=1; elsewhere it is SKIPPED)"
+    exit 1
+  fi
+  echo "SKIPPED: $VM_TIER: $*"
   exit 0
 }
 
@@ -49,7 +73,12 @@ vm_require_image() {
   output=$(bash "$VM_DIR/build-image.sh")
   rc=$?
   [ "$rc" -eq "$EXIT_SKIPPED" ] && vm_skip "$(echo "$output" | sed -n 's/^SKIPPED: //p')"
-  [ "$rc" -eq 0 ] || { vm_log "building the guest image failed (exit $rc)"; exit 1; }
+  if [ "$rc" -ne 0 ]; then
+    vm_log "building the guest image failed (exit $rc)"
+    echo "not ok 1 - $VM_TIER could not build its guest image (build-image.sh exit $rc)"
+    echo "# { total: 1, pass: 0, fail: 1 }"
+    exit 1
+  fi
   IMAGE=$(echo "$output" | tail -n 1)
 }
 

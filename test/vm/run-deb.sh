@@ -2,11 +2,13 @@
 # `make vm-deb-test`: the installed-package test. Boots the cached guest image with
 # the built deb and the packages it depends on in the run's overlay; test/vm/guest/deb.test.mjs
 # installs them with dpkg, checks the running unit, `turnhost check`, a turn, then remove and
-# purge. Exit 0 when every guest test passed or a download failed (SKIPPED), 1 otherwise.
+# purge. Exit 0 when every guest test passed or, outside CI, a download failed (SKIPPED), 1
+# otherwise.
 # docs/vm-tier.md ("The installed-package run") explains the parts.
 set -uo pipefail
 VM_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 VM_RUN_NAME=run-deb
+VM_TIER=vm-deb-test
 # shellcheck source=lib.sh
 . "$VM_DIR/lib.sh"
 

@@ -1,6 +1,7 @@
 # The VM tier (test/vm/, docs/vm-tier.md). Included from the top Makefile:
 #   vm-test      build the checkout, build or reuse the guest image, boot it, run test/vm/guest/*.test.mjs
-#   vm-deb-test  build the deb, install it in the guest with dpkg, run test/vm/guest/deb.test.mjs
+#   vm-deb-test  build the deb (unless TURNHOST_DEB names one), install it in the guest with dpkg,
+#                run test/vm/guest/deb.test.mjs
 #   vm-image     only build (or reuse) the cached guest image
 #   vm-clean     remove the cached image and the last runs (serial log, journal)
 .PHONY: vm-test vm-deb-test vm-image vm-clean
@@ -8,7 +9,7 @@
 vm-test: build-ts build-native
 	bash test/vm/run.sh
 
-vm-deb-test: deb
+vm-deb-test: $(if $(TURNHOST_DEB),,deb)
 	bash test/vm/run-deb.sh
 
 vm-image:
