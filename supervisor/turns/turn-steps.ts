@@ -31,7 +31,7 @@ export function awaitClaim(launch: ProxiedLaunch): Promise<Turn | null> {
  */
 export function checkClaim(launch: ProxiedLaunch, turn: Turn | null): Result<ClaimedLaunch> {
   const { ready, proxy, connection, separate, uid } = launch;
-  if (!turn) return fail('unclaimed', 'unused');
+  if (!turn) return fail('unclaimed', 'no turn claimed the worker');
   if (!proxy.ok) return proxy;
   if (!ready.ok) return ok({ ...launch, turn, proxy });
   const usable = checkClaimFacts(connection, {
@@ -163,9 +163,9 @@ export async function awaitExit(launch: ClaimedLaunch, refusal: string | null): 
 }
 
 /**
- * 14. Record the result and its events, after the scope's disposal (13) and before the turn's
- * workspace root is let go. A workspace turn's result says what its workspace holds now that
- * no process of it runs.
+ * 14. Record the result and its events, once the scope is disposed (13): a workspace turn's
+ * result says what its workspace holds now that no process of it runs. The turn's workspace
+ * root is let go last of all it held, before the record.
  */
 export async function recordResult(launch: ClaimedLaunch, result: TurnResult): Promise<void> {
   const { env, turn, logger } = launch;
