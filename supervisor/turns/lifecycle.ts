@@ -50,7 +50,7 @@ import { createTurnCgroup } from '../../cgroup/turn-cgroup.js';
 import { startTurnProxy } from '../../proxy/server.js';
 import { profileFor } from '../../core/modes.js';
 import { openRoot, type RootHandle } from '../fs/guard.js';
-import type { HelperLocation } from '../identity/helper-client.js';
+import type { HelperLocation } from '../identity/helper-process.js';
 import { probeMode } from '../probes/index.js';
 import type { LaunchEnvironment } from './launch-environment.js';
 import {
