@@ -26,7 +26,7 @@ import { startTurnProxy } from '../proxy/server.js';
 import { closeChannelEnd, openListenerChannel } from '../supervisor/turns/listener-channel.js';
 import { kernelRelay } from '../proxy/relay/kernel-relay.js';
 import { closeRoot, openRoot } from '../supervisor/fs/guard.js';
-import { runHelperProbe } from '../supervisor/identity/helper-client.js';
+import { runHelperProbe } from '../supervisor/identity/helper-probe.js';
 import { measureTurnTmp } from '../supervisor/turns/turn-tmp.js';
 import { probeMode } from '../supervisor/probes/index.js';
 import { probeLandlock, probeNetworkNamespaces, probeSeccomp } from '../supervisor/probes/facilities.js';

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { fail, ok, type Result } from '../../core/result.js';
 import { packageRoot } from '../software.js';
 import { writeSharedLauncherConfig, type SharedLauncherSpec } from './helper-config.js';
-import type { HelperLocation } from './helper-client.js';
+import type { HelperLocation } from './helper-process.js';
 
 /** The helper binary of this installation: the deb's, or the one `make` built in a checkout. */
 export function bundledHelperPath(): string {

@@ -22,15 +22,6 @@ export interface MetricsSources {
   journalCounts?: () => { sent: number; failed: number };
 }
 
-export interface Metrics {
-  registry: Registry;
-  /** The text exposition format, and its content type. */
-  render(): Promise<{ contentType: string; body: string }>;
-  /** A configuration reload: applied or refused. */
-  countReload(result: 'applied' | 'refused'): void;
-  close(): void;
-}
-
 /** Launch latency buckets, seconds: a prepared worker is claimed in ~20 ms, a fresh start takes ~120 ms (docs/launch-performance.md), a loaded or slow host seconds. */
 export const LAUNCH_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 /** Label values come from the supervisor's own fixed vocabularies; anything else is folded into "other". */
@@ -39,11 +30,26 @@ const labelValue = (value: unknown): string =>
 const TURNS_REMEMBERED = 4096;
 const MODES = ['ordinary', 'restricted'] as const;
 
-export function createMetrics(sources: MetricsSources): Metrics {
-  const registry = new Registry();
-  const registers = [registry];
-  collectDefaultMetrics({ register: registry });
+type Registers = Registry[];
 
+/** The counters the governance event stream drives. */
+interface EventCounters {
+  launches: Counter;
+  launchSeconds: Histogram;
+  finished: Counter;
+  oomKills: Counter;
+  limitHits: Counter;
+  egressConnections: Counter;
+  egressDenials: Counter;
+  egressBytes: Counter;
+  appended: Counter;
+}
+
+/** Turns running against the capacity, and how their launches went and how they ended. */
+function registerTurnMetrics(
+  sources: MetricsSources,
+  registers: Registers,
+): Pick<EventCounters, 'launches' | 'launchSeconds' | 'finished'> {
   new Gauge({
     name: 'turnhost_turns_running',
     help: 'Turns whose command started (worker_launch) and has not exited yet (worker_exit).',
@@ -78,8 +84,15 @@ export function createMetrics(sources: MetricsSources): Metrics {
     labelNames: ['status'],
     registers,
   });
-  if (sources.turns !== undefined) {
-    const turns = sources.turns;
+  return { launches, launchSeconds, finished };
+}
+
+/** The workers themselves: those booted ahead of their turn, and the limits turns ran into. */
+function registerWorkerMetrics(
+  turns: TurnManager | undefined,
+  registers: Registers,
+): Pick<EventCounters, 'oomKills' | 'limitHits'> {
+  if (turns !== undefined) {
     new Gauge({
       name: 'turnhost_prepared_workers',
       help: 'Workers booted ahead of their turn, by state (ready to be claimed, starting).',
@@ -103,6 +116,12 @@ export function createMetrics(sources: MetricsSources): Metrics {
     labelNames: ['limit'],
     registers,
   });
+  return { oomKills, limitHits };
+}
+
+function registerEgressMetrics(
+  registers: Registers,
+): Pick<EventCounters, 'egressConnections' | 'egressDenials' | 'egressBytes'> {
   const egressConnections = new Counter({
     name: 'turnhost_egress_connections_total',
     help: 'Egress proxy forward requests and CONNECT tunnels, by outcome and scope (egress_connection).',
@@ -121,6 +140,11 @@ export function createMetrics(sources: MetricsSources): Metrics {
     labelNames: ['direction'],
     registers,
   });
+  return { egressConnections, egressDenials, egressBytes };
+}
+
+/** Events committed to the database, and those waiting in the fallback log instead. */
+function registerEventStoreMetrics(store: EventStore, registers: Registers): Pick<EventCounters, 'appended'> {
   const appended = new Counter({
     name: 'turnhost_events_appended_total',
     help: 'Governance events committed to the database, by kind.',
@@ -132,7 +156,7 @@ export function createMetrics(sources: MetricsSources): Metrics {
     help: 'Events waiting in the fallback log for replay (the database could not take them).',
     registers,
     collect() {
-      this.set(sources.store.status().fallbackPendingEvents);
+      this.set(store.status().fallbackPendingEvents);
     },
   });
   new Gauge({
@@ -140,9 +164,14 @@ export function createMetrics(sources: MetricsSources): Metrics {
     help: '1 while events written since the last replay sit in the fallback log.',
     registers,
     collect() {
-      this.set(sources.store.status().fallbackActive ? 1 : 0);
+      this.set(store.status().fallbackActive ? 1 : 0);
     },
   });
+  return { appended };
+}
+
+/** The latest worker-host probe and the configuration's modes. */
+function registerWorkerHostMetrics(sources: MetricsSources, registers: Registers): void {
   new Gauge({
     name: 'turnhost_worker_host_mode_available',
     help: 'Latest probe answer per mode: 1 available, 0 unavailable, disabled or not probed.',
@@ -176,89 +205,144 @@ export function createMetrics(sources: MetricsSources): Metrics {
       }
     },
   });
+}
+
+/** What the daemon reports of itself: configuration reloads and journal sends. */
+function registerDaemonMetrics(
+  journalCounts: MetricsSources['journalCounts'],
+  registers: Registers,
+): { reloads: Counter } {
   const reloads = new Counter({
     name: 'turnhost_config_reloads_total',
     help: 'Configuration reloads (SIGHUP), by result: applied, or refused (the configuration did not validate).',
     labelNames: ['result'],
     registers,
   });
-  if (sources.journalCounts !== undefined) {
-    const counts = sources.journalCounts;
+  if (journalCounts !== undefined) {
     new Gauge({
       name: 'turnhost_journal_entries',
       help: 'Governance events sent to the journal (events.journal) since boot, by result (sent, failed).',
       labelNames: ['result'],
       registers,
       collect() {
-        const { sent, failed } = counts();
+        const { sent, failed } = journalCounts();
         this.set({ result: 'sent' }, sent);
         this.set({ result: 'failed' }, failed);
       },
     });
   }
+  return { reloads };
+}
 
-  // Series that exist from the start, so rates and alerts see 0 rather than no data.
-  for (const outcome of ['started', 'refused', 'failed']) launches.inc({ outcome }, 0);
-  for (const direction of ['up', 'down']) egressBytes.inc({ direction }, 0);
-  for (const result of ['applied', 'refused']) reloads.inc({ result }, 0);
+/** The key a turn's launch bookkeeping goes by, or null for an event of no turn. */
+function turnKey(event: GovernanceEvent): string | null {
+  return event.turnId === null ? null : `${event.sessionId ?? ''}\u0000${event.turnId}`;
+}
 
+/**
+ * The supervisor's metrics registry: gauges read their sources when scraped, counters follow
+ * the governance event stream from construction until `close`.
+ */
+export class Metrics {
+  readonly registry = new Registry();
+  private readonly counters: EventCounters;
+  private readonly reloads: Counter;
   // Per-turn launch bookkeeping: bounded, a turn is forgotten at its worker_exit.
-  const launched = new Set<string>();
-  const refused = new Set<string>();
-  const remember = (set: Set<string>, key: string): void => {
-    set.add(key);
-    if (set.size > TURNS_REMEMBERED) set.delete(set.values().next().value as string);
-  };
+  private readonly launched = new Set<string>();
+  private readonly refused = new Set<string>();
+  private readonly unsubscribe: () => void;
 
-  const take = (event: GovernanceEvent): void => {
-    appended.inc({ kind: labelValue(event.kind) });
+  constructor(sources: MetricsSources) {
+    const registers = [this.registry];
+    collectDefaultMetrics({ register: this.registry });
+    // Registration order is the order of the exposition.
+    this.counters = {
+      ...registerTurnMetrics(sources, registers),
+      ...registerWorkerMetrics(sources.turns, registers),
+      ...registerEgressMetrics(registers),
+      ...registerEventStoreMetrics(sources.store, registers),
+    };
+    registerWorkerHostMetrics(sources, registers);
+    this.reloads = registerDaemonMetrics(sources.journalCounts, registers).reloads;
+
+    // Series that exist from the start, so rates and alerts see 0 rather than no data.
+    for (const outcome of ['started', 'refused', 'failed']) this.counters.launches.inc({ outcome }, 0);
+    for (const direction of ['up', 'down']) this.counters.egressBytes.inc({ direction }, 0);
+    for (const result of ['applied', 'refused']) this.reloads.inc({ result }, 0);
+
+    this.unsubscribe = sources.activity.onEvent((event) => this.take(event));
+  }
+
+  /** The text exposition format, and its content type. */
+  async render(): Promise<{ contentType: string; body: string }> {
+    return { contentType: this.registry.contentType, body: await this.registry.metrics() };
+  }
+
+  /** A configuration reload: applied or refused. */
+  countReload(result: 'applied' | 'refused'): void {
+    this.reloads.inc({ result });
+  }
+
+  close(): void {
+    this.unsubscribe();
+    this.registry.clear();
+  }
+
+  private take(event: GovernanceEvent): void {
+    const { counters } = this;
+    counters.appended.inc({ kind: labelValue(event.kind) });
     const p = event.payload;
-    const key = event.turnId === null ? null : `${event.sessionId ?? ''}\u0000${event.turnId}`;
     switch (event.kind) {
       case 'worker_launch':
-        launches.inc({ outcome: 'started' });
-        if (key !== null) remember(launched, key);
-        if (typeof p['launchMs'] === 'number' && p['launchMs'] >= 0) launchSeconds.observe(p['launchMs'] / 1000);
+        counters.launches.inc({ outcome: 'started' });
+        this.remember(this.launched, turnKey(event));
+        if (typeof p['launchMs'] === 'number' && p['launchMs'] >= 0)
+          counters.launchSeconds.observe(p['launchMs'] / 1000);
         break;
       case 'worker_host_refusal':
         if (p['trigger'] !== 'turn') break;
-        launches.inc({ outcome: 'refused' });
-        if (key !== null) remember(refused, key);
+        counters.launches.inc({ outcome: 'refused' });
+        this.remember(this.refused, turnKey(event));
         break;
-      case 'worker_exit': {
-        if (key !== null && !launched.has(key) && !refused.has(key)) launches.inc({ outcome: 'failed' });
-        if (key !== null) {
-          launched.delete(key);
-          refused.delete(key);
-        }
-        finished.inc({ status: labelValue(p['status']) });
-        const usage = p['usage'] as Record<string, unknown> | undefined;
-        const kills = usage?.['oomKills'];
-        if (typeof kills === 'number' && kills > 0) oomKills.inc(kills);
-        if (Array.isArray(p['limitHits'])) for (const hit of p['limitHits']) limitHits.inc({ limit: labelValue(hit) });
+      case 'worker_exit':
+        this.takeWorkerExit(event);
         break;
-      }
       case 'egress_connection':
-        egressConnections.inc({ outcome: labelValue(p['outcome']), scope: labelValue(p['scope']) });
-        if (typeof p['bytesUp'] === 'number') egressBytes.inc({ direction: 'up' }, p['bytesUp']);
-        if (typeof p['bytesDown'] === 'number') egressBytes.inc({ direction: 'down' }, p['bytesDown']);
+        counters.egressConnections.inc({ outcome: labelValue(p['outcome']), scope: labelValue(p['scope']) });
+        if (typeof p['bytesUp'] === 'number') counters.egressBytes.inc({ direction: 'up' }, p['bytesUp']);
+        if (typeof p['bytesDown'] === 'number') counters.egressBytes.inc({ direction: 'down' }, p['bytesDown']);
         break;
       case 'egress_denial':
-        egressDenials.inc({ reason: labelValue(p['reason']) });
+        counters.egressDenials.inc({ reason: labelValue(p['reason']) });
         break;
     }
-  };
-  const unsubscribe = sources.activity.onEvent(take);
+  }
 
-  return {
-    registry,
-    async render() {
-      return { contentType: registry.contentType, body: await registry.metrics() };
-    },
-    countReload: (result) => reloads.inc({ result }),
-    close() {
-      unsubscribe();
-      registry.clear();
-    },
-  };
+  /** A turn's end: a launch that neither started nor was refused counts as failed. */
+  private takeWorkerExit(event: GovernanceEvent): void {
+    const { counters } = this;
+    const p = event.payload;
+    const key = turnKey(event);
+    if (key !== null && !this.launched.has(key) && !this.refused.has(key)) counters.launches.inc({ outcome: 'failed' });
+    if (key !== null) {
+      this.launched.delete(key);
+      this.refused.delete(key);
+    }
+    counters.finished.inc({ status: labelValue(p['status']) });
+    const usage = p['usage'] as Record<string, unknown> | undefined;
+    const kills = usage?.['oomKills'];
+    if (typeof kills === 'number' && kills > 0) counters.oomKills.inc(kills);
+    if (Array.isArray(p['limitHits']))
+      for (const hit of p['limitHits']) counters.limitHits.inc({ limit: labelValue(hit) });
+  }
+
+  private remember(set: Set<string>, key: string | null): void {
+    if (key === null) return;
+    set.add(key);
+    if (set.size > TURNS_REMEMBERED) set.delete(set.values().next().value as string);
+  }
+}
+
+export function createMetrics(sources: MetricsSources): Metrics {
+  return new Metrics(sources);
 }

@@ -8,7 +8,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Result } from '../../core/result.js';
-import type { HelperProfile, HelperViewEntry, HelperViewRequest } from '../identity/helper-client.js';
+import type { HelperProfile } from '../identity/helper-descriptor.js';
+import type { HelperViewEntry, HelperViewRequest } from '../identity/helper-view.js';
 
 const HOST_TMP = '/tmp';
 const HOST_VAR_TMP = '/var/tmp';

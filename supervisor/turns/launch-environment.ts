@@ -11,7 +11,7 @@ import type { Result } from '../../core/result.js';
 import { discoverCgroupLayout } from '../../cgroup/discover.js';
 import type { CgroupLayout, CgroupSubtree } from '../../cgroup/types.js';
 import { prepareCgroupSubtree, removeCgroupSubtree, subtreeTurnRoots } from '../../cgroup/turn-cgroup.js';
-import type { HelperLocation } from '../identity/helper-client.js';
+import type { HelperLocation } from '../identity/helper-process.js';
 import { prepareSharedLauncher } from '../identity/shared-launcher.js';
 import { packageRoot } from '../software.js';
 import type { TurnRecordStore } from './store.js';

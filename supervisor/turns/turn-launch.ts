@@ -10,7 +10,7 @@ import type { IdentityMode } from '../../core/modes.js';
 import { fail, type Ok, type Result } from '../../core/result.js';
 import type { TurnProxy } from '../../proxy/server.js';
 import type { RootHandle } from '../fs/guard.js';
-import type { HelperLocation } from '../identity/helper-client.js';
+import type { HelperLocation } from '../identity/helper-process.js';
 import type { ModeProbe } from '../probes/index.js';
 import { DisposalScope } from './disposal-scope.js';
 import type { LaunchEnvironment } from './launch-environment.js';

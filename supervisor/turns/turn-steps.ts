@@ -5,7 +5,7 @@
  * turn to the end: launch, exit, disposal of the scope, the result and its events.
  */
 import { fail, ok, type Result } from '../../core/result.js';
-import type { HelperLocation } from '../identity/helper-client.js';
+import type { HelperLocation } from '../identity/helper-process.js';
 import type { Turn } from './running-turn.js';
 import { receiveWorkerListener } from './listener-channel.js';
 import { commandEnv } from './turn-request.js';

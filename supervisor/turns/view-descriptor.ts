@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fail, ok, type Result } from '../../core/result.js';
 import type { TurnhostConfig } from '../config/types.js';
-import { DESCRIPTOR_LIMITS, isCanonicalRelativePath, type HelperProtectRule } from '../identity/helper-client.js';
+import { DESCRIPTOR_LIMITS, isCanonicalRelativePath, type HelperProtectRule } from '../identity/helper-descriptor.js';
 import { tokenFilePath } from '../http/token.js';
 
 /**

@@ -17,7 +17,7 @@ import {
   type SupervisorMessage,
   type WorkerMessage,
 } from '../../worker/protocol.js';
-import { parseHelperRefusal } from '../identity/helper-client.js';
+import { parseHelperRefusal } from '../identity/helper-process.js';
 
 const STDERR_TAIL_BYTES = 4096;
 /** Helper and worker stderr that arrives before a turn reads the output: kept for that turn. */

@@ -11,7 +11,9 @@ import { listOpenFds, markCloseOnExec } from '../../core/fds.js';
 import type { ResolvedLimits } from '../../core/limits.js';
 import type { WorkerProfile } from '../../core/modes.js';
 import { fail, ok, type Result } from '../../core/result.js';
-import { spawnHelperLaunch, type HelperLocation, type HelperRlimitName } from '../identity/helper-client.js';
+import type { HelperRlimitName } from '../identity/helper-descriptor.js';
+import { spawnHelperLaunch } from '../identity/helper-launch.js';
+import type { HelperLocation } from '../identity/helper-process.js';
 import type { TurnhostConfig } from '../config/types.js';
 import type { TurnView } from './view-descriptor.js';
 

@@ -19,13 +19,9 @@ import { fail, ok, type Result } from '../../core/result.js';
 import type { TurnhostConfig } from '../config/types.js';
 import { closeRoot, openRoot } from '../fs/guard.js';
 import { WalkErrors, walkTree } from '../fs/tree.js';
-import {
-  runHelperLease,
-  runHelperRelease,
-  runHelperUsage,
-  type HelperFailureReason,
-  type HelperLocation,
-} from '../identity/helper-client.js';
+import { runHelperLease } from '../identity/helper-lease.js';
+import type { HelperFailureReason, HelperLocation } from '../identity/helper-process.js';
+import { runHelperRelease, runHelperUsage } from '../identity/helper-workspace-tree.js';
 import { createWorkspaceStore, type WorkspaceRecord, type WorkspaceStore } from './store.js';
 
 export type { WorkspaceRecord } from './store.js';

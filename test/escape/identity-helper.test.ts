@@ -9,7 +9,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { HELPER_EXIT_CODES } from '../../supervisor/identity/helper-client.js';
+import { HELPER_EXIT_CODES } from '../../supervisor/identity/helper-process.js';
 import {
   asanHelper,
   buildNative,

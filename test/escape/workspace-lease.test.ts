@@ -9,13 +9,9 @@ import t from 'tap';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import {
-  HELPER_EXIT_CODES,
-  runHelperLease,
-  runHelperRelease,
-  runHelperUsage,
-  type HelperLocation,
-} from '../../supervisor/identity/helper-client.js';
+import { runHelperLease } from '../../supervisor/identity/helper-lease.js';
+import { HELPER_EXIT_CODES, type HelperLocation } from '../../supervisor/identity/helper-process.js';
+import { runHelperRelease, runHelperUsage } from '../../supervisor/identity/helper-workspace-tree.js';
 import { writeSharedLauncherConfig } from '../../supervisor/identity/helper-config.js';
 import {
   asanHelper,

@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { runHelperLease } from '../../supervisor/identity/helper-client.js';
+import { runHelperLease } from '../../supervisor/identity/helper-lease.js';
 import { createTurnHarness, harnessUidRange, runTurn, type TurnHarness } from '../support/turn-harness.js';
 
 const SLOT = 88;

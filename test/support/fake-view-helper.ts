@@ -4,7 +4,7 @@
  * test/integration/identity-helper/view.test.ts.
  */
 import { ok } from '../../core/result.js';
-import type { HelperViewEntry, HelperViewRequest } from '../../supervisor/identity/helper-client.js';
+import type { HelperViewEntry, HelperViewRequest } from '../../supervisor/identity/helper-view.js';
 import type { HelperViewProbe } from '../../supervisor/probes/view.js';
 
 /** A fake helper answering what a correct view shows, with `tamper` applied to one entry. */

@@ -8,12 +8,10 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import {
-  runHelperLease,
-  spawnHelperLaunch,
-  type HelperLaunchDescriptor,
-  type HelperLocation,
-} from '../../../supervisor/identity/helper-client.js';
+import type { HelperLaunchDescriptor } from '../../../supervisor/identity/helper-descriptor.js';
+import { spawnHelperLaunch } from '../../../supervisor/identity/helper-launch.js';
+import { runHelperLease } from '../../../supervisor/identity/helper-lease.js';
+import type { HelperLocation } from '../../../supervisor/identity/helper-process.js';
 import { writeHelperConfig, type HelperConfigSpec } from '../../../supervisor/identity/helper-config.js';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');

@@ -2,15 +2,12 @@ import t from 'tap';
 import fs from 'node:fs';
 import path from 'node:path';
 import { execFileSync, spawn } from 'node:child_process';
-import {
-  parseHelperRefusal,
-  runHelperKill,
-  runHelperProbe,
-  runHelperView,
-  spawnHelperLaunch,
-  type HelperLaunchDescriptor,
-  type HelperLocation,
-} from '../../../supervisor/identity/helper-client.js';
+import type { HelperLaunchDescriptor } from '../../../supervisor/identity/helper-descriptor.js';
+import { runHelperKill } from '../../../supervisor/identity/helper-kill.js';
+import { spawnHelperLaunch } from '../../../supervisor/identity/helper-launch.js';
+import { runHelperProbe } from '../../../supervisor/identity/helper-probe.js';
+import { parseHelperRefusal, type HelperLocation } from '../../../supervisor/identity/helper-process.js';
+import { runHelperView } from '../../../supervisor/identity/helper-view.js';
 import {
   asanHelper,
   buildNative,

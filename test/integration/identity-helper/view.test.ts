@@ -8,12 +8,9 @@ import t from 'tap';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import {
-  runHelperView,
-  type HelperLocation,
-  type HelperProfile,
-  type HelperProtectRule,
-} from '../../../supervisor/identity/helper-client.js';
+import type { HelperProfile, HelperProtectRule } from '../../../supervisor/identity/helper-descriptor.js';
+import type { HelperLocation } from '../../../supervisor/identity/helper-process.js';
+import { runHelperView } from '../../../supervisor/identity/helper-view.js';
 import { probeMaskedView } from '../../../supervisor/probes/view.js';
 import {
   asanHelper,

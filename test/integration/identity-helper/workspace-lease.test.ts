@@ -7,14 +7,10 @@ import t from 'tap';
 import fs from 'node:fs';
 import path from 'node:path';
 import { spawn, type ChildProcess } from 'node:child_process';
-import {
-  parseHelperRefusal,
-  runHelperLease,
-  runHelperRelease,
-  runHelperUsage,
-  spawnHelperLaunch,
-  type HelperLocation,
-} from '../../../supervisor/identity/helper-client.js';
+import { spawnHelperLaunch } from '../../../supervisor/identity/helper-launch.js';
+import { runHelperLease } from '../../../supervisor/identity/helper-lease.js';
+import { parseHelperRefusal, type HelperLocation } from '../../../supervisor/identity/helper-process.js';
+import { runHelperRelease, runHelperUsage } from '../../../supervisor/identity/helper-workspace-tree.js';
 import {
   asanHelper,
   buildNative,

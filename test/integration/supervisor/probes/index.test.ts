@@ -13,7 +13,8 @@ import { createMemoryLogger } from '../../../../core/log.js';
 import { runWorkerHostProbes } from '../../../../supervisor/probes/index.js';
 import { probeConfig } from '../../../support/probe-tree.js';
 import { HELPER_PATH, REPO_ROOT, WORKER_ENTRY } from '../../../support/turn-harness.js';
-import { runHelperView, runSharedProbe } from '../../../../supervisor/identity/helper-client.js';
+import { runSharedProbe } from '../../../../supervisor/identity/helper-probe.js';
+import { runHelperView } from '../../../../supervisor/identity/helper-view.js';
 import { prepareSharedLauncher } from '../../../../supervisor/identity/shared-launcher.js';
 
 const REAL_ROOTS = { proc: '/proc', sysFsCgroup: '/sys/fs/cgroup' };

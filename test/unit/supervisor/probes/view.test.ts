@@ -6,7 +6,7 @@
 import fs from 'node:fs';
 import t from 'tap';
 import { fail } from '../../../../core/result.js';
-import type { HelperViewEntry } from '../../../../supervisor/identity/helper-client.js';
+import type { HelperViewEntry } from '../../../../supervisor/identity/helper-view.js';
 import { probeMaskedView, type HelperViewProbe } from '../../../../supervisor/probes/view.js';
 import { fakeViewHelper as fakeHelper } from '../../../support/fake-view-helper.js';
 

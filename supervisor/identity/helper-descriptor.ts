@@ -1,0 +1,297 @@
+/**
+ * The descriptor the identity helper reads on fd 3 (docs/identity-helper-protocol.md), the
+ * counterpart of identity-helper/src/descriptor.c. `encodeDescriptor` refuses everything the
+ * helper would refuse on syntax, naming the field; the helper stays the authority on policy
+ * (uid range, cgroup roots, caller group).
+ */
+import { isValidId } from '../../api/schema/ids.js';
+import { CodedError } from '../../core/result.js';
+
+export const DESCRIPTOR_PROTOCOL_VERSION = 2;
+export const DESCRIPTOR_LIMITS = {
+  maxBytes: 65536,
+  maxLineBytes: 4095,
+  maxCgroups: 8,
+  maxEnv: 256,
+  maxPaths: 64,
+  maxProtect: 64,
+  maxHide: 32,
+  minTmpSize: 1 << 20,
+  maxTmpSize: 2 ** 40,
+  maxHostname: 64,
+  maxId: 4294967294,
+  maxRlimitExclusive: 10n ** 18n,
+} as const;
+
+export type HelperOp = 'probe' | 'launch' | 'view' | 'kill' | 'lease' | 'release' | 'usage';
+export type HelperRlimitName = 'nproc' | 'data' | 'fsize' | 'nofile';
+export type HelperProfile = 'governed' | 'strict';
+export type HelperProtectMode = 'read_only' | 'mask_file' | 'mask_directory';
+
+/** A protected path inside the workspace (docs/filesystem-view.md). */
+export interface HelperProtectRule {
+  mode: HelperProtectMode;
+  /** Relative to the workspace: no leading "/", no empty, "." or ".." components. */
+  path: string;
+}
+
+export interface HelperDescriptor {
+  op: HelperOp;
+  uid?: number;
+  gid?: number;
+  cgroups?: string[];
+  rlimits?: Partial<Record<HelperRlimitName, number | bigint>>;
+  hostname?: string;
+  cwd?: string;
+  /** The worker's whole environment: it gets exactly these variables. */
+  env?: Record<string, string>;
+  paths?: string[];
+  profile?: HelperProfile;
+  /** The view's workspace root: writable in governed, read-only in strict. */
+  workspace?: string;
+  /** Bytes of the view's own /tmp (also at /var/tmp) and /dev/shm tmpfs each. */
+  tmpSize?: number;
+  /** Host paths the view never shows (absolute): an empty mask where the view has them. */
+  hide?: string[];
+  /** launch: `uid` is where the helper's search for a free uid of the range starts. */
+  uidSearch?: boolean;
+  protect?: HelperProtectRule[];
+  /**
+   * A workspace lease id ([A-Za-z0-9_-], 1-64): lease/release/usage name it; a launch with it
+   * runs as the uid leased to it (shared with the other turns on that workspace).
+   */
+  lease?: string;
+}
+
+export type HelperLaunchDescriptor = Omit<HelperDescriptor, 'op' | 'paths'> & {
+  cwd: string;
+  profile: HelperProfile;
+  workspace: string;
+};
+
+/** Thrown by `encodeDescriptor`: `field` names the descriptor key at fault. */
+export class HelperDescriptorError extends CodedError {
+  constructor(
+    readonly field: string,
+    message: string,
+  ) {
+    super('descriptor_invalid', `${field}: ${message}`);
+    this.name = 'HelperDescriptorError';
+  }
+}
+
+const OP_KEYS: Record<HelperOp, { allowed: ReadonlySet<string>; required: readonly string[] }> = {
+  probe: { allowed: new Set(['uid']), required: [] },
+  launch: {
+    allowed: new Set([
+      'uid',
+      'gid',
+      'cgroups',
+      'rlimits',
+      'hostname',
+      'cwd',
+      'env',
+      'profile',
+      'workspace',
+      'tmpSize',
+      'protect',
+      'hide',
+      'uidSearch',
+      'lease',
+    ]),
+    required: ['cwd', 'profile', 'workspace'],
+  },
+  view: {
+    allowed: new Set(['uid', 'paths', 'profile', 'workspace', 'tmpSize', 'protect', 'hide']),
+    required: ['profile', 'paths'],
+  },
+  kill: { allowed: new Set(['uid']), required: ['uid'] },
+  lease: { allowed: new Set(['uid', 'uidSearch', 'lease', 'workspace']), required: ['uid', 'lease', 'workspace'] },
+  release: { allowed: new Set(['lease', 'workspace']), required: ['lease', 'workspace'] },
+  usage: { allowed: new Set(['lease', 'workspace']), required: ['lease', 'workspace'] },
+};
+
+const RLIMIT_NAMES: readonly HelperRlimitName[] = ['nproc', 'data', 'fsize', 'nofile'];
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,254}$/;
+const HOSTNAME = /^[A-Za-z0-9.][A-Za-z0-9.-]{0,63}$/;
+const CONTROL_CHARS = /[\u0000-\u001f\u007f]/;
+
+function refuse(field: string, message: string): never {
+  throw new HelperDescriptorError(field, message);
+}
+
+function checkText(field: string, value: string): void {
+  if (CONTROL_CHARS.test(value)) refuse(field, 'contains a control character');
+}
+
+function checkId(field: string, value: unknown): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0 || value > DESCRIPTOR_LIMITS.maxId) {
+    refuse(field, `must be an integer from 0 to ${DESCRIPTOR_LIMITS.maxId}`);
+  }
+  return value;
+}
+
+export function isCanonicalAbsolutePath(path: string): boolean {
+  if (!path.startsWith('/') || Buffer.byteLength(path) >= 4096) return false;
+  if (path === '/') return true;
+  return path
+    .slice(1)
+    .split('/')
+    .every((component) => component !== '' && component !== '.' && component !== '..');
+}
+
+function checkPath(field: string, value: unknown): string {
+  if (typeof value !== 'string' || !isCanonicalAbsolutePath(value)) {
+    refuse(field, 'must be a canonical absolute path (no empty, "." or ".." components)');
+  }
+  checkText(field, value);
+  return value;
+}
+
+/** Canonical and relative: what the helper accepts as a protected path. */
+export function isCanonicalRelativePath(path: string): boolean {
+  return path !== '' && !path.startsWith('/') && isCanonicalAbsolutePath(`/${path}`);
+}
+
+const PROTECT_MODES: readonly HelperProtectMode[] = ['read_only', 'mask_file', 'mask_directory'];
+
+function protectLines(rules: unknown): string[] {
+  if (!Array.isArray(rules) || rules.length > DESCRIPTOR_LIMITS.maxProtect) {
+    refuse('protect', `must be a list of at most ${DESCRIPTOR_LIMITS.maxProtect} rules`);
+  }
+  return rules.map((rule: Partial<HelperProtectRule>, index) => {
+    const field = `protect[${index}]`;
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- the descriptor is checked whatever its type says
+    if (!PROTECT_MODES.includes(rule?.mode as HelperProtectMode))
+      refuse(`${field}.mode`, 'must be read_only, mask_file or mask_directory');
+    if (typeof rule.path !== 'string' || !isCanonicalRelativePath(rule.path)) {
+      refuse(`${field}.path`, 'must be relative to the workspace, with no empty, "." or ".." components');
+    }
+    checkText(`${field}.path`, rule.path);
+    return `protect ${rule.mode} ${rule.path}`;
+  });
+}
+
+function viewPathLine(key: string, value: unknown): string {
+  const checked = checkPath(key, value);
+  if (checked === '/') refuse(key, 'must not be /');
+  return `${key} ${checked}`;
+}
+
+function hideLines(paths: unknown): string[] {
+  if (!Array.isArray(paths) || paths.length > DESCRIPTOR_LIMITS.maxHide) {
+    refuse('hide', `must be a list of at most ${DESCRIPTOR_LIMITS.maxHide} paths`);
+  }
+  return paths.map((path, index) => viewPathLine(`hide[${index}]`, path).replace(/^hide\[\d+\]/, 'hide'));
+}
+
+function tmpSizeLine(size: unknown): string {
+  const { minTmpSize, maxTmpSize } = DESCRIPTOR_LIMITS;
+  if (typeof size !== 'number' || !Number.isSafeInteger(size) || size < minTmpSize || size > maxTmpSize) {
+    refuse('tmpSize', `must be a whole number of bytes from ${minTmpSize} to ${maxTmpSize}`);
+  }
+  return `tmp_size ${size}`;
+}
+
+function checkPathList(field: string, values: unknown, max: number): string[] {
+  if (!Array.isArray(values) || values.length > max) refuse(field, `must be a list of at most ${max} paths`);
+  return values.map((value, index) => checkPath(`${field}[${index}]`, value));
+}
+
+function rlimitLines(rlimits: HelperDescriptor['rlimits']): string[] {
+  // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- the descriptor is checked whatever its type says
+  if (typeof rlimits !== 'object' || rlimits === null) refuse('rlimits', 'must be an object');
+  return Object.entries(rlimits).map(([name, value]) => {
+    if (!RLIMIT_NAMES.includes(name as HelperRlimitName))
+      refuse(`rlimits.${name}`, 'unknown rlimit (nproc, data, fsize, nofile)');
+    const isInteger = typeof value === 'bigint' || (typeof value === 'number' && Number.isSafeInteger(value));
+    if (!isInteger || BigInt(value) < 0n || BigInt(value) >= DESCRIPTOR_LIMITS.maxRlimitExclusive) {
+      refuse(`rlimits.${name}`, 'must be a non-negative integer below 10^18');
+    }
+    return `rlimit ${name} ${BigInt(value).toString()}`;
+  });
+}
+
+function envLines(env: HelperDescriptor['env']): string[] {
+  // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- the descriptor is checked whatever its type says
+  if (typeof env !== 'object' || env === null) refuse('env', 'must be an object');
+  const entries = Object.entries(env);
+  if (entries.length > DESCRIPTOR_LIMITS.maxEnv) refuse('env', `at most ${DESCRIPTOR_LIMITS.maxEnv} variables`);
+  return entries.map(([name, value]) => {
+    if (!ENV_NAME.test(name)) refuse(`env.${name}`, 'name must match [A-Za-z_][A-Za-z0-9_]* (at most 255)');
+    if (typeof value !== 'string') refuse(`env.${name}`, 'value must be a string');
+    checkText(`env.${name}`, value);
+    return `env ${name}=${value}`;
+  });
+}
+
+function checkOpKeys(d: HelperDescriptor): void {
+  const rules = OP_KEYS[d.op];
+  // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- the descriptor is checked whatever its type says
+  if (rules === undefined) refuse('op', 'must be probe, launch, view, kill, lease, release or usage');
+  for (const [key, value] of Object.entries(d)) {
+    if (key !== 'op' && value !== undefined && !rules.allowed.has(key)) refuse(key, `not valid for op ${d.op}`);
+  }
+  for (const key of rules.required) {
+    if ((d as unknown as Record<string, unknown>)[key] === undefined) refuse(key, `required for op ${d.op}`);
+  }
+}
+
+function descriptorLines(d: HelperDescriptor): string[] {
+  checkOpKeys(d);
+  const lines = [`turnhost-descriptor ${DESCRIPTOR_PROTOCOL_VERSION}`, `op ${d.op}`];
+  if (d.uid !== undefined) lines.push(`uid ${checkId('uid', d.uid)}`);
+  if (d.gid !== undefined) lines.push(`gid ${checkId('gid', d.gid)}`);
+  if (d.op === 'launch' && d.gid !== d.uid) refuse('gid', 'must equal uid');
+  if (d.uidSearch === true) {
+    if (d.uid === undefined) refuse('uidSearch', 'needs the uid the search starts at');
+    lines.push('uid_search yes');
+  }
+  for (const cgroup of checkPathList('cgroups', d.cgroups ?? [], DESCRIPTOR_LIMITS.maxCgroups))
+    lines.push(`cgroup ${cgroup}`);
+  if (d.rlimits !== undefined) lines.push(...rlimitLines(d.rlimits));
+  if (d.hostname !== undefined) {
+    if (typeof d.hostname !== 'string' || !HOSTNAME.test(d.hostname))
+      refuse('hostname', '1-64 of [A-Za-z0-9.-], not starting with "-"');
+    lines.push(`hostname ${d.hostname}`);
+  }
+  if (d.cwd !== undefined) lines.push(`cwd ${checkPath('cwd', d.cwd)}`);
+  if (d.env !== undefined) lines.push(...envLines(d.env));
+  if (d.profile !== undefined) {
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- the descriptor is checked whatever its type says
+    if (d.profile !== 'governed' && d.profile !== 'strict') refuse('profile', 'must be governed or strict');
+    lines.push(`profile ${d.profile}`);
+  }
+  if (d.workspace !== undefined) lines.push(viewPathLine('workspace', d.workspace));
+  if (d.lease !== undefined) {
+    if (typeof d.lease !== 'string' || !isValidId(d.lease)) refuse('lease', '1-64 of [A-Za-z0-9_-]');
+    if (d.op === 'launch' && d.uidSearch === true) refuse('uidSearch', 'a leased launch runs as its lease uid');
+    lines.push(`lease ${d.lease}`);
+  }
+  if (d.tmpSize !== undefined) lines.push(tmpSizeLine(d.tmpSize));
+  if (d.protect !== undefined) lines.push(...protectLines(d.protect));
+  if (d.hide !== undefined) lines.push(...hideLines(d.hide));
+  if ((d.protect !== undefined || d.hide !== undefined || d.tmpSize !== undefined) && d.workspace === undefined)
+    refuse('workspace', 'required with protect, hide or tmpSize');
+  if (d.paths !== undefined) {
+    const paths = checkPathList('paths', d.paths, DESCRIPTOR_LIMITS.maxPaths);
+    if (paths.length === 0) refuse('paths', 'at least one path');
+    lines.push(...paths.map((path) => `path ${path}`));
+  }
+  lines.push('end');
+  return lines;
+}
+
+/** The descriptor's bytes; throws HelperDescriptorError naming the field the helper would refuse. */
+export function encodeDescriptor(d: HelperDescriptor): Buffer {
+  const lines = descriptorLines(d);
+  for (const line of lines) {
+    if (Buffer.byteLength(line) > DESCRIPTOR_LIMITS.maxLineBytes) {
+      refuse(line.slice(0, line.indexOf(' ')), `line longer than ${DESCRIPTOR_LIMITS.maxLineBytes} bytes`);
+    }
+  }
+  const bytes = Buffer.from(lines.join('\n') + '\n', 'utf8');
+  if (bytes.length > DESCRIPTOR_LIMITS.maxBytes)
+    refuse('descriptor', `larger than ${DESCRIPTOR_LIMITS.maxBytes} bytes`);
+  return bytes;
+}

@@ -1,0 +1,48 @@
+/**
+ * A leased workspace's tree (identity-helper/src/workspace-lease.c, ops usage and release, by
+ * way of tree-walk.c): usage measures it, release removes it and then ends the lease. Both walk
+ * the tree as root without following a link, which the supervisor itself could not do safely.
+ */
+import { fail, ok, type Result } from '../../core/result.js';
+import type { WorkspaceLeaseRequest } from './helper-lease.js';
+import {
+  countField,
+  decimalField,
+  parseReceipt,
+  runHelperOperation,
+  type HelperFailureReason,
+  type HelperLocation,
+} from './helper-process.js';
+
+/**
+ * Ends a workspace: refused (workspace_busy) while a turn holds its uid or any process of the
+ * uid lives; else removes its tree without following a link, then the lease.
+ */
+export async function runHelperRelease(
+  helper: HelperLocation,
+  request: WorkspaceLeaseRequest,
+): Promise<Result<{ uid: number; removedBytes: number; removedFiles: number }, HelperFailureReason>> {
+  const run = await runHelperOperation(helper, { op: 'release', ...request });
+  if (!run.ok) return run;
+  const receipt = parseReceipt(run.stdout);
+  const uid = decimalField(receipt, 'released');
+  const removedBytes = countField(receipt, 'removed_bytes');
+  const removedFiles = countField(receipt, 'removed_files');
+  if (uid === null || removedBytes === null || removedFiles === null)
+    return fail('helper_output_invalid', 'release answer lacks released, removed_bytes or removed_files');
+  return ok({ uid, removedBytes, removedFiles });
+}
+
+/** What a leased workspace holds: allocated bytes and entries that are not directories. */
+export async function runHelperUsage(
+  helper: HelperLocation,
+  request: WorkspaceLeaseRequest,
+): Promise<Result<{ bytes: number; files: number }, HelperFailureReason>> {
+  const run = await runHelperOperation(helper, { op: 'usage', ...request });
+  if (!run.ok) return run;
+  const receipt = parseReceipt(run.stdout);
+  const bytes = countField(receipt, 'bytes');
+  const files = countField(receipt, 'files');
+  if (bytes === null || files === null) return fail('helper_output_invalid', 'usage answer lacks bytes or files');
+  return ok({ bytes, files });
+}
