@@ -74,7 +74,7 @@ export interface WorkspaceLease {
   path: string;
 }
 import { leaseUid } from './uid-pool.js';
-import { turnViewKeys, viewFingerprint } from './view-descriptor.js';
+import { turnViewKeys, viewFingerprint } from '../view/descriptor.js';
 import { attestWorker, type AttestationExpectation } from './worker-attestation.js';
 import { WorkerConnection } from './worker-connection.js';
 import { DisposalScope } from './disposal-scope.js';

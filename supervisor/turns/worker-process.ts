@@ -13,7 +13,7 @@ import type { WorkerProfile } from '../../core/modes.js';
 import { fail, ok, type Result } from '../../core/result.js';
 import { spawnHelperLaunch, type HelperLocation, type HelperRlimitName } from '../identity/helper-client.js';
 import type { TurnhostConfig } from '../config/types.js';
-import type { TurnView } from './view-descriptor.js';
+import type { TurnView } from '../view/descriptor.js';
 
 export const DEFAULT_COMMAND_PATH = '/usr/local/bin:/usr/bin:/bin';
 
