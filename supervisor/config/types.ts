@@ -7,9 +7,14 @@
 import type { CONFIG_LIMIT_NAMES, CONFIG_LOG_LEVELS, PROTECTED_PATH_MODES } from '../../api/schema/config.js';
 import type { LimitName } from '../../core/limits.js';
 import type { LogLevel } from '../../core/log.js';
-import type { ProtectedPathMode } from '../probes/types.js';
 
 export type { LimitSettings, ProtectedPathRule, TurnhostConfig } from '../../api/schema/config.js';
+
+/**
+ * How the view keeps a protected path (`fs.protectedPaths[].mode`) from the worker; the probes
+ * report each protected path with the same mode (supervisor/probes/types.ts).
+ */
+export type ProtectedPathMode = 'read_only' | 'mask_file' | 'mask_directory';
 
 /** True when two unions hold the same members. */
 type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;

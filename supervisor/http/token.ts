@@ -5,15 +5,10 @@
  */
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
-import path from 'node:path';
 import { fail, ok, type Result } from '../../core/result.js';
+import { tokenFilePath } from '../config/token-path.js';
 
-export const TOKEN_FILE_NAME = 'api-token';
 const MAX_TOKEN_FILE_BYTES = 4096;
-
-export function tokenFilePath(dataDir: string): string {
-  return path.join(dataDir, TOKEN_FILE_NAME);
-}
 
 /** Reads the token file, refusing anything but a private regular file owned by this uid. */
 export function readTokenFile(dataDir: string): Result<{ token: string }, 'token_missing' | 'token_unusable'> {

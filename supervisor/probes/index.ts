@@ -20,7 +20,7 @@ import { probeLimits } from './limits.js';
 import { rootServerWarning, supervisorIsRoot } from './root.js';
 import { probeMaskedView, type HelperViewProbe, type ViewFacts } from './view.js';
 import { supervisorStateInWorkspace } from './state.js';
-import { hiddenHostPaths, supervisorStatePaths } from '../turns/view-descriptor.js';
+import { hiddenHostPaths, supervisorStatePaths } from '../view/descriptor.js';
 import type {
   BoundaryFacilities,
   GovernedStatus,

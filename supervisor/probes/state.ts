@@ -6,7 +6,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { TurnhostConfig } from '../config/types.js';
-import { supervisorStatePaths } from '../turns/view-descriptor.js';
+import { supervisorStatePaths } from '../view/descriptor.js';
 
 function realOrResolved(file: string): string {
   try {

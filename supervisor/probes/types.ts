@@ -5,6 +5,7 @@
  */
 import type { LimitName, LimitSource } from '../../core/limits.js';
 import type { IdentityMode } from '../../core/modes.js';
+import type { ProtectedPathMode } from '../config/types.js';
 
 export type ProbeTrigger = 'boot' | 'turn' | 'check';
 
@@ -35,8 +36,6 @@ export interface WorkerLimitsStatus {
   enforced: LimitEnforced[];
   absent: LimitAbsent[];
 }
-
-export type ProtectedPathMode = 'read_only' | 'mask_file' | 'mask_directory';
 
 export interface ProtectedPath {
   path: string;

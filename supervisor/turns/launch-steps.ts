@@ -25,7 +25,7 @@ import type {
 } from './turn-launch.js';
 import { holdTurnTmp } from './turn-tmp.js';
 import { leaseUid } from './uid-pool.js';
-import { turnViewKeys, viewFingerprint } from './view-descriptor.js';
+import { turnViewKeys, viewFingerprint } from '../view/descriptor.js';
 import { WorkerConnection } from './worker-connection.js';
 import { helperLocation, helperStamp, spawnWorker } from './worker-process.js';
 

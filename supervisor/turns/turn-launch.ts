@@ -17,7 +17,7 @@ import type { LaunchEnvironment } from './launch-environment.js';
 import type { ListenerChannel } from './listener-channel.js';
 import type { LaunchFailure, Turn } from './running-turn.js';
 import type { WorkerSpec } from './turn-request.js';
-import type { TurnView } from './view-descriptor.js';
+import type { TurnView } from '../view/descriptor.js';
 import type { WorkerConnection } from './worker-connection.js';
 
 /** What the claim of a worker came to. */

@@ -13,7 +13,7 @@ import { killWorker, type ClaimedLaunch, type ProxiedLaunch } from './turn-launc
 import { buildResult } from './turn-result.js';
 import { TURN_TMP_PATH } from './turn-tmp.js';
 import type { TurnResult } from './types.js';
-import { viewFingerprint } from './view-descriptor.js';
+import { viewFingerprint } from '../view/descriptor.js';
 import { attestWorker, type AttestationExpectation } from './worker-attestation.js';
 import type { WorkerConnection } from './worker-connection.js';
 import { helperStamp } from './worker-process.js';

@@ -15,7 +15,7 @@ import type { HelperRlimitName } from '../identity/helper-descriptor.js';
 import { spawnHelperLaunch } from '../identity/helper-launch.js';
 import type { HelperLocation } from '../identity/helper-process.js';
 import type { TurnhostConfig } from '../config/types.js';
-import type { TurnView } from './view-descriptor.js';
+import type { TurnView } from '../view/descriptor.js';
 
 export const DEFAULT_COMMAND_PATH = '/usr/local/bin:/usr/bin:/bin';
 

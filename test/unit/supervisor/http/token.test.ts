@@ -3,7 +3,8 @@ import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
 import { tokenMatches } from '../../../../supervisor/http/auth.js';
-import { ensureApiToken, readTokenFile, tokenFilePath } from '../../../../supervisor/http/token.js';
+import { tokenFilePath } from '../../../../supervisor/config/token-path.js';
+import { ensureApiToken, readTokenFile } from '../../../../supervisor/http/token.js';
 
 function dataDir(t: { teardown(fn: () => void): void }): string {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-token-'));

@@ -4,13 +4,16 @@
  * root the turn's cwd lies beneath (the longest one); the protected paths are the
  * `fs.protectedPaths` rules configured for exactly that root; the hidden paths are the
  * supervisor's own state and the host's secrets. Decisions: docs/filesystem-view.md.
+ *
+ * The probes check the same hidden paths and supervisor state the lifecycle sends, so both
+ * read them here: what the status reports and what a worker gets cannot drift apart.
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import { fail, ok, type Result } from '../../core/result.js';
 import type { TurnhostConfig } from '../config/types.js';
 import { DESCRIPTOR_LIMITS, isCanonicalRelativePath, type HelperProtectRule } from '../identity/helper-descriptor.js';
-import { tokenFilePath } from '../http/token.js';
+import { tokenFilePath } from '../config/token-path.js';
 
 /**
  * Host files no worker reads, whatever uid it runs as: the password and group shadows, sudo's
