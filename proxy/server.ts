@@ -219,7 +219,14 @@ class TurnProxyServer implements TurnProxy {
       clientDetached: (exchange) => this.clientDetached(exchange),
       relayWriting: this.relayWriting,
     };
-    this.http = http.createServer({ maxHeaderSize: MAX_HEADER_BYTES, requestTimeout: 0, keepAlive: true });
+    // Node's own Host check answers a bare 400 that records nothing; hostHeaderAgrees refuses
+    // the same requests as a policy decision, with its reason and its event.
+    this.http = http.createServer({
+      maxHeaderSize: MAX_HEADER_BYTES,
+      requestTimeout: 0,
+      keepAlive: true,
+      requireHostHeader: false,
+    });
     this.http.on('request', (req, res) => void this.handleForward(req, res));
     this.http.on('connect', (req, socket, head) => {
       const client = netSocket(socket);
@@ -569,11 +576,15 @@ class TurnProxyServer implements TurnProxy {
     req: http.IncomingMessage,
     authority: Authority,
     defaultPort: number | null,
-  ): Result<{}, 'host_mismatch'> {
+  ): Result<{}, 'host_mismatch' | 'invalid_request'> {
     const hostHeaders: string[] = [];
     for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) {
       if (req.rawHeaders[i]!.toLowerCase() === 'host') hostHeaders.push(req.rawHeaders[i + 1]!);
     }
+    // HTTP/1.1 requires Host on every request, CONNECT included (RFC 9112, section 3.2);
+    // HTTP/1.0 predates it, and its target alone names the host.
+    if (hostHeaders.length === 0 && req.httpVersion !== '1.0')
+      return fail('invalid_request', `an HTTP/${req.httpVersion} request without a Host header`);
     if (hostHeaders.length === 0) return ok({});
     if (hostHeaders.length > 1) return fail('host_mismatch', 'more than one Host header');
     const parsed = parseAuthority(hostHeaders[0]!, defaultPort ?? authority.port);
@@ -606,7 +617,10 @@ class TurnProxyServer implements TurnProxy {
     if (!agrees.ok)
       return {
         ok: false,
-        refused: { status: 403, refusal: { reason: agrees.reason, detail: agrees.detail, ...where } },
+        refused: {
+          status: agrees.reason === 'invalid_request' ? 400 : 403,
+          refusal: { reason: agrees.reason, detail: agrees.detail, ...where },
+        },
       };
     const admitted = this.admit(authority, visible.method, visible.path);
     if (!admitted.ok)

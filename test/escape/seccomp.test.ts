@@ -67,6 +67,12 @@ const DENIED = [
   'quotactl',
   'quotactl_fd',
   'open_by_handle_at',
+  'modify_ldt',
+  'move_pages',
+  'migrate_pages',
+  'mbind',
+  'set_mempolicy',
+  'get_mempolicy',
   'socket_packet',
   'socket_vsock',
 ];
@@ -76,6 +82,7 @@ const ALLOWED = [
   'fork',
   'socket_inet',
   'socket_unix',
+  'socket_netlink_route',
   'personality_query',
   'ioctl_tiocgwinsz',
 ];

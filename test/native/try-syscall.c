@@ -157,6 +157,13 @@ PROBE(syslog, syscall(SYS_syslog, 10 /* SIZE_BUFFER */, NULL, 0) < 0 ? -1 : 0)
 PROBE(quotactl, syscall(SYS_quotactl, 0x800005 /* Q_GETINFO */, NONEXISTENT, 0, NULL))
 PROBE(quotactl_fd, syscall(443, -1, 0, 0, NULL))
 PROBE(open_by_handle_at, syscall(SYS_open_by_handle_at, -1, NULL, 0))
+PROBE(modify_ldt, syscall(SYS_modify_ldt, 0 /* read */, &(char[16]){0}, 0) < 0 ? -1 : 0)
+PROBE(move_pages, syscall(SYS_move_pages, 0, 0UL, NULL, NULL, NULL, 0))
+PROBE(migrate_pages, syscall(SYS_migrate_pages, 0, 0UL, NULL, NULL) < 0 ? -1 : 0)
+PROBE(mbind, syscall(SYS_mbind, NULL, 0UL, 0 /* MPOL_DEFAULT */, NULL, 0UL, 0U))
+PROBE(set_mempolicy, syscall(SYS_set_mempolicy, 0 /* MPOL_DEFAULT */, NULL, 0UL))
+PROBE(get_mempolicy, syscall(SYS_get_mempolicy, &(int){0}, NULL, 0UL, NULL, 0UL))
+PROBE(socket_netlink_route, try_socket(AF_NETLINK, SOCK_RAW))
 PROBE(socket_packet, try_socket(17, SOCK_RAW))
 PROBE(socket_vsock, try_socket(40, SOCK_STREAM))
 PROBE(socket_inet, try_socket(AF_INET, SOCK_STREAM))
@@ -225,6 +232,13 @@ static const struct probe probes[] = {
     ENTRY(quotactl),
     ENTRY(quotactl_fd),
     ENTRY(open_by_handle_at),
+    ENTRY(modify_ldt),
+    ENTRY(move_pages),
+    ENTRY(migrate_pages),
+    ENTRY(mbind),
+    ENTRY(set_mempolicy),
+    ENTRY(get_mempolicy),
+    ENTRY(socket_netlink_route),
     ENTRY(socket_packet),
     ENTRY(socket_vsock),
     ENTRY(socket_inet),

@@ -144,6 +144,17 @@ export const DEFAULT_POLICY: readonly PolicyEntry[] = [
   deny('syslog', "reads the kernel log, which leaks kernel addresses and other turns' activity"),
   deny('quotactl', 'host quota configuration'),
   deny('quotactl_fd', 'host quota configuration'),
+  // The next six follow flatpak's blocklist (common/flatpak-run.c, setup_seccomp), which
+  // Docker's default profile matches for the first three.
+  deny('modify_ldt', '16-bit segments no turn needs, and a history of kernel information leaks and bugs'),
+  deny(
+    'move_pages',
+    "moves pages of another process of the uid between NUMA nodes and reports where they lie (a side channel on the worker's memory)",
+  ),
+  deny('migrate_pages', 'moves every page of another process of the uid between NUMA nodes'),
+  deny('mbind', 'NUMA placement: no turn needs it, and denying the family leaves no half-policy to reason about'),
+  deny('set_mempolicy', 'NUMA placement, as mbind'),
+  deny('get_mempolicy', 'NUMA placement, as mbind; also reveals the node a page of memory lies on'),
   deny('open_by_handle_at', 'opens files by handle, bypassing the path-based filesystem view (the "shocker" escape)'),
   {
     syscall: 'socket',
