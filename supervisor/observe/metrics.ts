@@ -9,15 +9,19 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import type { TurnhostConfig } from '../config/types.js';
 import type { EventStore, GovernanceEvent } from '../events/types.js';
 import type { WorkerHostStatus } from '../probes/types.js';
-import type { TurnManager } from '../turns/types.js';
 import type { Activity } from './activity.js';
+
+export interface PreparedWorkerCounts {
+  preparedWorkers(): { ready: number; starting: number };
+}
 
 export interface MetricsSources {
   config: TurnhostConfig;
   store: EventStore;
   activity: Activity;
   latestStatus: () => WorkerHostStatus | null;
-  turns?: TurnManager;
+  /** The prepared-worker pool's counts; observe/ sits below turns/, so it is handed in. */
+  turns?: PreparedWorkerCounts;
   /** Journal sends, when `events.journal` has been on. */
   journalCounts?: () => { sent: number; failed: number };
 }
@@ -89,7 +93,7 @@ function registerTurnMetrics(
 
 /** The workers themselves: those booted ahead of their turn, and the limits turns ran into. */
 function registerWorkerMetrics(
-  turns: TurnManager | undefined,
+  turns: PreparedWorkerCounts | undefined,
   registers: Registers,
 ): Pick<EventCounters, 'oomKills' | 'limitHits'> {
   if (turns !== undefined) {
