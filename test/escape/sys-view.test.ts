@@ -118,9 +118,9 @@ for (const [index, [config, supervisor]] of supervisors.entries()) {
     const [, other] = supervisors[(index + 1) % supervisors.length]!;
     const sleeperId = `sysview-sleeper-${index}-${process.pid}`;
     const sleeper: Promise<CliResult> = other.run(['/bin/sleep', '12'], { turnId: sleeperId });
-    let leaf: string | null = null;
+    const found: { leaf: string | null } = { leaf: null };
     t.ok(
-      await until(() => (leaf = hostLeafOf(sleeperId)) !== null, 20_000),
+      await until(() => (found.leaf = hostLeafOf(sleeperId)) !== null, 20_000),
       `the other supervisor's turn ${sleeperId} has a cgroup leaf on the host`,
     );
     const probeId = `sysview-probe-${index}-${process.pid}`;
@@ -128,7 +128,7 @@ for (const [index, [config, supervisor]] of supervisors.entries()) {
     await sleeper;
     t.equal(run.code, 0, run.stderr);
     t.match(run.stdout, /^done$/m, 'the attack script ran to its end');
-    t.notOk(run.stdout.includes(sleeperId), `the other turn's leaf (${leaf ?? 'unknown'}) is not visible`);
+    t.notOk(run.stdout.includes(sleeperId), `the other turn's leaf (${found.leaf ?? 'unknown'}) is not visible`);
     const dirs = lines(run.stdout, 'cgdir ');
     t.comment(`/sys/fs/cgroup directories: ${dirs.join(' ') || '(none)'}`);
     // A leaf of the turn's own has no cgroup below it: a directory two levels down would be one.
