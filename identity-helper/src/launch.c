@@ -162,10 +162,8 @@ static int bring_loopback_up(struct failure *f) {
 /* The mount namespace comes last: the view (docs/filesystem-view.md) is built inside it. */
 static int enter_namespaces(const struct helper_config *c, const struct descriptor *d,
                             struct failure *f) {
-  if (unshare(CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) != 0) {
-    return fail_with(f, EXIT_NAMESPACE_FAILED, "unshare(net, ipc, uts): %s", strerror(errno));
-  }
-  int code = view_enter(c, d, f);
+  int code = sandbox_enter_turn_namespaces(f);
+  if (code == 0) code = view_enter(c, d, f);
   if (code == 0) {
     code = bring_loopback_up(f);
   }
@@ -313,7 +311,7 @@ static int report_launch(uint32_t uid, struct failure *f) {
 /* In order (docs/identity-helper-protocol.md, "Processes of a launch"): the uid and its lease
  * -> the turn cgroup -> the rlimits -> [shared without root: a user namespace] -> a pid
  * namespace: this process stays outside as the monitor holding the lease, pid 1 goes on ->
- * net, ipc, uts and mount namespaces with the view -> the launch report -> pid 1 forks the
+ * cgroup, net, ipc, uts and mount namespaces with the view -> the launch report -> pid 1 forks the
  * worker and becomes the namespace's init -> the worker drops its identity, keeps fds 0-4 and
  * execs. */
 int launch_worker(const struct helper_config *c, const struct descriptor *d, struct failure *f) {

@@ -17,6 +17,7 @@
 #include "identity.h"
 #include "policy.h"
 #include "procs.h"
+#include "sandbox.h"
 #include "syntax.h"
 #include "view.h"
 
@@ -269,10 +270,15 @@ static void view_task(const void *context, void *payload) {
   }
 }
 
-/* With a workspace the child builds the launch view first, in its own mount namespace. */
+/* With a workspace the child builds the launch view first, in namespaces of its own as a
+ * launch's pid 1 does (the view's /sys shows its network and cgroup namespaces). */
 static int view_prepare(const struct helper_config *c, const void *context, struct failure *f) {
   const struct descriptor *d = context;
-  return d->workspace == NULL ? 0 : view_enter(c, d, f);
+  if (d->workspace == NULL) {
+    return 0;
+  }
+  int code = sandbox_enter_turn_namespaces(f);
+  return code == 0 ? view_enter(c, d, f) : code;
 }
 
 static const char *yes_no(unsigned char value) {

@@ -41,6 +41,16 @@ static void close_all_but(int keep_fd) {
   close_range((unsigned)keep_fd + 1, ~0u, 0);
 }
 
+/* The cgroup namespace is rooted at the cgroup of the calling process: it must already be in the
+ * turn's leaves (the helper joined them before forking into the pid namespace). */
+int sandbox_enter_turn_namespaces(struct failure *f) {
+  if (unshare(CLONE_NEWCGROUP | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) != 0) {
+    return fail_with(f, EXIT_NAMESPACE_FAILED, "unshare(cgroup, net, ipc, uts): %s",
+                     strerror(errno));
+  }
+  return 0;
+}
+
 int sandbox_fork_pid_namespace(int keep_fd, struct failure *f) {
   if (unshare(CLONE_NEWPID) != 0) {
     return fail_with(f, EXIT_NAMESPACE_FAILED, "unshare(pid): %s", strerror(errno));

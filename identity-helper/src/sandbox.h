@@ -14,6 +14,11 @@
  * new namespace, which dies when the monitor does. Exit code 76 on failure. */
 int sandbox_fork_pid_namespace(int keep_fd, struct failure *f);
 
+/* The turn's cgroup, network, ipc and uts namespaces, entered by pid 1 before the view (whose
+ * /sys shows the first two). The cgroup namespace's root is the caller's cgroup in every
+ * hierarchy: the turn's leaves in those the turn joined. Exit code 71 on failure. */
+int sandbox_enter_turn_namespaces(struct failure *f);
+
 /* In pid 1, once the view is built: forks the worker and returns 0 in it. In pid 1 it never
  * returns: pid 1 drops to `id` too, closes every fd, makes itself undumpable and reaps every
  * process that ends in the namespace; when the worker ends, pid 1 exits with its status, and

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "mounts.h"
+#include "sys-view.h"
 
 /* Bindings a view can hold: system entries, /etc files, /dev nodes, view paths and the
  * workspace. */
@@ -104,6 +105,7 @@ static struct view_plan {
   struct hide_masks hide_trees[DESCRIPTOR_MAX_HIDE];
   int workspace_tree;
   struct owned_filesystems owned;
+  struct sys_view sys; /* governed only: the strict root has no /sys */
 } plan;
 
 static int refuse_path(struct failure *f, const char *what, const char *path, int error) {
@@ -638,11 +640,11 @@ static int empty_above_workspace(int root, const struct descriptor *d, struct fa
   return 0;
 }
 
-/* Host root read-only (every mount, recursively); fresh /tmp (also at /var/tmp), /run, /dev
- * and /proc; hidden paths above the workspace emptied; the bindings and the protected paths on
- * top. /run, /tmp and /var/tmp are
- * replaced because a read-only mount still lets a worker connect to the unix sockets host
- * daemons keep there. */
+/* Host root read-only (every mount, recursively); fresh /tmp (also at /var/tmp), /run, /dev,
+ * /proc and /sys (with the turn's own cgroup leaves only); hidden paths above the workspace
+ * emptied; the bindings and the protected paths on top. /run, /tmp and /var/tmp are replaced
+ * because a read-only mount still lets a worker connect to the unix sockets host daemons keep
+ * there. */
 static int build_governed(int root, const struct descriptor *d, struct failure *f) {
   int error = mounts_set_attributes(root, true, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID);
   if (error != 0) {
@@ -660,6 +662,7 @@ static int build_governed(int root, const struct descriptor *d, struct failure *
                                  ATTR_FIXED | MOUNT_ATTR_NOEXEC, false, f);
   }
   if (code == 0) code = cover_proc(root, f);
+  if (code == 0) code = sys_view_build(root, &plan.sys, f);
   if (code == 0) code = create_symlinks(root, f);
   if (code == 0) code = empty_above_workspace(root, d, f);
   if (code == 0) code = attach_bindings(root, f);
@@ -734,6 +737,7 @@ static int plan_view(const struct helper_config *c, const struct descriptor *d, 
   memset(&plan, 0, sizeof plan);
   plan.workspace_tree = -1;
   int code = prepare_masks(d, staging, f);
+  if (code == 0 && d->view_profile == PROFILE_GOVERNED) code = sys_view_plan(d, &plan.sys, f);
   if (code == 0) code = plan_system(d->view_profile == PROFILE_GOVERNED, f);
   if (code == 0) code = plan_turn_bindings(c, d, f);
   return code;

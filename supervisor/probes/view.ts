@@ -101,6 +101,35 @@ interface Expectation {
 
 const absentOrEmpty = (e: HelperViewEntry): boolean => !e.exists || (e.empty === true && !e.write);
 
+/** The host's network interfaces but lo (at most 8: the request has room for 64 paths). */
+function hostInterfacePaths(): string[] {
+  try {
+    return fs
+      .readdirSync('/sys/class/net')
+      .filter((name) => name !== 'lo')
+      .slice(0, 8)
+      .map((name) => path.join('/sys/class/net', name));
+  } catch {
+    return [];
+  }
+}
+
+/** The view's /sys is a sysfs of the turn's network namespace and shows no cgroup but its own. */
+function sysExpectations(profile: HelperProfile): Expectation[] {
+  const list: Expectation[] = hostInterfacePaths().map((iface) => ({
+    path: iface,
+    what: "the host's network interfaces must be invisible in /sys",
+    holds: (e: HelperViewEntry) => !e.exists,
+  }));
+  list.push(
+    { path: '/sys/fs/cgroup', what: "no cgroup but the turn's own may show in /sys/fs/cgroup", holds: absentOrEmpty },
+    { path: '/sys', what: '/sys must be read-only', holds: (e) => !e.write },
+  );
+  if (profile === 'governed')
+    list.push({ path: '/sys/class/net/lo', what: "/sys must be a sysfs of the turn's own", holds: (e) => e.exists });
+  return list;
+}
+
 function expectations(tree: SentinelTree, profile: HelperProfile, ownState: readonly string[]): Expectation[] {
   const ws = (name: string) => path.join(tree.workspace, name);
   const list: Expectation[] = [
@@ -132,6 +161,7 @@ function expectations(tree: SentinelTree, profile: HelperProfile, ownState: read
     { path: HOST_TMP, what: "the turn's /tmp must be writable", holds: (e) => e.write },
     { path: HOST_SHM, what: "the turn's /dev/shm must be writable", holds: (e) => e.write },
     { path: '/dev/log', what: "the host's /dev must be replaced (no /dev/log socket)", holds: (e) => !e.exists },
+    ...sysExpectations(profile),
     ...ownState.map((file) => ({
       path: file,
       what: "the supervisor's own state must never be visible",

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -95,6 +96,21 @@ static void print_file_lines(const char *path, const char *key) {
   }
 }
 
+/* The turn's own leaf of a hierarchy as the view shows it (/sys/fs/cgroup/<name>): its inode,
+ * for comparison with the host's leaf, and the processes it holds, in the turn's pid numbers. */
+static void print_leaf(const char *name) {
+  char path[128];
+  struct stat st;
+  snprintf(path, sizeof path, "/sys/fs/cgroup/%s", name);
+  if (stat(path, &st) == 0) {
+    printf("leaf %s %llu\n", name, (unsigned long long)st.st_ino);
+  }
+  char key[64];
+  snprintf(path, sizeof path, "/sys/fs/cgroup/%s/cgroup.procs", name);
+  snprintf(key, sizeof key, "leaf-proc %s", name);
+  print_file_lines(path, key);
+}
+
 int main(void) {
   char hostname[256] = "";
   char cwd[4096] = "";
@@ -106,6 +122,9 @@ int main(void) {
   printf("hostname %s\n", hostname);
   printf("cwd %s\n", getcwd(cwd, sizeof cwd) != NULL ? cwd : "?");
   print_file_lines("/proc/self/cgroup", "cgroup");
+  printf("pid %d\n", (int)getpid());
+  print_leaf("pids");
+  print_leaf("memory");
   print_file_lines("/proc/self/limits", "limit");
   for (char **entry = environ; *entry != NULL; entry++) {
     printf("env %s\n", *entry);

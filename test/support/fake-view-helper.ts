@@ -19,14 +19,17 @@ export function fakeViewHelper(tamper: (entry: HelperViewEntry) => HelperViewEnt
     const entries = request.paths.map((path) => {
       const name = path.split('/').pop() ?? '';
       const entry: HelperViewEntry = { path, read: true, write: false, exists: true, empty: false };
-      if (name === 'masked-file' || name === 'masked-dir' || name === 'hidden') entry.empty = true;
+      if (name === 'masked-file' || name === 'masked-dir' || name === 'hidden' || path === '/sys/fs/cgroup')
+        entry.empty = true;
       const gone =
         name === 'host-only' ||
         name.startsWith('turnhost-view-probe-') ||
         path === `/proc/${process.pid}` ||
         path === '/dev/log' ||
         path === '/etc/shadow' ||
-        path === '/home';
+        path === '/home' ||
+        (strict && path.startsWith('/sys')) ||
+        (path.startsWith('/sys/class/net/') && name !== 'lo');
       if (gone) entry.exists = false;
       if (path === '/tmp' || path === '/dev/shm' || (name === 'workspace' && !strict)) entry.write = true;
       return tamper(entry);

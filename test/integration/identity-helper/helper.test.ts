@@ -93,8 +93,15 @@ t.test('launch runs the worker with exactly the documented confinement', async (
       .map(([k, v]) => `${k}=${v}`)
       .sort(),
   );
+  // A cgroup namespace rooted at the leaf: the worker is at its root, and the leaf the view shows
+  // at /sys/fs/cgroup/pids is the host's leaf (same inode) and holds the worker.
   const pidsLine = (report.get('cgroup') ?? []).find((line) => /^\d+:pids:/.test(line));
-  t.equal(pidsLine?.replace(/^\d+:pids:/, '/sys/fs/cgroup/pids'), cgroup.leaf);
+  t.match(pidsLine, /^\d+:pids:\/$/, 'the cgroup namespace is rooted at the worker cgroup');
+  t.same(
+    report.get('leaf')?.filter((line) => line.startsWith('pids ')),
+    [`pids ${fs.statSync(cgroup.leaf).ino}`],
+  );
+  t.ok(report.get('leaf-proc')?.includes(`pids ${report.get('pid')?.[0]}`), 'the worker is in the leaf');
   t.ok(
     (report.get('limit') ?? []).some((line) => /^Max open files\s+256\s+256\s/.test(line)),
     'nofile lowered',
