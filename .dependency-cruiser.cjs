@@ -1,8 +1,8 @@
 /**
  * The layering of the tree, enforced by `npm run lint` (docs/architecture.md, "Layers"):
  *   core/            imports nothing of ours
- *   cgroup/, worker/ import core/ only
- *   proxy/           imports core/ only
+ *   cgroup/, worker/ import core/ and api/schema/ids.ts only
+ *   proxy/           imports core/ and api/schema/ids.ts only
  *   supervisor/      may import every layer; nothing imports it but bench/ and test/
  *   api/             the HTTP contract (schemas, routes); imports nothing of ours
  *   client/          the typed API client; imports api/ only, so it loads no daemon module
@@ -56,6 +56,16 @@ module.exports = {
         'A mechanism (cgroup/, worker/, proxy/) depends on core/ alone, never on another mechanism or the supervisor.',
       from: { path: '^(cgroup|worker|proxy)/' },
       to: { path: '^(cgroup|worker|proxy|supervisor|bench|test)/', pathNot: '^$1/' },
+    },
+    {
+      name: 'mechanisms-import-only-the-id-rules-of-api',
+      severity: 'error',
+      comment:
+        'A mechanism checks ids (a turn id names its cgroup leaf) by the rule the API publishes, so the two cannot ' +
+        'drift: api/schema/ids.ts imports nothing, so this loads no schema library. The rest of api/ is the HTTP ' +
+        'contract, which no mechanism needs.',
+      from: { path: '^(cgroup|worker|proxy)/' },
+      to: { path: '^api/', pathNot: '^api/schema/ids\\.ts$' },
     },
     {
       name: 'api-imports-nothing-of-ours',

@@ -5,6 +5,7 @@
  * each governance event kind's payload schema and version.
  */
 import type { TSchema } from '@sinclair/typebox';
+import { ID_PATTERN } from './schema/ids.js';
 import {
   ActivityView,
   AttachClientMessage,
@@ -143,7 +144,7 @@ function operation(route: ApiRoute): Json {
       name: match[1],
       in: 'path',
       required: true,
-      schema: { type: 'string', pattern: '^[A-Za-z0-9_-]{1,64}$' },
+      schema: { type: 'string', pattern: route.idPattern ?? ID_PATTERN },
     });
   for (const [name, parameter] of Object.entries(route.query ?? {}))
     parameters.push({

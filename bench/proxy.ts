@@ -27,7 +27,15 @@ import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
-import { libc } from '../core/libc.js';
+import {
+  AF_INET,
+  libcFunction,
+  RUSAGE_CHILDREN,
+  SOCK_CLOEXEC,
+  SOCK_NONBLOCK,
+  SOCK_STREAM,
+  socket,
+} from '../core/linux-abi.js';
 import { createLogger } from '../core/log.js';
 import { openEventStore } from '../supervisor/events/store.js';
 import type { EventStore } from '../supervisor/events/types.js';
@@ -68,18 +76,13 @@ type Roles = { origins: Role; proxy: Role };
 type BenchPath = { name: string; target: Target; request: string };
 
 const CLONE_NEWNET = 0x40000000;
-const setns = libc().func('int setns(int, int)') as (fd: number, type: number) => number;
-const tcpSocket = libc().func('int socket(int, int, int)') as (
-  domain: number,
-  type: number,
-  protocol: number,
-) => number;
+const setns = libcFunction('int setns(int, int)') as (fd: number, type: number) => number;
 const ownNamespace = fs.openSync('/proc/thread-self/ns/net', 'r');
 
 /** A TCP socket created inside `namespace` (connected later by Node, which keeps the socket's namespace). */
 function socketIn(namespace: number): number {
   if (setns(namespace, CLONE_NEWNET) !== 0) throw new Error('setns into the worker namespace failed');
-  const fd = tcpSocket(2, 1 | 0o4000 | 0o2000000, 0);
+  const fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (setns(ownNamespace, CLONE_NEWNET) !== 0) throw new Error('setns back failed');
   if (fd < 0) throw new Error('socket() failed');
   return fd;
@@ -133,8 +136,7 @@ const percentile = (sorted: number[], p: number): number =>
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 /** curl's CPU: getrusage(RUSAGE_CHILDREN) counts each curl once it has been waited for. */
-const getrusage = libc().func('int getrusage(int, void *)') as (who: number, usage: Buffer) => number;
-const RUSAGE_CHILDREN = -1;
+const getrusage = libcFunction('int getrusage(int, void *)') as (who: number, usage: Buffer) => number;
 function childrenCpuMicros(): number {
   const usage = Buffer.alloc(144);
   if (getrusage(RUSAGE_CHILDREN, usage) !== 0) throw new Error('getrusage failed');

@@ -27,15 +27,6 @@ export interface CgroupFs {
   exists(file: string): boolean;
 }
 
-const TURN_ID = /^[A-Za-z0-9_-]{1,64}$/;
-
-export function isValidTurnId(turnId: string): boolean {
-  return TURN_ID.test(turnId);
-}
-
-/** Subtree directory names (option of prepareCgroupSubtree) follow the turn id rule. */
-export const isValidCgroupName = isValidTurnId;
-
 function failureFor(op: string, target: string, error: unknown): ReturnType<typeof fail<CgroupFileFailure>> {
   const code = (error as NodeJS.ErrnoException).code ?? 'unknown';
   const reason: CgroupFileFailure =

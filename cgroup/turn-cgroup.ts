@@ -15,7 +15,8 @@ import type {
   TurnCgroupCounters,
   TurnCgroupLeaves,
 } from './types.js';
-import { hostCgroupFs, isValidCgroupName, isValidTurnId, type CgroupFs } from './files.js';
+import { ID_DETAIL, isValidId } from '../api/schema/ids.js';
+import { hostCgroupFs, type CgroupFs } from './files.js';
 import { createV2Leaf, openV2Leaf, prepareV2Subtree } from './v2.js';
 import { createV1Leaves, openV1Leaves, prepareV1Subtree } from './v1.js';
 
@@ -32,8 +33,9 @@ export function prepareCgroupSubtree(
 ): Result<{ subtree: CgroupSubtree }, PrepareFailure> {
   const cgfs = options.fs ?? hostCgroupFs;
   const backends = new Set(Object.values(layout.backendFor));
-  if (options.name !== undefined && !isValidCgroupName(options.name)) {
-    return fail('invalid_name', `subtree name must match [A-Za-z0-9_-]{1,64}`);
+  // A subtree's directory name follows the turn id rule: both name cgroup directories.
+  if (options.name !== undefined && !isValidId(options.name)) {
+    return fail('invalid_name', `subtree name: ${ID_DETAIL}`);
   }
   if (backends.has('cgroup_v1')) {
     return prepareV1Subtree(layout, options.name ?? 'turnhost', cgfs);
@@ -91,7 +93,7 @@ export function createTurnCgroup(
   turnId: string,
   limits: ResolvedLimits,
 ): Result<{ cgroup: TurnCgroup }, CreateFailure> {
-  if (!isValidTurnId(turnId)) return fail('invalid_turn_id', 'turnId must match [A-Za-z0-9_-]{1,64}');
+  if (!isValidId(turnId)) return fail('invalid_turn_id', `turnId: ${ID_DETAIL}`);
   const validated = validateLimits(limits);
   if (!validated.ok) return validated;
   const created =
@@ -106,7 +108,7 @@ export function openTurnCgroup(
   subtree: CgroupSubtree,
   turnId: string,
 ): Result<{ cgroup: TurnCgroup }, 'invalid_turn_id'> {
-  if (!isValidTurnId(turnId)) return fail('invalid_turn_id', 'turnId must match [A-Za-z0-9_-]{1,64}');
+  if (!isValidId(turnId)) return fail('invalid_turn_id', `turnId: ${ID_DETAIL}`);
   const leaves = subtree.backend === 'cgroup_v2' ? openV2Leaf(subtree, turnId) : openV1Leaves(subtree, turnId);
   return ok({ cgroup: withStats(leaves) });
 }
@@ -117,7 +119,7 @@ export function listTurnCgroups(subtree: CgroupSubtree): string[] {
   const names = new Set<string>();
   for (const parent of parents) {
     const listed = subtree.fs.subdirectories(parent);
-    if (listed.ok) listed.names.filter(isValidTurnId).forEach((name) => names.add(name));
+    if (listed.ok) listed.names.filter(isValidId).forEach((name) => names.add(name));
   }
   return [...names].sort();
 }

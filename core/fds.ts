@@ -3,7 +3,7 @@
  * worker's inherited-fd check and by the supervisor before it spawns a worker.
  */
 import fs from 'node:fs';
-import { errnoName, lastErrno, libc } from './libc.js';
+import { errnoName, F_SETFD, FD_CLOEXEC, fcntl, lastErrno } from './linux-abi.js';
 import { fail, ok, type Result } from './result.js';
 
 export interface OpenFd {
@@ -32,17 +32,12 @@ export function listOpenFds(): Result<{ fds: OpenFd[] }, 'fd_list_failed'> {
   return ok({ fds: fds.sort((a, b) => a.fd - b.fd) });
 }
 
-const F_SETFD = 2;
-const FD_CLOEXEC = 1;
-let fcntl: ((fd: number, cmd: number, ...rest: unknown[]) => number) | undefined;
-
 /**
  * An fd marked so stays out of every program this process starts: node-pty's forkpty child
  * and libuv's spawn close nothing themselves, they rely on FD_CLOEXEC.
  */
 export function markCloseOnExec(fd: number): Result<{}, 'fcntl_failed'> {
-  fcntl ??= libc().func('int fcntl(int, int, ...)') as (fd: number, cmd: number, ...rest: unknown[]) => number;
-  if (fcntl(fd, F_SETFD, 'int', FD_CLOEXEC) !== 0)
+  if (fcntl(fd, F_SETFD, FD_CLOEXEC) !== 0)
     return fail('fcntl_failed', `fcntl(${fd}, F_SETFD): ${errnoName(lastErrno())}`);
   return ok({});
 }

@@ -2,10 +2,9 @@
  * IPv4 socket addresses for the koffi socket calls (x86_64 `struct sockaddr_in`, 16 bytes):
  * family u16 in host order, port u16 and address in network order, 8 bytes of zero.
  */
-import { errnoName, lastErrno, libc } from './libc.js';
+import { AF_INET, errnoName, lastErrno, libcFunction } from './linux-abi.js';
 import { fail, ok, type Result } from './result.js';
 
-export const AF_INET = 2;
 export const SOCKADDR_IN_SIZE = 16;
 const LOOPBACK = [127, 0, 0, 1] as const;
 
@@ -17,11 +16,13 @@ export function loopbackSockaddr(port: number): Buffer {
   return address;
 }
 
-let getsockname: ((fd: number, address: Buffer, length: Buffer) => number) | undefined;
-
 /** The address `fd` is bound to, when it is an IPv4 socket. */
 export function boundInet4(fd: number): Result<{ address: string; port: number }, 'not_inet4'> {
-  getsockname ??= libc().func('int getsockname(int, void *, void *)');
+  const getsockname = libcFunction('int getsockname(int, void *, void *)') as (
+    fd: number,
+    address: Buffer,
+    length: Buffer,
+  ) => number;
   // Room for any family's answer: a longer one is reported as truncated, never written past.
   const address = Buffer.alloc(128);
   const length = Buffer.alloc(4);

@@ -12,7 +12,19 @@
  */
 import fs from 'node:fs';
 import koffi from 'koffi';
-import { errnoName, lastErrno, libc } from './libc.js';
+import {
+  EAGAIN,
+  errnoName,
+  lastErrno,
+  libcFunction,
+  MSG_CMSG_CLOEXEC,
+  MSG_CTRUNC,
+  MSG_DONTWAIT,
+  MSG_NOSIGNAL,
+  MSG_TRUNC,
+  SCM_RIGHTS,
+  SOL_SOCKET,
+} from './linux-abi.js';
 import { fail, ok, type Result } from './result.js';
 
 export const MAX_PAYLOAD = 32;
@@ -23,31 +35,12 @@ const CONTROL_OFFSET = 112;
 const CMSG_HEADER = 16;
 /** CMSG_SPACE(2 * sizeof(int)) */
 const CONTROL_SPACE = 24;
-const SOL_SOCKET = 1;
-const SCM_RIGHTS = 1;
-const MSG_TRUNC = 0x20;
-const MSG_DONTWAIT = 0x40;
-const MSG_CTRUNC = 0x08;
-const MSG_CMSG_CLOEXEC = 0x40000000;
-const MSG_NOSIGNAL = 0x4000;
-const EAGAIN = 11;
 
-interface MessageSys {
-  sendmsg(fd: number, message: unknown, flags: number): number;
-  recvmsg(fd: number, message: unknown, flags: number): number;
-}
-
-let sys: MessageSys | undefined;
-
-function bindings(): MessageSys {
-  if (sys) return sys;
-  const lib = libc();
-  sys = {
-    sendmsg: lib.func('long sendmsg(int, void *, int)') as MessageSys['sendmsg'],
-    recvmsg: lib.func('long recvmsg(int, void *, int)') as MessageSys['recvmsg'],
-  };
-  return sys;
-}
+type MessageCall = (fd: number, message: unknown, flags: number) => number;
+const sendmsg: MessageCall = (fd, message, flags) =>
+  (libcFunction('long sendmsg(int, void *, int)') as MessageCall)(fd, message, flags);
+const recvmsg: MessageCall = (fd, message, flags) =>
+  (libcFunction('long recvmsg(int, void *, int)') as MessageCall)(fd, message, flags);
 
 interface Message {
   memory: unknown;
@@ -81,7 +74,7 @@ export function sendFd(socketFd: number, fd: number, payload: Buffer): Result<{}
     m.bytes.writeInt32LE(SOL_SOCKET, CONTROL_OFFSET + 8);
     m.bytes.writeInt32LE(SCM_RIGHTS, CONTROL_OFFSET + 12);
     m.bytes.writeInt32LE(fd, CONTROL_OFFSET + CMSG_HEADER);
-    const sent = bindings().sendmsg(socketFd, m.memory, MSG_NOSIGNAL);
+    const sent = sendmsg(socketFd, m.memory, MSG_NOSIGNAL);
     if (sent < 0) return fail('send_failed', `sendmsg failed: ${errnoName(lastErrno())}`);
     if (sent !== payload.length) return fail('send_failed', `sendmsg sent ${sent} of ${payload.length} bytes`);
     return ok({});
@@ -114,7 +107,7 @@ function closeAll(fds: number[]): void {
 export function receiveFd(socketFd: number): Result<{ fd: number; payload: Buffer }, ReceiveFailure> {
   const m = message(MAX_PAYLOAD, CONTROL_SPACE);
   try {
-    const received = bindings().recvmsg(socketFd, m.memory, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    const received = recvmsg(socketFd, m.memory, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (received < 0) {
       const errno = lastErrno();
       return fail(

@@ -8,34 +8,37 @@
  * Addresses: an absolute path, or "@name" for an abstract socket (the form NOTIFY_SOCKET uses:
  * a leading NUL byte, then the name, with no terminating NUL counted in the length).
  */
-import { errnoName, lastErrno, libc } from './libc.js';
+import {
+  AF_UNIX,
+  close,
+  EAGAIN,
+  EMSGSIZE,
+  errnoName,
+  lastErrno,
+  libcFunction,
+  MSG_NOSIGNAL,
+  SOCK_CLOEXEC,
+  SOCK_DGRAM,
+  SOCK_NONBLOCK,
+  socket,
+} from './linux-abi.js';
 import { fail, ok, type Result } from './result.js';
 
-const AF_UNIX = 1;
-const SOCK_DGRAM = 2;
-const SOCK_NONBLOCK = 0o4000;
-const SOCK_CLOEXEC = 0o2000000;
-const MSG_NOSIGNAL = 0x4000;
 /** sizeof(struct sockaddr_un): sa_family_t, then sun_path[108]. */
 export const SOCKADDR_UN_SIZE = 110;
 
-interface DatagramSys {
-  socket(domain: number, type: number, protocol: number): number;
-  sendto(fd: number, data: Buffer, length: number, flags: number, address: Buffer, addressLength: number): number;
-  close(fd: number): number;
-}
+type SendTo = (
+  fd: number,
+  data: Buffer,
+  length: number,
+  flags: number,
+  address: Buffer,
+  addressLength: number,
+) => number;
 
-let sys: DatagramSys | undefined;
-
-function bindings(): DatagramSys {
-  if (sys) return sys;
-  const lib = libc();
-  sys = {
-    socket: lib.func('int socket(int, int, int)') as DatagramSys['socket'],
-    sendto: lib.func('long sendto(int, const void *, size_t, int, const void *, uint32_t)') as DatagramSys['sendto'],
-    close: lib.func('int close(int)') as DatagramSys['close'],
-  };
-  return sys;
+function sendto(fd: number, data: Buffer, flags: number, address: SocketAddress): number {
+  const call = libcFunction('long sendto(int, const void *, size_t, int, const void *, uint32_t)') as SendTo;
+  return call(fd, data, data.length, flags, address.bytes, address.length);
 }
 
 export interface SocketAddress {
@@ -63,7 +66,7 @@ export function unixAddress(address: string): Result<{ address: SocketAddress },
 
 /** A fresh close-on-exec, non-blocking AF_UNIX SOCK_DGRAM socket. */
 export function openDatagramSocket(): Result<{ fd: number }, 'socket_failed'> {
-  const fd = bindings().socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  const fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return fail('socket_failed', `socket(AF_UNIX, SOCK_DGRAM): ${errnoName(lastErrno())}`);
   return ok({ fd });
 }
@@ -72,16 +75,16 @@ export type SendFailure = 'would_block' | 'too_large' | 'send_failed';
 
 /** One datagram to `address`; never blocks (a full receiver is `would_block`). */
 export function sendDatagram(fd: number, address: SocketAddress, data: Buffer): Result<{}, SendFailure> {
-  const sent = bindings().sendto(fd, data, data.length, MSG_NOSIGNAL, address.bytes, address.length);
+  const sent = sendto(fd, data, MSG_NOSIGNAL, address);
   if (sent === data.length) return ok({});
   if (sent >= 0) return fail('send_failed', `sendto sent ${sent} of ${data.length} bytes`);
   const errno = lastErrno();
   const name = errnoName(errno);
-  if (errno === 11) return fail('would_block', 'the receiver is not keeping up (EAGAIN)');
-  if (errno === 90) return fail('too_large', `${data.length} bytes is more than one datagram takes (EMSGSIZE)`);
+  if (errno === EAGAIN) return fail('would_block', 'the receiver is not keeping up (EAGAIN)');
+  if (errno === EMSGSIZE) return fail('too_large', `${data.length} bytes is more than one datagram takes (EMSGSIZE)`);
   return fail('send_failed', `sendto: ${name}`);
 }
 
 export function closeDatagramSocket(fd: number): void {
-  bindings().close(fd);
+  close(fd);
 }

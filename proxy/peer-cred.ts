@@ -1,15 +1,12 @@
 /** The uid of the process on the other end of an accepted unix socket (SO_PEERCRED). */
 import type net from 'node:net';
-import { libc, lastErrno, errnoName } from '../core/libc.js';
+import { errnoName, getsockopt, lastErrno, SO_PEERCRED, SOL_SOCKET } from '../core/linux-abi.js';
 import { fail, ok, type Result } from '../core/result.js';
 
-const SOL_SOCKET = 1;
-const SO_PEERCRED = 17;
 /** struct ucred { pid_t pid; uid_t uid; gid_t gid; } */
 const UCRED_SIZE = 12;
 const UCRED_UID_OFFSET = 4;
 
-let getsockopt: ((fd: number, level: number, name: number, value: Buffer, length: Buffer) => number) | undefined;
 /** Reused by every call: the call is synchronous, and every accepted connection makes one. */
 const ucred = Buffer.alloc(UCRED_SIZE);
 const ucredLength = Buffer.alloc(4);
@@ -22,7 +19,6 @@ function socketFd(socket: net.Socket): number | null {
 export function peerUid(socket: net.Socket): Result<{ uid: number; pid: number }, 'peer_unknown'> {
   const fd = socketFd(socket);
   if (fd === null) return fail('peer_unknown', 'the accepted socket has no file descriptor');
-  getsockopt ??= libc().func('int getsockopt(int, int, int, void *, void *)');
   ucred.fill(0);
   ucredLength.writeUInt32LE(UCRED_SIZE);
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, ucred, ucredLength) !== 0) {

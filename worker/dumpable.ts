@@ -6,17 +6,10 @@
  * can neither write the worker's memory (and forge its exit report) nor take its protocol fd.
  * An exec makes a process dumpable again, so the worker does this itself, before any command.
  */
-import { errnoName, lastErrno, libc } from '../core/libc.js';
+import { errnoName, lastErrno, PR_GET_DUMPABLE, PR_SET_DUMPABLE, prctl } from '../core/linux-abi.js';
 import { fail, ok, type Result } from '../core/result.js';
 
-const PR_SET_DUMPABLE = 4;
-const PR_GET_DUMPABLE = 3;
-
 export function makeUndumpable(): Result<{}, 'prctl_failed'> {
-  const prctl = libc().func('int prctl(int, unsigned long, unsigned long, unsigned long, unsigned long)') as (
-    option: number,
-    ...args: number[]
-  ) => number;
   if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) !== 0)
     return fail('prctl_failed', `PR_SET_DUMPABLE: ${errnoName(lastErrno())}`);
   if (prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) !== 0) return fail('prctl_failed', 'the worker is still dumpable');

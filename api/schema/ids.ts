@@ -9,7 +9,9 @@
 
 /** Turn, workspace and lease ids. */
 export const ID_PATTERN = '^[A-Za-z0-9_-]{1,64}$';
-export const ID_DETAIL = 'expected 1-64 characters of [A-Za-z0-9_-]';
+/** What a valid id is, in words, for refusals that name the kind of id. */
+export const ID_SHAPE = '1-64 characters of [A-Za-z0-9_-]';
+export const ID_DETAIL = `expected ${ID_SHAPE}`;
 const ID_RULE = new RegExp(ID_PATTERN);
 
 /** Session ids. */

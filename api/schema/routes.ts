@@ -6,16 +6,11 @@
 import { Type, type TSchema } from '@sinclair/typebox';
 import type { ErrorCode } from './errors.js';
 import { EventsPage } from './events.js';
+import { ID_PATTERN, SESSION_ID_PATTERN } from './ids.js';
 import { AttachClientMessage, AttachServerMessage, EventStreamMessage } from './messages.js';
 import { ActivityView, Health, Ready, SystemStatus } from './status.js';
 import { HostWriteAnswer, SessionDeletion, TurnAnswer, TurnCreateRequest, TurnList } from './turns.js';
-import {
-  WORKSPACE_ID_PATTERN,
-  WorkspaceAnswer,
-  WorkspaceCreateRequest,
-  WorkspaceDeletion,
-  WorkspaceList,
-} from './workspaces.js';
+import { WorkspaceAnswer, WorkspaceCreateRequest, WorkspaceDeletion, WorkspaceList } from './workspaces.js';
 import { WorkerHostStatus } from './worker-host.js';
 
 export type HttpMethod = 'get' | 'post' | 'put' | 'delete' | 'patch';
@@ -39,6 +34,8 @@ export interface ApiRoute {
   method: HttpMethod;
   /** Express syntax: `:id` is a path parameter. */
   path: string;
+  /** The pattern of the `:id` path parameter: a turn or workspace id unless said otherwise. */
+  idPattern?: string;
   operationId: string;
   summary: string;
   /** public: no token; token: the bearer token (or a status-page session for GET). */
@@ -60,9 +57,10 @@ export const COMMON_ERRORS: ErrorCode[] = ['invalid_request', 'method_not_allowe
 // is routed, so a GET with an oversized body is refused with 413 like any other.
 export const AUTHENTICATED_ERRORS: ErrorCode[] = ['unauthenticated', 'body_too_large'];
 
-const TurnId = Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$' });
+const TurnId = Type.String({ pattern: ID_PATTERN });
+const SessionId = Type.String({ pattern: SESSION_ID_PATTERN });
 const eventFilters = {
-  session: { schema: Type.String({ minLength: 1, maxLength: 256 }), description: 'Only events of this session.' },
+  session: { schema: SessionId, description: 'Only events of this session.' },
   turn: { schema: Type.String({ minLength: 1, maxLength: 256 }), description: 'Only events of this turn.' },
   kind: { schema: Type.String({ minLength: 1, maxLength: 256 }), description: 'Only events of this kind.' },
   after: {
@@ -183,9 +181,9 @@ export const ROUTES: ApiRoute[] = [
     summary: 'A page of turns, newest first, optionally of one session, workspace or state.',
     auth: 'token',
     query: {
-      session: { schema: Type.String({ minLength: 1, maxLength: 128 }), description: 'Only this session.' },
+      session: { schema: SessionId, description: 'Only this session.' },
       workspace: {
-        schema: Type.String({ pattern: WORKSPACE_ID_PATTERN }),
+        schema: Type.String({ pattern: ID_PATTERN }),
         description: 'Only turns in this workspace.',
       },
       state: {
@@ -277,6 +275,7 @@ export const ROUTES: ApiRoute[] = [
   {
     method: 'delete',
     path: '/api/sessions/:id',
+    idPattern: SESSION_ID_PATTERN,
     operationId: 'deleteSession',
     summary:
       "Deletes a session's workspaces, then its events and turn records; an unbound session_deleted receipt remains.",
@@ -309,7 +308,7 @@ export const ROUTES: ApiRoute[] = [
     operationId: 'listWorkspaces',
     summary: 'Every workspace, optionally those bound to one session.',
     auth: 'token',
-    query: { session: { schema: Type.String({ minLength: 1, maxLength: 128 }), description: 'Only this session.' } },
+    query: { session: { schema: SessionId, description: 'Only this session.' } },
     responses: { 200: { description: 'The workspaces.', schema: WorkspaceList } },
     errors: [],
     optional: 'workspaces',

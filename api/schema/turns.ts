@@ -9,7 +9,7 @@
  * property the node does not define.
  */
 import { Type, type Static } from '@sinclair/typebox';
-import { ID_DETAIL, ID_PATTERN, SESSION_ID_DETAIL, SESSION_ID_PATTERN } from './ids.js';
+import { ID_DETAIL, ID_PATTERN, ID_SHAPE, SESSION_ID_DETAIL, SESSION_ID_PATTERN } from './ids.js';
 import { WorkerMode } from './worker-host.js';
 
 export { SESSION_ID_PATTERN } from './ids.js';
@@ -49,8 +49,8 @@ export const TurnCreateRequest = Type.Object(
     ),
     workspace: Type.Optional(
       Type.String({
-        pattern: '^[A-Za-z0-9_-]{1,64}$',
-        'x-detail': 'expected a workspace id (1-64 characters of [A-Za-z0-9_-])',
+        pattern: ID_PATTERN,
+        'x-detail': `expected a workspace id (${ID_SHAPE})`,
         description: 'Run in this workspace, as its uid (docs/workspaces.md).',
       }),
     ),

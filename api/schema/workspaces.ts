@@ -1,22 +1,20 @@
 /** Workspaces: a directory that outlives turns, and the worker uid leased to it (docs/workspaces.md). */
 import { Type, type Static } from '@sinclair/typebox';
-import { SESSION_ID_PATTERN } from './turns.js';
-
-export const WORKSPACE_ID_PATTERN = '^[A-Za-z0-9_-]{1,64}$';
+import { ID_DETAIL, ID_PATTERN, SESSION_ID_DETAIL, SESSION_ID_PATTERN } from './ids.js';
 
 export const WorkspaceCreateRequest = Type.Object(
   {
     sessionId: Type.Optional(
       Type.String({
         pattern: SESSION_ID_PATTERN,
-        'x-detail': 'expected 1-128 characters of [A-Za-z0-9_.:-]',
+        'x-detail': SESSION_ID_DETAIL,
         description: 'Binds the workspace to this session: deleting the session deletes it.',
       }),
     ),
     id: Type.Optional(
       Type.String({
-        pattern: WORKSPACE_ID_PATTERN,
-        'x-detail': 'expected 1-64 characters of [A-Za-z0-9_-]',
+        pattern: ID_PATTERN,
+        'x-detail': ID_DETAIL,
         description: 'Generated when absent.',
       }),
     ),

@@ -13,7 +13,7 @@ import type net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { MessageChannel, Worker } from 'node:worker_threads';
-import { errnoName } from '../../core/libc.js';
+import { errnoName } from '../../core/linux-abi.js';
 import { fail, ok, type Result } from '../../core/result.js';
 import type { ByteBudget } from './byte-budget.js';
 import { PIPE_CAPACITY, type RelayCommand, type TunnelReport } from './splice-loop.js';

@@ -19,8 +19,6 @@
  * Length 0 leaves the side unread by the loop (its owner may go on reading it). A tunnel whose
  * directions are exact ends 'ok' when both have delivered everything.
  */
-import { errnoName } from '../../core/libc.js';
-import { ByteBudget } from './byte-budget.js';
 import {
   EAGAIN,
   EINTR,
@@ -35,9 +33,10 @@ import {
   SHUT_WR,
   SPLICE_F_MOVE,
   SPLICE_F_NONBLOCK,
-  spliceSys,
-  type SpliceSys,
-} from './splice-sys.js';
+  errnoName,
+} from '../../core/linux-abi.js';
+import { ByteBudget } from './byte-budget.js';
+import { spliceSys, type SpliceSys } from './splice-sys.js';
 
 /** A new pipe's capacity: the most initial bytes a side may be given. */
 export const PIPE_CAPACITY = 65536;

@@ -4,18 +4,14 @@
  * directory's entries as raw name bytes.
  */
 import {
-  close,
-  getdents64,
-  openat,
-  openat2,
   O_CLOEXEC,
   O_DIRECTORY,
   O_NOFOLLOW,
   O_RDONLY,
   RESOLVE_BENEATH,
   RESOLVE_NO_SYMLINKS,
-  type SysResult,
-} from './sys.js';
+} from '../../core/linux-abi.js';
+import { close, getdents64, openat, openat2, type SysResult } from './sys.js';
 
 const DIR_OPEN_FLAGS = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
 const DOT = Buffer.from('.\0');

@@ -9,6 +9,19 @@ import { fail, ok, type Fail, type Result } from '../../core/result.js';
 import { closeQuietly, openDirBeneath } from './dirs.js';
 import {
   AT_FDCWD,
+  O_CLOEXEC,
+  O_CREAT,
+  O_DIRECTORY,
+  O_EXCL,
+  O_NOFOLLOW,
+  O_NONBLOCK,
+  O_RDONLY,
+  O_WRONLY,
+  RENAME_NOREPLACE,
+  RESOLVE_BENEATH,
+  RESOLVE_NO_SYMLINKS,
+} from '../../core/linux-abi.js';
+import {
   cName,
   fchmod,
   fileType,
@@ -23,17 +36,6 @@ import {
   renameat2,
   sameIdentity,
   unlinkat,
-  O_CLOEXEC,
-  O_CREAT,
-  O_DIRECTORY,
-  O_EXCL,
-  O_NOFOLLOW,
-  O_NONBLOCK,
-  O_RDONLY,
-  O_WRONLY,
-  RENAME_NOREPLACE,
-  RESOLVE_BENEATH,
-  RESOLVE_NO_SYMLINKS,
   type FileStat,
   type SysFail,
 } from './sys.js';

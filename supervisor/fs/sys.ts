@@ -5,33 +5,23 @@
  * with getdents64 can be handed back to the kernel byte for byte, whatever its encoding.
  * Synchronous on purpose: koffi's async calls are ~30x slower (build-machine facts).
  */
-import { errnoName, lastErrno, libc } from '../../core/libc.js';
+import {
+  AT_SYMLINK_NOFOLLOW,
+  close as closeFd,
+  errnoName,
+  lastErrno,
+  libcFunction,
+  S_IFBLK,
+  S_IFCHR,
+  S_IFDIR,
+  S_IFIFO,
+  S_IFLNK,
+  S_IFMT,
+  S_IFREG,
+  S_IFSOCK,
+  SYS_OPENAT2,
+} from '../../core/linux-abi.js';
 
-export const AT_FDCWD = -100;
-export const O_RDONLY = 0;
-export const O_WRONLY = 0o1;
-export const O_CREAT = 0o100;
-export const O_EXCL = 0o200;
-export const O_NONBLOCK = 0o4000;
-export const O_DIRECTORY = 0o200000;
-export const O_NOFOLLOW = 0o400000;
-export const O_CLOEXEC = 0o2000000;
-export const AT_SYMLINK_NOFOLLOW = 0x100;
-export const AT_REMOVEDIR = 0x200;
-export const RENAME_NOREPLACE = 1;
-export const RESOLVE_NO_SYMLINKS = 0x04;
-export const RESOLVE_BENEATH = 0x08;
-
-export const S_IFMT = 0o170000;
-export const S_IFREG = 0o100000;
-export const S_IFDIR = 0o040000;
-export const S_IFLNK = 0o120000;
-export const S_IFIFO = 0o010000;
-export const S_IFSOCK = 0o140000;
-export const S_IFCHR = 0o020000;
-export const S_IFBLK = 0o060000;
-
-const SYS_OPENAT2 = 437;
 const OPEN_HOW_SIZE = 24;
 const STAT_SIZE = 144;
 
@@ -64,7 +54,6 @@ interface Bindings {
   fsync: Fn;
   fchmod: Fn;
   fchown: Fn;
-  close: Fn;
   pwrite: Fn;
   pread: Fn;
   getdents64: Fn;
@@ -74,22 +63,21 @@ let bound: Bindings | undefined;
 
 function bindings(): Bindings {
   if (bound) return bound;
-  const lib = libc();
   bound = {
-    openat: lib.func('int openat(int, const uint8_t *, int, uint32_t)'),
-    openat2: lib.func('syscall', 'long', ['long', 'int', 'const uint8_t *', 'const void *', 'size_t']),
-    mkdirat: lib.func('int mkdirat(int, const uint8_t *, uint32_t)'),
-    renameat2: lib.func('int renameat2(int, const uint8_t *, int, const uint8_t *, uint32_t)'),
-    unlinkat: lib.func('int unlinkat(int, const uint8_t *, int)'),
-    fstat: lib.func('int fstat(int, _Out_ void *)'),
-    fstatat: lib.func('int fstatat(int, const uint8_t *, _Out_ void *, int)'),
-    fsync: lib.func('int fsync(int)'),
-    fchmod: lib.func('int fchmod(int, uint32_t)'),
-    fchown: lib.func('int fchown(int, uint32_t, uint32_t)'),
-    close: lib.func('int close(int)'),
-    pwrite: lib.func('intptr_t pwrite(int, const void *, size_t, int64_t)'),
-    pread: lib.func('intptr_t pread(int, _Out_ void *, size_t, int64_t)'),
-    getdents64: lib.func('intptr_t getdents64(int, _Out_ void *, size_t)'),
+    openat: libcFunction('int openat(int, const uint8_t *, int, uint32_t)') as Fn,
+    // syscall(2) with openat2's argument types fixed: a variadic call costs a type per argument.
+    openat2: libcFunction('long syscall(long, int, const uint8_t *, const void *, size_t)') as Fn,
+    mkdirat: libcFunction('int mkdirat(int, const uint8_t *, uint32_t)') as Fn,
+    renameat2: libcFunction('int renameat2(int, const uint8_t *, int, const uint8_t *, uint32_t)') as Fn,
+    unlinkat: libcFunction('int unlinkat(int, const uint8_t *, int)') as Fn,
+    fstat: libcFunction('int fstat(int, _Out_ void *)') as Fn,
+    fstatat: libcFunction('int fstatat(int, const uint8_t *, _Out_ void *, int)') as Fn,
+    fsync: libcFunction('int fsync(int)') as Fn,
+    fchmod: libcFunction('int fchmod(int, uint32_t)') as Fn,
+    fchown: libcFunction('int fchown(int, uint32_t, uint32_t)') as Fn,
+    pwrite: libcFunction('intptr_t pwrite(int, const void *, size_t, int64_t)') as Fn,
+    pread: libcFunction('intptr_t pread(int, _Out_ void *, size_t, int64_t)') as Fn,
+    getdents64: libcFunction('intptr_t getdents64(int, _Out_ void *, size_t)') as Fn,
   };
   return bound;
 }
@@ -193,7 +181,7 @@ export function fchown(fd: number, uid: number, gid: number): SysResult {
 }
 
 export function close(fd: number): SysResult {
-  return checked('close', bindings().close(fd), noValue);
+  return checked('close', closeFd(fd), noValue);
 }
 
 export function pwrite(fd: number, data: Buffer, offset: number): SysResult<{ bytes: number }> {

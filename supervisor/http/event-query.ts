@@ -2,10 +2,21 @@
  * Query parameters of `GET /api/governance/events` and of its WebSocket stream, refused as
  * every route's are (query-params.ts).
  */
+import { isValidSessionId, SESSION_ID_DETAIL } from '../../api/schema/ids.js';
 import type { EventQuery } from '../events/types.js';
 import { QueryCheck, type QueryFailure } from './query-params.js';
 
 const FILTERS = ['session', 'turn', 'kind'] as const;
+
+const isPrintable256 = (value: string): boolean =>
+  value.length >= 1 && value.length <= 256 && !/[\x00-\x1f\x7f]/.test(value);
+
+/** A session filter follows the session-id rule, as the turn and workspace listings' do. */
+const FILTER_RULES: Record<(typeof FILTERS)[number], { valid(value: string): boolean; detail: string }> = {
+  session: { valid: isValidSessionId, detail: SESSION_ID_DETAIL },
+  turn: { valid: isPrintable256, detail: 'expected 1-256 printable characters' },
+  kind: { valid: isPrintable256, detail: 'expected 1-256 printable characters' },
+};
 export const MAX_EVENT_PAGE = 1000;
 
 /** `params` is a URLSearchParams so the HTTP route and the WebSocket upgrade parse alike. */
@@ -18,8 +29,7 @@ export function parseEventQuery(
   for (const name of FILTERS) {
     const value = check.get(name);
     if (value === null) continue;
-    if (value.length === 0 || value.length > 256 || /[\x00-\x1f\x7f]/.test(value))
-      check.refuse(name, 'expected 1-256 printable characters');
+    if (!FILTER_RULES[name].valid(value)) check.refuse(name, FILTER_RULES[name].detail);
     else query[name] = value;
   }
   const after = check.get('after');

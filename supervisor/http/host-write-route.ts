@@ -11,6 +11,7 @@
  * `alias_denied`, `not_a_directory`; 413 `body_too_large`; 415 a content encoding; 500 I/O error.
  */
 import type { Request, Response, Router } from 'express';
+import { isValidId } from '../../api/schema/ids.js';
 import type { Logger } from '../../core/log.js';
 import { fail, ok, type Result } from '../../core/result.js';
 import type { EventSink } from '../../core/events.js';
@@ -21,7 +22,6 @@ import { sendError, type ErrorCode } from './errors.js';
 import { QueryCheck, requestQuery, sendQueryRefusal, type QueryFailure } from './query-params.js';
 import { route } from './routing.js';
 import { requestLogger } from './request-id.js';
-import { TURN_ID_PARAM } from './turn-routes.js';
 
 export interface HostWriteRouteDeps {
   turns: Pick<TurnManager, 'roots'>;
@@ -137,7 +137,7 @@ export function registerHostWriteRoute(router: Router, deps: HostWriteRouteDeps)
   route(router, '/api/turns/:id/files', {
     put: async (req, res) => {
       const id = String(req.params['id']);
-      if (!TURN_ID_PARAM.test(id)) return sendError(res, 404, 'not_found', 'no turn (malformed id)');
+      if (!isValidId(id)) return sendError(res, 404, 'not_found', 'no turn (malformed id)');
       const turn = lookup(res, id);
       if (!turn) return;
       const query = requestQuery(req);

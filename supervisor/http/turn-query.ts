@@ -2,23 +2,22 @@
  * Query parameters of `GET /api/turns`: `session`, `workspace`, `state`, `after` (a previous page's
  * `nextAfter`), `limit`, refused as every route's are (query-params.ts).
  */
+import { isValidId, isValidSessionId, SESSION_ID_DETAIL } from '../../api/schema/ids.js';
 import { MAX_TURN_PAGE, TURN_CURSOR_PATTERN, TURN_STATES } from '../turns/store.js';
 import type { TurnPageQuery, TurnRecord } from '../turns/types.js';
 import { QueryCheck, type QueryFailure } from './query-params.js';
-import { WORKSPACE_ID_PATTERN } from '../workspaces/service.js';
 
 export function parseTurnQuery(params: URLSearchParams): { ok: true; query: TurnPageQuery } | QueryFailure {
   const check = new QueryCheck(params, ['session', 'workspace', 'state', 'after', 'limit']);
   const query: TurnPageQuery = {};
   const session = check.get('session');
   if (session !== null) {
-    if (session.length === 0 || session.length > 128 || /[\x00-\x1f\x7f]/.test(session))
-      check.refuse('session', 'expected 1-128 printable characters');
+    if (!isValidSessionId(session)) check.refuse('session', SESSION_ID_DETAIL);
     else query.sessionId = session;
   }
   const workspace = check.get('workspace');
   if (workspace !== null) {
-    if (!WORKSPACE_ID_PATTERN.test(workspace)) check.refuse('workspace', 'expected 1-64 of A-Z a-z 0-9 _ -');
+    if (!isValidId(workspace)) check.refuse('workspace', 'expected 1-64 of A-Z a-z 0-9 _ -');
     else query.workspaceId = workspace;
   }
   const state = check.get('state');

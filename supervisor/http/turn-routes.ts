@@ -4,13 +4,12 @@
  * 503 worker_host_unsupported with the requirement.
  */
 import express, { type Router } from 'express';
+import { isValidId } from '../../api/schema/ids.js';
 import type { TurnManager } from '../turns/types.js';
 import { refuseBody, route } from './routing.js';
 import { MAX_BODY_BYTES, sendError } from './errors.js';
 import { parseTurnQuery } from './turn-query.js';
 import { requestQuery, sendQueryRefusal } from './query-params.js';
-
-export const TURN_ID_PARAM = /^[A-Za-z0-9_-]{1,64}$/;
 
 export function registerTurnRoutes(router: Router, turns: TurnManager): void {
   const json = express.json({ limit: MAX_BODY_BYTES, strict: true });
@@ -55,9 +54,9 @@ export function registerTurnRoutes(router: Router, turns: TurnManager): void {
   route(router, '/api/turns/:id', {
     get: (req, res) => {
       const id = String(req.params['id']);
-      const turn = TURN_ID_PARAM.test(id) ? turns.get(id) : undefined;
+      const turn = isValidId(id) ? turns.get(id) : undefined;
       if (turn === undefined)
-        return sendError(res, 404, 'not_found', `no turn ${TURN_ID_PARAM.test(id) ? id : '(malformed id)'}`);
+        return sendError(res, 404, 'not_found', `no turn ${isValidId(id) ? id : '(malformed id)'}`);
       res.json({ turn });
     },
   });
@@ -67,7 +66,7 @@ export function registerTurnRoutes(router: Router, turns: TurnManager): void {
       refuseBody,
       (req, res) => {
         const id = String(req.params['id']);
-        if (!TURN_ID_PARAM.test(id)) return sendError(res, 404, 'not_found', 'no turn (malformed id)');
+        if (!isValidId(id)) return sendError(res, 404, 'not_found', 'no turn (malformed id)');
         const cancelled = turns.cancel(id);
         if (cancelled.ok) return void res.json({ turn: cancelled.turn });
         if (cancelled.reason === 'not_found') return sendError(res, 404, 'not_found', cancelled.detail);

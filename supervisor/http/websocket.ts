@@ -20,7 +20,7 @@ import { MAX_BODY_BYTES, type ErrorCode } from './errors.js';
 import { eventMatches, MAX_EVENT_PAGE, parseEventQuery } from './event-query.js';
 import { QueryCheck, queryRefusalBody } from './query-params.js';
 import { REQUEST_ID_HEADER, resolveRequestId } from './request-id.js';
-import { TURN_ID_PARAM } from './turn-routes.js';
+import { isValidId } from '../../api/schema/ids.js';
 import { ATTACH_CLIENT_MESSAGES, type AttachClientMessage } from '../../api/schema/messages.js';
 import { compileValidator, createAjv, fieldRefusal, type SchemaValidator } from '../../api/schema/validate.js';
 import type { FieldError } from '../../api/schema/errors.js';
@@ -283,7 +283,7 @@ export function createUpgradeHandler(deps: UpgradeDeps): UpgradeHandler {
     if (attach !== null && deps.turns !== undefined) {
       const turns = deps.turns;
       const id = attach[1] ?? '';
-      if (!TURN_ID_PARAM.test(id) || turns.get(id) === undefined)
+      if (!isValidId(id) || turns.get(id) === undefined)
         return rejectUpgrade(socket, request, 404, 'not_found', 'no such turn');
       const refused = new QueryCheck(url.searchParams, []).failure();
       if (refused !== null)

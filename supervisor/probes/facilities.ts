@@ -5,7 +5,14 @@
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { errnoName, lastErrno, libc } from '../../core/libc.js';
+import {
+  EOPNOTSUPP,
+  ENOSYS,
+  errnoName,
+  lastErrno,
+  syscall,
+  SYS_LANDLOCK_CREATE_RULESET,
+} from '../../core/linux-abi.js';
 import type { BoundaryFacilities } from './types.js';
 
 /** The filter compiled by worker/seccomp answers with these actions. */
@@ -48,26 +55,20 @@ export function probeNetworkNamespaces(supervisorIsRoot: boolean): Promise<Bound
   });
 }
 
-const SYS_LANDLOCK_CREATE_RULESET = 444;
 const LANDLOCK_CREATE_RULESET_VERSION = 1;
-
-let syscall: ((...args: unknown[]) => number) | undefined;
 
 /** `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)` answers the ABI. */
 export function probeLandlock(): BoundaryFacilities['landlock'] {
-  syscall ??= libc().func('long syscall(long, ...)') as (...args: unknown[]) => number;
-  const abi = syscall(
-    SYS_LANDLOCK_CREATE_RULESET,
-    'void *',
-    null,
-    'size_t',
-    0,
-    'uint32_t',
-    LANDLOCK_CREATE_RULESET_VERSION,
+  const abi = Number(
+    syscall(SYS_LANDLOCK_CREATE_RULESET, 'void *', null, 'size_t', 0, 'uint32_t', LANDLOCK_CREATE_RULESET_VERSION),
   );
   if (abi >= 1) return { available: true, detail: `Landlock ABI ${abi}`, abi };
   const errno = lastErrno();
   const why =
-    errno === 38 ? 'kernel without Landlock' : errno === 95 ? 'Landlock disabled at boot (lsm=)' : errnoName(errno);
+    errno === ENOSYS
+      ? 'kernel without Landlock'
+      : errno === EOPNOTSUPP
+        ? 'Landlock disabled at boot (lsm=)'
+        : errnoName(errno);
   return { available: false, detail: `Landlock unavailable: ${why}`, abi: null };
 }

@@ -20,45 +20,35 @@
  * does can precede it.
  */
 import fs from 'node:fs';
-import { AF_INET, boundInet4 } from '../../core/inet4.js';
-import { errnoName, lastErrno, libc } from '../../core/libc.js';
+import { boundInet4 } from '../../core/inet4.js';
+import {
+  AF_INET,
+  AF_UNIX,
+  close,
+  errnoName,
+  getsockopt,
+  IPPROTO_TCP,
+  lastErrno,
+  libcFunction,
+  SO_ACCEPTCONN,
+  SO_DOMAIN,
+  SO_NETNS_COOKIE,
+  SO_PROTOCOL,
+  SO_TYPE,
+  SOCK_CLOEXEC,
+  SOCK_DGRAM,
+  SOCK_SEQPACKET,
+  SOCK_STREAM,
+  socket,
+  SOL_SOCKET,
+} from '../../core/linux-abi.js';
 import { fail, ok, type Result } from '../../core/result.js';
 import { receiveFd } from '../../core/scm-rights.js';
 import { LISTENER_HANDOVER_PAYLOAD } from '../../worker/protocol.js';
 
-const AF_UNIX = 1;
-const SOCK_STREAM = 1;
-const SOCK_DGRAM = 2;
-const SOCK_SEQPACKET = 5;
-const SOCK_CLOEXEC = 0o2000000;
-const SOL_SOCKET = 1;
-const SO_TYPE = 3;
-const SO_ACCEPTCONN = 30;
-const SO_PROTOCOL = 38;
-const SO_DOMAIN = 39;
-const SO_NETNS_COOKIE = 71;
-const IPPROTO_TCP = 6;
-
-interface ChannelSys {
-  socket(domain: number, type: number, protocol: number): number;
-  socketpair(domain: number, type: number, protocol: number, fds: Int32Array): number;
-  getsockopt(fd: number, level: number, name: number, value: Buffer, length: Buffer): number;
-  close(fd: number): number;
-}
-
-let sys: ChannelSys | undefined;
-
-function bindings(): ChannelSys {
-  if (sys) return sys;
-  const lib = libc();
-  sys = {
-    socket: lib.func('int socket(int, int, int)'),
-    socketpair: lib.func('int socketpair(int, int, int, _Out_ int *sv)'),
-    getsockopt: lib.func('int getsockopt(int, int, int, void *, void *)'),
-    close: lib.func('int close(int)'),
-  };
-  return sys;
-}
+type SocketPair = (domain: number, type: number, protocol: number, fds: Int32Array) => number;
+const socketpair: SocketPair = (domain, type, protocol, fds) =>
+  (libcFunction('int socketpair(int, int, int, _Out_ int *sv)') as SocketPair)(domain, type, protocol, fds);
 
 export interface ListenerChannel {
   /** Kept by the supervisor (close-on-exec). */
@@ -69,14 +59,14 @@ export interface ListenerChannel {
 
 export function openListenerChannel(): Result<ListenerChannel, 'channel_failed'> {
   const fds = new Int32Array(2);
-  if (bindings().socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) !== 0) {
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) !== 0) {
     return fail('channel_failed', `socketpair(AF_UNIX, SOCK_SEQPACKET) failed: ${errnoName(lastErrno())}`);
   }
   return ok({ supervisorFd: fds[0]!, workerFd: fds[1]! });
 }
 
 export function closeChannelEnd(fd: number): void {
-  bindings().close(fd);
+  close(fd);
 }
 
 type Refused = Result<never, 'listener_refused'>;
@@ -89,7 +79,7 @@ function socketOption(fd: number, name: number, size: 4 | 8): bigint | null {
   const value = Buffer.alloc(size);
   const length = Buffer.alloc(4);
   length.writeUInt32LE(size);
-  if (bindings().getsockopt(fd, SOL_SOCKET, name, value, length) !== 0 || length.readUInt32LE() !== size) return null;
+  if (getsockopt(fd, SOL_SOCKET, name, value, length) !== 0 || length.readUInt32LE() !== size) return null;
   return size === 4 ? BigInt(value.readInt32LE()) : value.readBigUInt64LE();
 }
 
@@ -114,10 +104,10 @@ let ownNamespaceCookie: bigint | null = null;
 /** The cookie of this process's network namespace (it never changes namespace). */
 function ownNamespace(): Result<{ cookie: bigint }, 'listener_refused'> {
   if (ownNamespaceCookie !== null) return ok({ cookie: ownNamespaceCookie });
-  const probe = bindings().socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  const probe = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (probe < 0) return refused(`no socket to read our own namespace: ${errnoName(lastErrno())}`);
   const cookie = socketOption(probe, SO_NETNS_COOKIE, 8);
-  bindings().close(probe);
+  close(probe);
   if (cookie === null) return refused('SO_NETNS_COOKIE is unavailable (Linux >= 5.14 required)');
   ownNamespaceCookie = cookie;
   return ok({ cookie });
@@ -151,7 +141,7 @@ export function receiveWorkerListener(supervisorFd: number): Result<{ fd: number
     ? checkListener(fd)
     : refused('the message is not a listener hand-over');
   if (!checked.ok) {
-    bindings().close(fd);
+    close(fd);
     return checked;
   }
   return ok({ fd, port: checked.port });
@@ -177,7 +167,7 @@ export function receiveLaunchReport(supervisorFd: number): Result<LaunchReport, 
   const { fd, payload } = received;
   const match = LAUNCH_REPORT.exec(payload.toString('latin1'));
   const refuse = (detail: string): Result<never, 'launch_report_refused'> => {
-    bindings().close(fd);
+    close(fd);
     return fail('launch_report_refused', `the helper's launch report: ${detail}`);
   };
   if (match === null) return refuse('the message is not a launch report');

@@ -8,19 +8,14 @@
 import path from 'node:path';
 import type { Fail } from '../../core/result.js';
 import { compileValidator, createAjv, fieldRefusal } from '../../api/schema/validate.js';
-import {
-  MAX_REQUEST_STDIN_BYTES,
-  SESSION_ID_PATTERN as SESSION_ID_SOURCE,
-  TurnCreateRequest,
-  type FieldError,
-} from '../../api/schema/index.js';
+import { SESSION_ID_PATTERN as SESSION_ID_SOURCE } from '../../api/schema/ids.js';
+import { MAX_REQUEST_STDIN_BYTES, TurnCreateRequest, type FieldError } from '../../api/schema/index.js';
 import type { TurnhostConfig } from '../config/types.js';
 import { PREPARED_WORKER_PREFIX } from './prepared-workers.js';
 import type { TurnRequest } from './types.js';
 
 export type RequestFailure = Fail<'invalid_request'> & { field: string; errors: FieldError[] };
 
-export const TURN_ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
 export const SESSION_ID_PATTERN = new RegExp(SESSION_ID_SOURCE);
 export { MAX_REQUEST_STDIN_BYTES };
 const MAX_ARG_BYTES = 128 * 1024;

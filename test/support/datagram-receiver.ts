@@ -3,7 +3,7 @@
  * socket and journald's native socket (neither runs on the build machines). Reads never block;
  * `next()` polls until a datagram is there.
  */
-import { errnoName, lastErrno, libc } from '../../core/libc.js';
+import { close, errnoName, lastErrno, libcFunction } from '../../core/linux-abi.js';
 import { openDatagramSocket, unixAddress } from '../../core/unix-datagram.js';
 import { until } from './until.js';
 
@@ -13,16 +13,12 @@ interface ReceiverSys {
   close(fd: number): number;
 }
 
-let sys: ReceiverSys | undefined;
 function bindings(): ReceiverSys {
-  if (sys) return sys;
-  const lib = libc();
-  sys = {
-    bind: lib.func('int bind(int, const void *, uint32_t)') as ReceiverSys['bind'],
-    recv: lib.func('long recv(int, void *, size_t, int)') as ReceiverSys['recv'],
-    close: lib.func('int close(int)') as ReceiverSys['close'],
+  return {
+    bind: libcFunction('int bind(int, const void *, uint32_t)') as ReceiverSys['bind'],
+    recv: libcFunction('long recv(int, void *, size_t, int)') as ReceiverSys['recv'],
+    close,
   };
-  return sys;
 }
 
 export interface DatagramReceiver {

@@ -6,33 +6,30 @@
  */
 import fs from 'node:fs';
 import koffi from 'koffi';
-import { errnoName, lastErrno, libc } from '../../core/libc.js';
+import {
+  errnoName,
+  lastErrno,
+  prctl,
+  PR_SET_NO_NEW_PRIVS,
+  SECCOMP_FILTER_FLAG_TSYNC,
+  SECCOMP_SET_MODE_FILTER,
+  syscall,
+  SYS_SECCOMP,
+} from '../../core/linux-abi.js';
 import { fail, ok, type Result } from '../../core/result.js';
 import { SOCK_FILTER_SIZE } from './bpf.js';
 
-const PR_SET_NO_NEW_PRIVS = 38;
-const SYS_SECCOMP = 317;
-const SECCOMP_SET_MODE_FILTER = 1;
-const SECCOMP_FILTER_FLAG_TSYNC = 1;
 const SECCOMP_MODE_FILTER = '2';
 
 export type InstallFailure = 'invalid_program' | 'no_new_privs_failed' | 'seccomp_failed' | 'verify_failed';
 
-let native:
-  | {
-      prctl: (option: number, a: number, b: number, c: number, d: number) => number;
-      syscall: (...args: unknown[]) => number | bigint;
-    }
-  | undefined;
+let sockFprogDeclared = false;
 
-function bindings(): NonNullable<typeof native> {
-  if (native) return native;
+/** `struct sock_fprog`, declared to koffi once: a second declaration of the name would throw. */
+function declareSockFprog(): void {
+  if (sockFprogDeclared) return;
   koffi.struct('turnhost_sock_fprog', { len: 'uint16_t', filter: 'void *' });
-  native = {
-    prctl: libc().func('int prctl(int, unsigned long, unsigned long, unsigned long, unsigned long)'),
-    syscall: libc().func('long syscall(long, ...)'),
-  };
-  return native;
+  sockFprogDeclared = true;
 }
 
 export function installSeccompFilter(
@@ -42,7 +39,7 @@ export function installSeccompFilter(
   if (!Number.isInteger(count) || count < 1 || count > 0xffff) {
     return fail('invalid_program', `program of ${program.length} bytes is not 1..65535 sock_filter entries`);
   }
-  const { prctl, syscall } = bindings();
+  declareSockFprog();
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) !== 0) {
     return fail('no_new_privs_failed', `prctl(PR_SET_NO_NEW_PRIVS): ${errnoName(lastErrno())}`);
   }

@@ -12,6 +12,7 @@
  * clone flags go through lower_32_bits()): the kernel ignores the high word, so a filter that
  * compared all 64 bits could be bypassed by setting high bits (0x1_0000_5412 is TIOCSTI).
  */
+import { AF_PACKET, AF_VSOCK, ENOSYS, EPERM } from '../../core/linux-abi.js';
 import { fail, ok, type Result } from '../../core/result.js';
 import { assemble, jeq, jset, label, load, NEXT, ret, serialise, type Instruction } from './bpf.js';
 import { SYSCALLS_X86_64, type SyscallName } from './syscalls-x86_64.js';
@@ -22,9 +23,6 @@ export const X32_SYSCALL_BIT = 0x40000000;
 export const SECCOMP_RET_KILL_PROCESS = 0x80000000;
 export const SECCOMP_RET_ERRNO = 0x00050000;
 export const SECCOMP_RET_ALLOW = 0x7fff0000;
-
-const EPERM = 1;
-const ENOSYS = 38;
 
 const SECCOMP_DATA_NR = 0;
 const SECCOMP_DATA_ARCH = 4;
@@ -66,8 +64,6 @@ export const TIOCSTI = 0x5412;
 export const TIOCLINUX = 0x541c;
 const PER_LINUX = 0x0000;
 const PERSONALITY_QUERY = 0xffffffff;
-const AF_PACKET = 17;
-const AF_VSOCK = 40;
 
 const deny = (syscall: SyscallName, why: string): PolicyEntry => ({ syscall, action: 'eperm', why });
 

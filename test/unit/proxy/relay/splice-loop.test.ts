@@ -4,7 +4,8 @@
  */
 import t from 'tap';
 import { SpliceLoop, type RelayCommand, type TunnelReport } from '../../../../proxy/relay/splice-loop.js';
-import { EAGAIN, EPOLLIN, SHUT_WR, type SpliceSys } from '../../../../proxy/relay/splice-sys.js';
+import { EAGAIN, EPOLLIN, SHUT_WR } from '../../../../core/linux-abi.js';
+import { type SpliceSys } from '../../../../proxy/relay/splice-sys.js';
 
 const WAKE_FD = 5;
 const CLIENT = 10;

@@ -69,3 +69,15 @@ t.test('the turn query reports every problem', async (t) => {
     query: { sessionId: 's', state: 'running' },
   });
 });
+
+t.test('every session filter follows the session-id rule and refuses with its words', async (t) => {
+  const detail = 'expected 1-128 characters of [A-Za-z0-9_.:-]';
+  for (const bad of ['a b', 'x'.repeat(129), 'a/b', '']) {
+    const query = new URLSearchParams({ session: bad });
+    t.match(parseEventQuery(query, { allowLimit: true }), { ok: false, errors: [{ field: 'session', detail }] }, bad);
+    t.match(parseTurnQuery(query), { ok: false, errors: [{ field: 'session', detail }] }, bad);
+  }
+  const good = new URLSearchParams({ session: `host.app:${'s'.repeat(119)}` });
+  t.match(parseEventQuery(good, { allowLimit: true }), { ok: true, query: { session: good.get('session') } });
+  t.match(parseTurnQuery(good), { ok: true, query: { sessionId: good.get('session') } });
+});
