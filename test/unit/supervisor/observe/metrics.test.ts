@@ -87,7 +87,7 @@ t.test('every metric of the list, from events and status surfaces', async (t) =>
     store,
     activity,
     latestStatus: () => status,
-    turns: { preparedWorkers: () => ({ ready: 1, starting: 2 }) } as never,
+    turns: { preparedWorkers: () => ({ ready: 1, starting: 2 }) },
     journalCounts: () => ({ sent: 5, failed: 1 }),
   });
   t.teardown(() => metrics.close());
