@@ -6,6 +6,7 @@ import WebSocket from 'ws';
 import type { AttachServerMessage, FieldError, TurnResult, TurnSignal } from '../api/schema/index.js';
 import { HIGH_WATER_MESSAGES, MessageQueue, frameText, parseFrame } from './socket-messages.js';
 import type { Transport } from './transport.js';
+import { openSocket } from './websocket.js';
 
 export interface OutputChunk {
   stream: 'stdout' | 'stderr' | 'pty';
@@ -41,7 +42,7 @@ export interface Attachment {
 
 /** Attaches to the turn at `path` (its /attach route); resolves once the socket is open. */
 export async function attachTurn(transport: Transport, path: string): Promise<Attachment> {
-  const { ws, opened } = transport.openSocket(path);
+  const { ws, opened } = openSocket(transport, path);
   // Listening before the opening resolves: the first messages may arrive with the handshake.
   const attachment = new SocketAttachment(ws);
   await opened;

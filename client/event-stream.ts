@@ -7,6 +7,7 @@ import type { EventStreamMessage, GovernanceEvent } from '../api/schema/index.js
 import { TurnhostApiError } from './errors.js';
 import { HIGH_WATER_MESSAGES, MessageQueue, frameText, parseFrame } from './socket-messages.js';
 import { query, type Transport } from './transport.js';
+import { openSocket } from './websocket.js';
 
 export interface EventQuery {
   session?: string;
@@ -110,7 +111,8 @@ async function* readConnection(
   progress: StreamProgress,
 ): AsyncGenerator<GovernanceEvent, 'stop' | 'reconnect'> {
   const { signal } = options;
-  const { ws, opened } = transport.openSocket(
+  const { ws, opened } = openSocket(
+    transport,
     `/api/governance/events/stream${query({ session: options.session, turn: options.turn, kind: options.kind, after: progress.after })}`,
   );
   const connection = new EventSocket(ws);

@@ -4,8 +4,10 @@
  * stable code and the field at fault. It imports only the API schema's types, node builtins
  * and ws, so loading it loads no daemon module and no native addon.
  *
- * The parts: turnhost-client.ts (the operations), transport.ts (HTTP and WebSocket to the
- * server), errors.ts, event-stream.ts (the reconnecting event stream), attach.ts.
+ * The parts: turnhost-client.ts (the operations), transport.ts (HTTP to the server),
+ * websocket.ts (a WebSocket to it), errors.ts, event-stream.ts (the reconnecting event
+ * stream), attach.ts, and socket-messages.ts (what those two share on their socket). The
+ * declarations this module reaches name no `ws` type: an integrator needs no @types/ws.
  */
 import type { ClientOptions } from './transport.js';
 import { TurnhostClient } from './turnhost-client.js';

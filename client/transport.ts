@@ -1,10 +1,9 @@
 /**
- * The wire under every call: an HTTP exchange or a WebSocket to the server over loopback TCP
- * or a unix socket, with the bearer token and a request id, and a refusal turned into a
- * TurnhostApiError.
+ * The wire under every call: an HTTP exchange with the server over loopback TCP or a unix
+ * socket, with the bearer token and a request id, and a refusal turned into a TurnhostApiError.
+ * Its declarations name no `ws` type, so an integrator type-checks the client without @types/ws.
  */
 import http from 'node:http';
-import WebSocket from 'ws';
 import { errorFromBody, unreachable } from './errors.js';
 
 export type ServerTarget = { kind: 'tcp'; host: string; port: number } | { kind: 'unix'; path: string };
@@ -47,7 +46,7 @@ export const octetBody = (data: Buffer | string): RequestBody => ({
   data: Buffer.from(data),
 });
 
-function parseJson(data: Buffer): unknown {
+export function parseJson(data: Buffer): unknown {
   try {
     return JSON.parse(data.toString('utf8')) as unknown;
   } catch {
@@ -56,21 +55,27 @@ function parseJson(data: Buffer): unknown {
 }
 
 export class Transport {
+  readonly target: ServerTarget;
+  /** The target as an error message names it. */
+  readonly described: string;
+  readonly #token: string;
+  /** Holds `requestId`, looked up at each call. */
   readonly #options: ClientOptions;
   readonly #where: { host: string; port: number } | { socketPath: string };
-  /** The target as an error message names it. */
-  readonly #described: string;
 
   constructor(options: ClientOptions) {
+    const { target, token } = options;
+    this.target = target;
+    this.#token = token;
     this.#options = options;
-    const { target } = options;
     this.#where = target.kind === 'tcp' ? { host: target.host, port: target.port } : { socketPath: target.path };
-    this.#described = target.kind === 'tcp' ? `${target.host}:${target.port}` : `unix:${target.path}`;
+    this.described = target.kind === 'tcp' ? `${target.host}:${target.port}` : `unix:${target.path}`;
   }
 
-  #headers(): Record<string, string> {
+  /** The headers of every request and WebSocket handshake; each call draws a new request id. */
+  headers(): Record<string, string> {
     return {
-      authorization: `Bearer ${this.#options.token}`,
+      authorization: `Bearer ${this.#token}`,
       ...(this.#options.requestId ? { 'x-request-id': this.#options.requestId() } : {}),
     };
   }
@@ -95,7 +100,7 @@ export class Transport {
           method,
           path,
           headers: {
-            ...this.#headers(),
+            ...this.headers(),
             ...(body ? { 'content-type': body.type, 'content-length': String(body.data.length) } : {}),
           },
         },
@@ -110,41 +115,11 @@ export class Transport {
             if (expect.includes(status) && parsed !== undefined) return resolve({ parsed, data, headers: res.headers });
             reject(errorFromBody(status, parsed, `HTTP ${status}`));
           });
-          res.on('error', (error) => reject(unreachable(this.#described, error)));
+          res.on('error', (error) => reject(unreachable(this.described, error)));
         },
       );
-      req.on('error', (error: NodeJS.ErrnoException) => reject(unreachable(this.#described, error)));
+      req.on('error', (error: NodeJS.ErrnoException) => reject(unreachable(this.described, error)));
       req.end(body?.data);
     });
-  }
-
-  /**
-   * The socket at once, and its opening. A server may send its first messages in the same read
-   * as the upgrade answer (an attach to a finished turn sends everything and closes), and ws
-   * emits them right after 'open', before an awaiting caller resumes: so the caller attaches
-   * its listeners to `ws` first, then awaits `opened`.
-   */
-  openSocket(path: string): { ws: WebSocket; opened: Promise<void> } {
-    const { target } = this.#options;
-    const url =
-      target.kind === 'tcp'
-        ? `ws://${target.host.includes(':') ? `[${target.host}]` : target.host}:${target.port}${path}`
-        : `ws+unix://${target.path}:${path}`;
-    // A server that accepts the connection but never answers the handshake is a failure too.
-    const ws = new WebSocket(url, { headers: this.#headers(), maxPayload: 64 * 1024 * 1024, handshakeTimeout: 30_000 });
-    const opened = new Promise<void>((resolve, reject) => {
-      ws.once('open', () => resolve());
-      ws.once('unexpected-response', (_req, res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (chunk: Buffer) => chunks.push(chunk));
-        res.on('end', () => {
-          const status = res.statusCode ?? 0;
-          const body = parseJson(Buffer.concat(chunks));
-          reject(errorFromBody(status, body, `WebSocket ${path.split('?')[0] ?? path}: HTTP ${status}`));
-        });
-      });
-      ws.once('error', (error: NodeJS.ErrnoException) => reject(unreachable(this.#described, error)));
-    });
-    return { ws, opened };
   }
 }
