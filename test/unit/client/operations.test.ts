@@ -7,8 +7,10 @@ const CONVENIENCES = ['allTurns'];
 
 t.test('the client has one method per route, named by its operationId', async (t) => {
   const client = createClient({ target: { kind: 'unix', path: '/nonexistent.sock' }, token: 'unused' });
-  const methods = Object.keys(client).filter(
-    (name) => typeof (client as unknown as Record<string, unknown>)[name] === 'function',
+  // The operations are the class's methods: its prototype's functions, and any of its own.
+  const members = [...Object.getOwnPropertyNames(Object.getPrototypeOf(client)), ...Object.keys(client)];
+  const methods = members.filter(
+    (name) => name !== 'constructor' && typeof (client as unknown as Record<string, unknown>)[name] === 'function',
   );
   const operations = ROUTES.map((route) => route.operationId);
   for (const operation of operations) t.ok(methods.includes(operation), `client.${operation}()`);

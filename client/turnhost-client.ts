@@ -1,0 +1,189 @@
+/**
+ * The operations of the supervisor API, one method per route named by its operationId (and
+ * `allTurns`, the pager over listTurns). Every refusal is a TurnhostApiError.
+ */
+import { createHash } from 'node:crypto';
+import type {
+  ActivityView,
+  EventsPage,
+  GovernanceEvent,
+  Health,
+  HostWriteAnswer,
+  Ready,
+  SessionDeletion,
+  SystemStatus,
+  TurnCreateRequest,
+  TurnList,
+  TurnRecord,
+  WorkerHostStatus,
+  Workspace,
+  WorkspaceCreateRequest,
+  WorkspaceDeletion,
+} from '../api/schema/index.js';
+import { attachTurn, type Attachment } from './attach.js';
+import { TurnhostApiError } from './errors.js';
+import { streamEvents, type EventQuery, type EventStreamOptions } from './event-stream.js';
+import { Transport, jsonBody, octetBody, query, type ClientOptions } from './transport.js';
+
+export interface HostWrite {
+  path: string;
+  mode: 'create' | 'replace';
+  root?: 'workspace' | 'temp';
+  /** With mode replace: the digest the file must still have. */
+  sha256?: string;
+}
+
+export interface TurnQuery {
+  session?: string;
+  workspace?: string;
+  state?: 'starting' | 'running' | 'finished';
+  /** The previous page's `nextAfter`. */
+  after?: string;
+  limit?: number;
+}
+
+export interface WorkspaceFile {
+  data: Buffer;
+  /** The server's digest of the bytes (X-Content-Sha256). */
+  sha256: string;
+}
+
+const turnPath = (id: string, rest = ''): string => `/api/turns/${encodeURIComponent(id)}${rest}`;
+const workspacePath = (id: string, rest = ''): string => `/api/workspaces/${encodeURIComponent(id)}${rest}`;
+
+export class TurnhostClient {
+  readonly #transport: Transport;
+
+  constructor(options: ClientOptions) {
+    this.#transport = new Transport(options);
+  }
+
+  health(): Promise<Health> {
+    return this.#transport.request<Health>('GET', '/api/health');
+  }
+
+  ready(): Promise<Ready> {
+    return this.#transport.request<Ready>('GET', '/api/ready');
+  }
+
+  status(): Promise<SystemStatus> {
+    return this.#transport.request<SystemStatus>('GET', '/api/status');
+  }
+
+  checkWorkerHost(): Promise<WorkerHostStatus> {
+    return this.#transport.request<WorkerHostStatus>('POST', '/api/status/worker-host');
+  }
+
+  openapi(): Promise<Record<string, unknown>> {
+    return this.#transport.request<Record<string, unknown>>('GET', '/api/openapi.json');
+  }
+
+  events(q: EventQuery & { limit?: number } = {}): Promise<EventsPage> {
+    return this.#transport.request<EventsPage>('GET', `/api/governance/events${query({ ...q })}`);
+  }
+
+  /**
+   * Matching events as they are committed. With `after`, stored ones after that id come first;
+   * a dropped connection is reopened from the last id seen, so no event is missed or repeated.
+   */
+  streamEvents(q: EventStreamOptions = {}): AsyncIterable<GovernanceEvent> {
+    return streamEvents(this.#transport, q);
+  }
+
+  /** Running turns, recent denials and recent events (served when the daemon keeps activity). */
+  activity(): Promise<ActivityView> {
+    return this.#transport.request<ActivityView>('GET', '/api/activity');
+  }
+
+  /** The Prometheus text exposition. */
+  async metrics(): Promise<string> {
+    return (await this.#transport.exchange('GET', '/metrics', undefined, [200], true)).data.toString('utf8');
+  }
+
+  async createTurn(request: TurnCreateRequest): Promise<TurnRecord> {
+    return (await this.#transport.request<{ turn: TurnRecord }>('POST', '/api/turns', jsonBody(request), [201])).turn;
+  }
+
+  async getTurn(id: string): Promise<TurnRecord> {
+    return (await this.#transport.request<{ turn: TurnRecord }>('GET', turnPath(id))).turn;
+  }
+
+  /** One page of turns, newest first; pass `nextAfter` back as `after` for the next. */
+  listTurns(q: TurnQuery = {}): Promise<TurnList> {
+    return this.#transport.request<TurnList>('GET', `/api/turns${query({ ...q })}`);
+  }
+
+  /** Every turn matching the query, following `nextAfter` through every page. */
+  async *allTurns(q: Omit<TurnQuery, 'after'> = {}): AsyncIterable<TurnRecord> {
+    let after: string | undefined;
+    for (;;) {
+      const page = await this.#transport.request<TurnList>('GET', `/api/turns${query({ ...q, after })}`);
+      yield* page.turns;
+      if (page.nextAfter === null) return;
+      after = page.nextAfter;
+    }
+  }
+
+  async cancelTurn(id: string): Promise<TurnRecord> {
+    return (await this.#transport.request<{ turn: TurnRecord }>('POST', turnPath(id, '/cancel'))).turn;
+  }
+
+  async attachTurn(id: string): Promise<Attachment> {
+    return attachTurn(this.#transport, turnPath(id, '/attach'));
+  }
+
+  writeHostFile(id: string, write: HostWrite, data: Buffer | string): Promise<HostWriteAnswer> {
+    const params = query({ path: write.path, mode: write.mode, root: write.root, sha256: write.sha256 });
+    return this.#transport.request<HostWriteAnswer>(
+      'PUT',
+      turnPath(id, `/files${params}`),
+      octetBody(data),
+      [200, 201],
+    );
+  }
+
+  async deleteSession(id: string): Promise<SessionDeletion['deleted']> {
+    return (await this.#transport.request<SessionDeletion>('DELETE', `/api/sessions/${encodeURIComponent(id)}`))
+      .deleted;
+  }
+
+  async createWorkspace(request: WorkspaceCreateRequest = {}): Promise<Workspace> {
+    return (
+      await this.#transport.request<{ workspace: Workspace }>('POST', '/api/workspaces', jsonBody(request), [201])
+    ).workspace;
+  }
+
+  async listWorkspaces(q: { session?: string } = {}): Promise<Workspace[]> {
+    const path = `/api/workspaces${query({ session: q.session })}`;
+    return (await this.#transport.request<{ workspaces: Workspace[] }>('GET', path)).workspaces;
+  }
+
+  async getWorkspace(id: string): Promise<Workspace> {
+    return (await this.#transport.request<{ workspace: Workspace }>('GET', workspacePath(id))).workspace;
+  }
+
+  deleteWorkspace(id: string, options: { cancel?: boolean } = {}): Promise<WorkspaceDeletion> {
+    const path = workspacePath(id, query({ cancel: options.cancel ? '1' : undefined }));
+    return this.#transport.request<WorkspaceDeletion>('DELETE', path);
+  }
+
+  writeWorkspaceFile(
+    id: string,
+    write: { path: string; mode?: 'create' | 'replace' },
+    data: Buffer | string,
+  ): Promise<HostWriteAnswer> {
+    const path = workspacePath(id, `/files${query({ path: write.path, mode: write.mode })}`);
+    return this.#transport.request<HostWriteAnswer>('PUT', path, octetBody(data), [200, 201]);
+  }
+
+  async readWorkspaceFile(id: string, path: string): Promise<WorkspaceFile> {
+    const filePath = workspacePath(id, `/files${query({ path })}`);
+    const answer = await this.#transport.exchange('GET', filePath, undefined, [200], true);
+    const digest = answer.headers['x-content-sha256'];
+    const actual = createHash('sha256').update(answer.data).digest('hex');
+    // The server's digest of what it read: a mismatch is bytes lost or changed on the way.
+    if (digest !== actual)
+      throw new TurnhostApiError(0, 'protocol_error', `${path}: the bytes do not match X-Content-Sha256`);
+    return { data: answer.data, sha256: actual };
+  }
+}
