@@ -1,10 +1,11 @@
 /**
  * The supervisor daemon, composed in a fixed order: configuration → logger → data directory →
  * event store (replays the fallback log) → API token → boot probes (a failure is logged once and
- * never refuses boot) → root-server warning → unbound-event pruning → turn manager → activity,
- * metrics and the journal copy of events → HTTP → `READY=1` to systemd (supervisor/systemd/).
- * `reload()` (SIGHUP) re-reads the configuration and applies what can change live
- * (supervisor/config/reload.ts).
+ * never refuses boot) → root-server warning → unbound-event pruning → workspace service and turn
+ * manager (supervisor/compose.ts) → activity, metrics and the journal copy of events → HTTP →
+ * `READY=1` to systemd (supervisor/systemd/). Each step is a function of its own; `startDaemon`
+ * lists them, and what each started is undone, newest first, at shutdown. `reload()` (SIGHUP)
+ * re-reads the configuration and applies what can change live (supervisor/config/reload.ts).
  */
 import fs from 'node:fs';
 import net from 'node:net';
@@ -284,11 +285,15 @@ function loadDaemonConfig(
   return ok({ config, sources, levelSwitch, logger });
 }
 
-/** The data directory, held for this supervisor alone, and the event store in it. */
+/**
+ * The data directory, held for this supervisor alone, the event store in it and the systemd
+ * notifier; the shutdown steps start with undoing these.
+ */
 async function openDataDir(
   config: TurnhostConfig,
   logger: Logger,
-): Promise<Result<{ store: EventStore; releaseLock(): Promise<void> }, DaemonFailure>> {
+  env: NodeJS.ProcessEnv,
+): Promise<Result<{ store: EventStore; notifier: ServiceNotifier; shutdown: ShutdownSteps }, DaemonFailure>> {
   const dataDir = prepareDataDir(config.dataDir);
   if (!dataDir.ok) return dataDir;
   const lock = await lockDataDir(config.dataDir);
@@ -298,7 +303,24 @@ async function openDataDir(
     await lock.release();
     return opened;
   }
-  return ok({ store: opened.store, releaseLock: () => lock.release() });
+  const { store } = opened;
+  const notifier = createServiceNotifier({ env, logger });
+  const shutdown = new ShutdownSteps();
+  shutdown.push(
+    () => notifier.close(),
+    () => lock.release(),
+    () => store.close(),
+  );
+  return ok({ store, notifier, shutdown });
+}
+
+/** The API token: read from the data directory, or generated there on first start. */
+function loadApiToken(config: TurnhostConfig, logger: Logger): Result<{ token: string }, DaemonFailure> {
+  const token = ensureApiToken(config);
+  if (!token.ok) return token;
+  if (token.source === 'generated')
+    logger.info('api token generated', { file: path.join(config.dataDir, 'api-token') });
+  return ok({ token: token.token });
 }
 
 /** The worker-host probes and their latest answer, which status, readiness and metrics report. */
@@ -572,21 +594,11 @@ export async function startDaemon(
   const loaded = loadDaemonConfig(options, env);
   if (!loaded.ok) return loaded;
   const { config, sources, levelSwitch, logger } = loaded;
-  const opened = await openDataDir(config, logger);
+  const opened = await openDataDir(config, logger, env);
   if (!opened.ok) return opened;
-  const { store } = opened;
-  const notifier = createServiceNotifier({ env, logger });
-  const shutdown = new ShutdownSteps();
-  shutdown.push(
-    () => notifier.close(),
-    () => opened.releaseLock(),
-    () => store.close(),
-  );
-
-  const token = ensureApiToken(config);
+  const { store, notifier, shutdown } = opened;
+  const token = loadApiToken(config, logger);
   if (!token.ok) return shutdown.abort(token);
-  if (token.source === 'generated')
-    logger.info('api token generated', { file: path.join(config.dataDir, 'api-token') });
 
   const probeContext = createProbeContext(config, logger, env);
   const probes = new WorkerHostProbes(probeContext, options.runProbes ?? runWorkerHostProbes);
