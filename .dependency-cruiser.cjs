@@ -14,6 +14,7 @@
  *   1 cli/          the `turnhost` command: a program, nothing imports it
  *     dev-setup.ts  the developer setup script: a program of its own beside the CLI
  *   2 daemon.ts     wires every mechanism into the running supervisor; only the CLI starts it
+ *     compose.ts    builds the two services and links them; the daemon, `run --local` and tests
  *   3 http/         the API surface the daemon serves; it drives the two services below
  *   4 workspaces/   a service behind the API; workspaces/ and turns/ never import each other,
  *     turns/        the turn lifecycle, the other service; so each of the two changes alone
@@ -96,7 +97,7 @@ module.exports = {
       to: {
         path: '^supervisor/',
         pathNot:
-          '^supervisor/((cli|http|workspaces|turns|probes|identity|observe|view|systemd|config|fs|limits|events|db)/|(daemon|dev-setup|software)\\.ts$)',
+          '^supervisor/((cli|http|workspaces|turns|probes|identity|observe|view|systemd|config|fs|limits|events|db)/|(daemon|compose|dev-setup|software)\\.ts$)',
       },
     },
     {
@@ -118,7 +119,7 @@ module.exports = {
       severity: 'error',
       comment: 'The HTTP surface is served by the daemon; it knows neither the daemon nor the programs above it.',
       from: { path: '^supervisor/http/' },
-      to: { path: '^supervisor/(cli/|(daemon|dev-setup)\\.ts$)' },
+      to: { path: '^supervisor/(cli/|(daemon|compose|dev-setup)\\.ts$)' },
     },
     {
       name: 'supervisor-services-import-no-layer-above',
@@ -126,7 +127,7 @@ module.exports = {
       comment:
         'Workspaces and turns are services the API drives; they never depend on the API, the daemon or a program.',
       from: { path: '^supervisor/(workspaces|turns)/' },
-      to: { path: '^supervisor/((http|cli)/|(daemon|dev-setup)\\.ts$)' },
+      to: { path: '^supervisor/((http|cli)/|(daemon|compose|dev-setup)\\.ts$)' },
     },
     {
       name: 'supervisor-workspaces-and-turns-apart',
@@ -141,7 +142,7 @@ module.exports = {
       comment:
         'Probes, the identity helper client, observation, the view and systemd serve the services; they never import a service, the API, the daemon or a program.',
       from: { path: '^supervisor/(probes|identity|observe|view|systemd)/' },
-      to: { path: '^supervisor/((workspaces|turns|http|cli)/|(daemon|dev-setup)\\.ts$)' },
+      to: { path: '^supervisor/((workspaces|turns|http|cli)/|(daemon|compose|dev-setup)\\.ts$)' },
     },
     {
       name: 'supervisor-identity-below-its-siblings',
@@ -188,7 +189,7 @@ module.exports = {
         'Configuration, the fs guard, limits, events, the database and the package files are the ground every other supervisor module stands on.',
       from: { path: '^supervisor/((config|fs|limits|events|db)/|software\\.ts$)' },
       to: {
-        path: '^supervisor/((probes|identity|observe|view|systemd|workspaces|turns|http|cli)/|(daemon|dev-setup)\\.ts$)',
+        path: '^supervisor/((probes|identity|observe|view|systemd|workspaces|turns|http|cli)/|(daemon|compose|dev-setup)\\.ts$)',
       },
     },
     {

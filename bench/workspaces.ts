@@ -26,7 +26,7 @@ const harness = await createTurnHarness({
   workspaces: { root, uidLeaseDir: leaseDir },
   configure: (config) => (config.turns.preparedWorkers = 0),
 });
-const workspaces = harness.turns.workspaces!;
+const workspaces = harness.workspaces;
 
 const quantile = (values: number[], q: number): number => {
   const sorted = [...values].sort((a, b) => a - b);

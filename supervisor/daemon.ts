@@ -1,10 +1,11 @@
 /**
  * The supervisor daemon, composed in a fixed order: configuration → logger → data directory →
  * event store (replays the fallback log) → API token → boot probes (a failure is logged once and
- * never refuses boot) → root-server warning → unbound-event pruning → turn manager → activity,
- * metrics and the journal copy of events → HTTP → `READY=1` to systemd (supervisor/systemd/).
- * `reload()` (SIGHUP) re-reads the configuration and applies what can change live
- * (supervisor/config/reload.ts).
+ * never refuses boot) → root-server warning → unbound-event pruning → workspace service and turn
+ * manager (supervisor/compose.ts) → activity, metrics and the journal copy of events → HTTP →
+ * `READY=1` to systemd (supervisor/systemd/). Each step is a function of its own; `startDaemon`
+ * lists them, and what each started is undone, newest first, at shutdown. `reload()` (SIGHUP)
+ * re-reads the configuration and applies what can change live (supervisor/config/reload.ts).
  */
 import fs from 'node:fs';
 import net from 'node:net';
@@ -18,6 +19,7 @@ import { openEventStore } from './events/store.js';
 import { isPinnedScratchName, startScratchPruner } from './fs/scratch.js';
 import type { EventStore } from './events/types.js';
 import { collectHostFacts } from './http/host-facts.js';
+import type { AppDeps } from './http/app.js';
 import { startHttp, type HttpServerHandle } from './http/server.js';
 import { ensureApiToken } from './http/token.js';
 import { runWorkerHostProbes, type ProbeContext } from './probes/index.js';
@@ -26,14 +28,15 @@ import { packageRoot, softwareIdentity } from './software.js';
 import type { TurnManager } from './turns/types.js';
 import { runHelperProbe, runSharedProbe } from './identity/helper-probe.js';
 import { runHelperView } from './identity/helper-view.js';
+import type { WorkspaceService } from './workspaces/service.js';
 import { prepareSharedLauncher } from './identity/shared-launcher.js';
 import { applyLiveKeys, planReload } from './config/reload.js';
-import { createActivity } from './observe/activity.js';
-import { createMetrics } from './observe/metrics.js';
+import { createActivity, type Activity } from './observe/activity.js';
+import { createMetrics, type Metrics } from './observe/metrics.js';
 import { startMetricsListener } from './http/metrics-route.js';
 import { createUiSessions } from './http/ui-session.js';
 import { createJournalEventSink, type JournalEventSink } from './systemd/journal.js';
-import { createServiceNotifier } from './systemd/notify.js';
+import { createServiceNotifier, type ServiceNotifier } from './systemd/notify.js';
 import { OwnListeners } from '../proxy/self-connection.js';
 
 export const DATABASE_FILE = 'turnhost.db';
@@ -191,8 +194,9 @@ export function supervisorListeners(config: TurnhostConfig): OwnListeners {
 }
 
 /**
- * Builds the production turn manager. The worker entry, the helper probe in
- * the probe context and the database handle are wired here, once, for `serve` and `run --local`.
+ * Builds the production turn manager and the workspace service it runs turns on
+ * (supervisor/compose.ts). The worker entry, the helper probe in the probe context and the
+ * database handle are wired here, once, for `serve` and `run --local`.
  */
 export async function createProductionTurnManager(ctx: {
   config: TurnhostConfig;
@@ -200,15 +204,15 @@ export async function createProductionTurnManager(ctx: {
   store: EventStore;
   probeContext: ProbeContext;
   ownListeners?: OwnListeners;
-}): Promise<Result<{ turns: TurnManager; close(): void }, 'turns_unavailable'>> {
+}): Promise<Result<{ turns: TurnManager; workspaces: WorkspaceService; close(): void }, 'turns_unavailable'>> {
   try {
-    const [{ createTurnManager }, { openDatabase }] = await Promise.all([
-      import('./turns/manager.js'),
+    const [{ composeTurnServices }, { openDatabase }] = await Promise.all([
+      import('./compose.js'),
       import('./db/open.js'),
     ]);
     const opened = openDatabase(path.join(ctx.config.dataDir, DATABASE_FILE));
     if (!opened.ok) return fail('turns_unavailable', opened.detail);
-    const turns = await createTurnManager({
+    const { turns, workspaces } = await composeTurnServices({
       config: ctx.config,
       logger: ctx.logger.child({ component: 'turns' }),
       events: ctx.store,
@@ -217,7 +221,7 @@ export async function createProductionTurnManager(ctx: {
       worker: { node: process.execPath, entry: workerEntry() },
       ownListeners: ctx.ownListeners ?? supervisorListeners(ctx.config),
     });
-    return ok({ turns, close: () => opened.db.close() });
+    return ok({ turns, workspaces, close: () => opened.db.close() });
   } catch (error) {
     return fail('turns_unavailable', (error as Error).stack ?? String(error));
   }
@@ -241,10 +245,33 @@ function startSessionRetention(turns: TurnManager, config: TurnhostConfig, logge
   return () => clearInterval(timer);
 }
 
-export async function startDaemon(
-  options: DaemonOptions = {},
-): Promise<Result<{ daemon: DaemonHandle }, DaemonFailure>> {
-  const env = options.env ?? process.env;
+/** What the daemon undoes when it stops (or fails to start), newest first. */
+class ShutdownSteps {
+  private readonly steps: Array<() => void | Promise<void>> = [];
+
+  push(...steps: Array<() => void | Promise<void>>): void {
+    this.steps.push(...steps);
+  }
+
+  async run(): Promise<void> {
+    for (const step of this.steps.reverse()) await step();
+  }
+
+  /** Undoes what started, then answers the failure that stopped the start. */
+  async abort<F extends Result<object, DaemonFailure>>(failure: F): Promise<F> {
+    await this.run();
+    return failure;
+  }
+}
+
+/** The configuration, and the logger at its level (a reload changes the level through the switch). */
+function loadDaemonConfig(
+  options: DaemonOptions,
+  env: NodeJS.ProcessEnv,
+): Result<
+  { config: TurnhostConfig; sources: ConfigSources; levelSwitch: LogLevelSwitch; logger: Logger },
+  'config_invalid'
+> {
   const loaded = loadConfig({ configPath: options.configPath, env, overrides: options.overrides });
   if (!loaded.ok) return loaded;
   const { config, sources } = loaded;
@@ -256,7 +283,18 @@ export async function startDaemon(
     flags: sources.cli,
     dataDir: config.dataDir,
   });
+  return ok({ config, sources, levelSwitch, logger });
+}
 
+/**
+ * The data directory, held for this supervisor alone, the event store in it and the systemd
+ * notifier; the shutdown steps start with undoing these.
+ */
+async function openDataDir(
+  config: TurnhostConfig,
+  logger: Logger,
+  env: NodeJS.ProcessEnv,
+): Promise<Result<{ store: EventStore; notifier: ServiceNotifier; shutdown: ShutdownSteps }, DaemonFailure>> {
   const dataDir = prepareDataDir(config.dataDir);
   if (!dataDir.ok) return dataDir;
   const lock = await lockDataDir(config.dataDir);
@@ -266,45 +304,58 @@ export async function startDaemon(
     await lock.release();
     return opened;
   }
-  const store = opened.store;
+  const { store } = opened;
   const notifier = createServiceNotifier({ env, logger });
-  const cleanup: Array<() => void | Promise<void>> = [
+  const shutdown = new ShutdownSteps();
+  shutdown.push(
     () => notifier.close(),
     () => lock.release(),
     () => store.close(),
-  ];
-  const abort = async <F extends Result<object, DaemonFailure>>(failure: F): Promise<F> => {
-    for (const step of cleanup.reverse()) await step();
-    return failure;
-  };
+  );
+  return ok({ store, notifier, shutdown });
+}
 
+/** The API token: read from the data directory, or generated there on first start. */
+function loadApiToken(config: TurnhostConfig, logger: Logger): Result<{ token: string }, DaemonFailure> {
   const token = ensureApiToken(config);
-  if (!token.ok) return abort(token);
+  if (!token.ok) return token;
   if (token.source === 'generated')
     logger.info('api token generated', { file: path.join(config.dataDir, 'api-token') });
+  return ok({ token: token.token });
+}
 
-  const probeContext = createProbeContext(config, logger, env);
-  const runProbes = options.runProbes ?? runWorkerHostProbes;
-  let latest: WorkerHostStatus | null = null;
+/** The worker-host probes and their latest answer, which status, readiness and metrics report. */
+class WorkerHostProbes {
+  latest: WorkerHostStatus | null = null;
   /** `live` once a reload has applied a change: status then describes the reloaded configuration. */
-  let configurationView: 'startup' | 'live' = 'startup';
-  const probe = async (trigger: 'boot' | 'check'): Promise<WorkerHostStatus> => {
-    const status = await runProbes(probeContext, trigger);
-    status.governed.configurationView = configurationView;
-    latest = status;
+  configurationView: 'startup' | 'live' = 'startup';
+
+  constructor(
+    private readonly context: ProbeContext,
+    private readonly runProbes: (ctx: ProbeContext, trigger: 'boot' | 'check') => Promise<WorkerHostStatus>,
+  ) {}
+
+  async run(trigger: 'boot' | 'check'): Promise<WorkerHostStatus> {
+    const status = await this.runProbes(this.context, trigger);
+    status.governed.configurationView = this.configurationView;
+    this.latest = status;
     return status;
-  };
-  try {
-    latest = await probe('boot');
-  } catch (error) {
-    logger.error('boot probe failed; status reports no worker host until a check succeeds', {
-      error: (error as Error).message,
-    });
   }
-  if (isRoot()) logger.warn(latest?.rootServer?.warning ?? ROOT_WARNING_FALLBACK, { rootServer: true });
 
-  notifier.status(`boot probe done: ${probeSummary(latest)}`);
+  /** The boot probe: a failure is logged once and never refuses boot. */
+  async boot(logger: Logger): Promise<void> {
+    try {
+      await this.run('boot');
+    } catch (error) {
+      logger.error('boot probe failed; status reports no worker host until a check succeeds', {
+        error: (error as Error).message,
+      });
+    }
+  }
+}
 
+/** Unbound events past retention (read at each pass) are pruned at boot and hourly. */
+function startEventPruning(store: EventStore, config: TurnhostConfig, logger: Logger): () => void {
   const prune = (): void => {
     try {
       const removed = store.pruneUnbound();
@@ -315,13 +366,18 @@ export async function startDaemon(
     }
   };
   prune();
-  const pruneTimer = setInterval(prune, PRUNE_INTERVAL_MS);
-  pruneTimer.unref();
-  cleanup.push(() => clearInterval(pruneTimer));
+  const timer = setInterval(prune, PRUNE_INTERVAL_MS);
+  timer.unref();
+  return () => clearInterval(timer);
+}
+
+/** Event and scratch pruning, each undone at shutdown. */
+function startPruning(config: TurnhostConfig, store: EventStore, logger: Logger, shutdown: ShutdownSteps): void {
+  shutdown.push(startEventPruning(store, config, logger));
   // The scratch area's byte cap; files named *.pin are pinned (docs/fs-guard.md).
   const { scratch } = config.fs;
   if (scratch.dir !== null)
-    cleanup.push(
+    shutdown.push(
       startScratchPruner({
         dir: scratch.dir,
         capBytes: scratch.capBytes,
@@ -331,142 +387,257 @@ export async function startDaemon(
         logger: logger.child({ component: 'scratch' }),
       }),
     );
+}
 
-  const ownListeners = supervisorListeners(config);
-  let turns: TurnManager | undefined;
-  if (options.turns !== false) {
-    const built = await createProductionTurnManager({ config, logger, store, probeContext, ownListeners });
-    if (built.ok) {
-      turns = built.turns;
-      cleanup.push(
-        () => built.close(),
-        () => built.turns.close(),
-      );
-      cleanup.push(startSessionRetention(built.turns, config, logger));
-    } else {
-      logger.error('turn manager unavailable; serving without turn routes', { detail: built.detail });
-    }
+/** The turn manager and its workspaces; without them the daemon serves no turn routes (logged). */
+async function startTurnServices(
+  ctx: {
+    config: TurnhostConfig;
+    logger: Logger;
+    store: EventStore;
+    probeContext: ProbeContext;
+    ownListeners: OwnListeners;
+  },
+  shutdown: ShutdownSteps,
+): Promise<{ turns?: TurnManager; workspaces?: WorkspaceService }> {
+  const built = await createProductionTurnManager(ctx);
+  if (!built.ok) {
+    ctx.logger.error('turn manager unavailable; serving without turn routes', { detail: built.detail });
+    return {};
+  }
+  shutdown.push(
+    () => built.close(),
+    () => built.turns.close(),
+  );
+  shutdown.push(startSessionRetention(built.turns, ctx.config, ctx.logger));
+  return { turns: built.turns, workspaces: built.workspaces };
+}
+
+/** The copy of every event to the journal, while `events.journal` is on (a reload may turn it on). */
+class JournalCopy {
+  private journal: JournalEventSink | null = null;
+
+  constructor(
+    private readonly config: TurnhostConfig,
+    private readonly socketPath: string | undefined,
+    private readonly logger: Logger,
+  ) {
+    this.sync();
   }
 
+  /** Opens the journal once the configuration asks for it. */
+  sync(): void {
+    if (this.config.events.journal && this.journal === null)
+      this.journal = createJournalEventSink({ socketPath: this.socketPath, logger: this.logger });
+  }
+
+  send(event: Parameters<JournalEventSink['send']>[0]): void {
+    if (this.config.events.journal) this.journal?.send(event);
+  }
+
+  counts(): ReturnType<JournalEventSink['counts']> {
+    return this.journal?.counts() ?? { sent: 0, failed: 0 };
+  }
+
+  close(): void {
+    this.journal?.close();
+  }
+}
+
+/** Activity, the journal copy of events and the metrics, all fed by the event stream. */
+function startObservers(
+  ctx: { config: TurnhostConfig; logger: Logger; store: EventStore; journalSocket?: string },
+  probes: WorkerHostProbes,
+  turns: TurnManager | undefined,
+  shutdown: ShutdownSteps,
+): { activity: Activity; journal: JournalCopy; metrics: Metrics } {
+  const { config, store } = ctx;
   const activity = createActivity(store);
-  cleanup.push(() => activity.close());
-  let journal: JournalEventSink | null = null;
-  const journalSocket = options.journalSocket;
-  const syncJournal = (): void => {
-    if (config.events.journal && journal === null)
-      journal = createJournalEventSink({ socketPath: journalSocket, logger: logger.child({ component: 'journal' }) });
-  };
-  syncJournal();
-  const stopJournalCopy = activity.onEvent((event) => {
-    if (config.events.journal) journal?.send(event);
-  });
-  cleanup.push(() => {
+  shutdown.push(() => activity.close());
+  const journal = new JournalCopy(config, ctx.journalSocket, ctx.logger.child({ component: 'journal' }));
+  const stopJournalCopy = activity.onEvent((event) => journal.send(event));
+  shutdown.push(() => {
     stopJournalCopy();
-    journal?.close();
+    journal.close();
   });
   const metrics = createMetrics({
     config,
     store,
     activity,
-    latestStatus: () => latest,
+    latestStatus: () => probes.latest,
     turns,
-    journalCounts: () => journal?.counts() ?? { sent: 0, failed: 0 },
+    journalCounts: () => journal.counts(),
   });
-  cleanup.push(() => metrics.close());
+  shutdown.push(() => metrics.close());
+  return { activity, journal, metrics };
+}
 
+/** The API (TCP and/or socket) and the token-free metrics listener; each bound address joins `ownListeners`. */
+async function startListeners(
+  ctx: { config: TurnhostConfig; logger: Logger; ownListeners: OwnListeners; metrics: Metrics },
+  app: Omit<AppDeps, 'config' | 'logger' | 'metrics' | 'host' | 'software' | 'statusPage'>,
+  shutdown: ShutdownSteps,
+): Promise<Result<{ http: HttpServerHandle; metricsAddress: DaemonHandle['metricsAddress'] }, DaemonFailure>> {
+  const { config, logger, ownListeners, metrics } = ctx;
   const http = await startHttp(
     {
+      ...app,
       config,
       logger: logger.child({ component: 'http' }),
-      store,
-      probes: () => probe('check'),
-      latestStatus: () => latest,
-      turns,
       software: softwareIdentity(),
       host: await collectHostFacts(),
-      token: token.token,
       metrics,
-      activity,
       statusPage: { uiDir: path.join(packageRoot(), 'ui'), sessions: createUiSessions() },
     },
     config.listen,
   );
-  if (!http.ok) return abort(http);
+  if (!http.ok) return http;
   if (http.server.tcp !== null) ownListeners.add(http.server.tcp);
   logger.info('listening', { tcp: http.server.tcp, socket: http.server.socket });
-  cleanup.push(() => http.server.close());
+  shutdown.push(() => http.server.close());
+  if (config.metrics.listen === null) return ok({ http: http.server, metricsAddress: null });
+  const listener = await startMetricsListener(config.metrics.listen, metrics, logger.child({ component: 'metrics' }));
+  if (!listener.ok) return listener;
+  const metricsAddress = listener.listener.address;
+  // Token-free by design: a turn must reach it even less than the API.
+  ownListeners.add(metricsAddress);
+  logger.info('metrics listening', { tcp: metricsAddress });
+  shutdown.push(() => listener.listener.close());
+  return ok({ http: http.server, metricsAddress });
+}
 
-  let metricsAddress: DaemonHandle['metricsAddress'] = null;
-  if (config.metrics.listen !== null) {
-    const listener = await startMetricsListener(config.metrics.listen, metrics, logger.child({ component: 'metrics' }));
-    if (!listener.ok) return abort(listener);
-    metricsAddress = listener.listener.address;
-    // Token-free by design: a turn must reach it even less than the API.
-    ownListeners.add(metricsAddress);
-    logger.info('metrics listening', { tcp: metricsAddress });
-    cleanup.push(() => listener.listener.close());
+/** What a reload reads and changes: the running configuration is changed in place. */
+interface ReloadContext {
+  options: DaemonOptions;
+  env: NodeJS.ProcessEnv;
+  config: TurnhostConfig;
+  levelSwitch: LogLevelSwitch;
+  logger: Logger;
+  notifier: ServiceNotifier;
+  probes: WorkerHostProbes;
+  journal: JournalCopy;
+  metrics: Metrics;
+}
+
+/** One reload (SIGHUP): a configuration that does not validate changes nothing. */
+async function reloadOnce(ctx: ReloadContext): Promise<ReloadOutcome> {
+  const { config, logger, notifier, probes, metrics } = ctx;
+  notifier.reloading();
+  const next = loadConfig({ configPath: ctx.options.configPath, env: ctx.env, overrides: ctx.options.overrides });
+  if (!next.ok) {
+    logger.error('configuration reload refused; the running configuration stays in force', {
+      detail: next.detail,
+    });
+    metrics.countReload('refused');
+    notifier.ready(`reload refused (${next.detail}); ${readyStatus(probes.latest)}`);
+    return { ok: false, reason: 'config_invalid', detail: next.detail };
   }
-
-  // Listeners bound, boot probe done: systemd may now order dependants after this unit.
-  notifier.ready(readyStatus(latest));
-  notifier.startWatchdog();
-
-  const reloadOnce = async (): Promise<ReloadOutcome> => {
-    notifier.reloading();
-    const next = loadConfig({ configPath: options.configPath, env, overrides: options.overrides });
-    if (!next.ok) {
-      logger.error('configuration reload refused; the running configuration stays in force', {
-        detail: next.detail,
-      });
-      metrics.countReload('refused');
-      notifier.ready(`reload refused (${next.detail}); ${readyStatus(latest)}`);
-      return { ok: false, reason: 'config_invalid', detail: next.detail };
+  const plan = planReload(config, next.config);
+  applyLiveKeys(config, next.config, plan);
+  ctx.levelSwitch.level = config.logLevel;
+  ctx.journal.sync();
+  if (plan.live.length > 0) {
+    probes.configurationView = 'live';
+    // The probe reports the limits and egress the next turn gets: run it against the new values.
+    try {
+      await probes.run('check');
+    } catch (error) {
+      logger.error('probe after reload failed', { error: (error as Error).message });
     }
-    const plan = planReload(config, next.config);
-    applyLiveKeys(config, next.config, plan);
-    levelSwitch.level = config.logLevel;
-    syncJournal();
-    if (plan.live.length > 0) configurationView = 'live';
-    if (plan.live.length > 0) {
-      // The probe reports the limits and egress the next turn gets: run it against the new values.
-      try {
-        await probe('check');
-      } catch (error) {
-        logger.error('probe after reload failed', { error: (error as Error).message });
-      }
-    }
-    logger.info('configuration reloaded', {
-      file: next.sources.file,
-      applied: plan.live,
+  }
+  logger.info('configuration reloaded', { file: next.sources.file, applied: plan.live, needsRestart: plan.restart });
+  if (plan.restart.length > 0)
+    logger.warn('configuration changes wait for a restart (systemctl restart turnhost)', {
       needsRestart: plan.restart,
     });
-    if (plan.restart.length > 0)
-      logger.warn('configuration changes wait for a restart (systemctl restart turnhost)', {
-        needsRestart: plan.restart,
-      });
-    metrics.countReload('applied');
-    notifier.ready(readyStatus(latest));
-    return { ok: true, applied: plan.live, needsRestart: plan.restart };
-  };
-  // One reload at a time, each reading the file afresh: a SIGHUP sent during a reload (after a
-  // second edit) gets a reload of its own instead of being folded into one that read too early.
+  metrics.countReload('applied');
+  notifier.ready(readyStatus(probes.latest));
+  return { ok: true, applied: plan.live, needsRestart: plan.restart };
+}
+
+/**
+ * One reload at a time, each reading the file afresh: a SIGHUP sent during a reload (after a
+ * second edit) gets a reload of its own instead of being folded into one that read too early.
+ */
+function serialReload(ctx: ReloadContext): () => Promise<ReloadOutcome> {
   let reloads: Promise<unknown> = Promise.resolve();
-  const reload = (): Promise<ReloadOutcome> => {
-    const next = reloads.then(reloadOnce);
+  return () => {
+    const next = reloads.then(() => reloadOnce(ctx));
     reloads = next.catch(() => undefined);
     return next;
   };
+}
 
+/** Stops once, however often it is called: STOPPING=1, then every shutdown step, newest first. */
+function shutdownOnce(notifier: ServiceNotifier, shutdown: ShutdownSteps, logger: Logger): () => Promise<void> {
   let closing: Promise<void> | undefined;
-  const close = (): Promise<void> => {
+  return () => {
     closing ??= (async () => {
       notifier.stopping();
-      for (const step of cleanup.reverse()) await step();
+      await shutdown.run();
       logger.info('stopped');
     })();
     return closing;
   };
-  return ok({ daemon: { config, sources, http: http.server, metricsAddress, ownListeners, reload, close } });
+}
+
+/** The boot probe and the root-server warning; the probe's summary goes to systemd's STATUS=. */
+async function probeAtBoot(probes: WorkerHostProbes, logger: Logger, notifier: ServiceNotifier): Promise<void> {
+  await probes.boot(logger);
+  if (isRoot()) logger.warn(probes.latest?.rootServer?.warning ?? ROOT_WARNING_FALLBACK, { rootServer: true });
+  notifier.status(`boot probe done: ${probeSummary(probes.latest)}`);
+}
+
+export async function startDaemon(
+  options: DaemonOptions = {},
+): Promise<Result<{ daemon: DaemonHandle }, DaemonFailure>> {
+  const env = options.env ?? process.env;
+  const loaded = loadDaemonConfig(options, env);
+  if (!loaded.ok) return loaded;
+  const { config, sources, levelSwitch, logger } = loaded;
+  const opened = await openDataDir(config, logger, env);
+  if (!opened.ok) return opened;
+  const { store, notifier, shutdown } = opened;
+  const token = loadApiToken(config, logger);
+  if (!token.ok) return shutdown.abort(token);
+
+  const probeContext = createProbeContext(config, logger, env);
+  const probes = new WorkerHostProbes(probeContext, options.runProbes ?? runWorkerHostProbes);
+  await probeAtBoot(probes, logger, notifier);
+  startPruning(config, store, logger, shutdown);
+
+  const ownListeners = supervisorListeners(config);
+  const services =
+    options.turns === false
+      ? {}
+      : await startTurnServices({ config, logger, store, probeContext, ownListeners }, shutdown);
+  const { activity, journal, metrics } = startObservers(
+    { config, logger, store, journalSocket: options.journalSocket },
+    probes,
+    services.turns,
+    shutdown,
+  );
+  const listening = await startListeners(
+    { config, logger, ownListeners, metrics },
+    {
+      store,
+      probes: () => probes.run('check'),
+      latestStatus: () => probes.latest,
+      ...services,
+      token: token.token,
+      activity,
+    },
+    shutdown,
+  );
+  if (!listening.ok) return shutdown.abort(listening);
+
+  // Listeners bound, boot probe done: systemd may now order dependants after this unit.
+  notifier.ready(readyStatus(probes.latest));
+  notifier.startWatchdog();
+  const reload = serialReload({ options, env, config, levelSwitch, logger, notifier, probes, journal, metrics });
+  const close = shutdownOnce(notifier, shutdown, logger);
+  const { http, metricsAddress } = listening;
+  return ok({ daemon: { config, sources, http, metricsAddress, ownListeners, reload, close } });
 }
 
 /** One line for systemd's STATUS=: per mode available or its requirement. */

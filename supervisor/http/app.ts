@@ -1,14 +1,15 @@
 /**
  * The express application: every route, authentication, the body cap and the error shape.
  * Dependencies are parameters so tests can inject fakes (a throwing probe, a fake turn manager);
- * the daemon passes the real ones.
+ * the daemon passes the real ones. Each group of routes is registered by a function of its own.
  */
-import express, { type ErrorRequestHandler, type Express, type RequestHandler } from 'express';
+import express, { type ErrorRequestHandler, type Express, type RequestHandler, type Router } from 'express';
 import type { Logger } from '../../core/log.js';
 import type { TurnhostConfig } from '../config/types.js';
 import type { EventStore } from '../events/types.js';
 import type { WorkerHostStatus } from '../probes/types.js';
 import type { TurnManager } from '../turns/types.js';
+import type { WorkspaceService } from '../workspaces/service.js';
 import { requireToken } from './auth.js';
 import { MAX_BODY_BYTES, sendError } from './errors.js';
 import { parseEventQuery } from './event-query.js';
@@ -42,6 +43,8 @@ export interface AppDeps {
   latestStatus: () => WorkerHostStatus | null;
   /** Turn routes exist only when a turn manager is given. */
   turns?: TurnManager;
+  /** Workspace routes exist only when a workspace service is given. */
+  workspaces?: WorkspaceService;
   software: SoftwareIdentity;
   host: HostFacts;
   token: string;
@@ -122,29 +125,48 @@ export function createApp(deps: AppDeps): Express {
   // header is ever sent and a browser's cross-origin request fails in the browser.
   app.use(requestIds(deps.logger));
   app.use(accessLog(deps.logger));
+  app.use(publicRoutes(deps));
+  if (deps.statusPage !== undefined)
+    registerStatusPage(app, { ...deps.statusPage, token: deps.token, logger: deps.logger });
+  app.use(authentication(deps));
+  registerUncappedRoutes(app, deps);
+  app.use(bodyCap);
+  app.use(apiRoutes(deps));
+  app.use((req, res) => sendError(res, 404, 'not_found', `no route ${req.method} ${req.path}`));
+  app.use(errorHandler(deps.logger));
+  return app;
+}
 
-  const publicRoutes = express.Router();
-  route(publicRoutes, '/api/health', {
+/** Health and readiness: answered without a token. */
+function publicRoutes(deps: AppDeps): Router {
+  const router = express.Router();
+  route(router, '/api/health', {
     get: (_req, res) => {
       res.json({ status: 'ok', uptime: process.uptime(), timestamp: new Date().toISOString() });
     },
   });
-  route(publicRoutes, '/api/ready', {
+  route(router, '/api/ready', {
     get: (_req, res) => {
       const ready = readiness(deps.latestStatus());
       if (ready.ok) return void res.json({ status: 'ready', checkedAt: ready.checkedAt });
       sendError(res, 503, 'not_ready', `not ready: ${ready.requirement}`, { requirement: ready.requirement });
     },
   });
-  app.use(publicRoutes);
-  if (deps.statusPage !== undefined)
-    registerStatusPage(app, { ...deps.statusPage, token: deps.token, logger: deps.logger });
+  return router;
+}
 
-  // A CORS preflight carries no credentials: it passes authentication only to reach the 405
-  // (known path) or 404 answer below; no route serves OPTIONS.
+/**
+ * Every route below needs the token (or a status-page session). A CORS preflight carries no
+ * credentials: it passes authentication only to reach the 405 (known path) or 404 answer; no
+ * route serves OPTIONS.
+ */
+function authentication(deps: AppDeps): RequestHandler {
   const authenticate = requireToken(deps.token, deps.statusPage?.sessions);
-  app.use((req, res, next) => (req.method === 'OPTIONS' ? next() : authenticate(req, res, next)));
-  // Host writes: ahead of the 1 MiB body cap; the route enforces config.fs.hostWriteMaxBytes itself.
+  return (req, res, next) => (req.method === 'OPTIONS' ? next() : authenticate(req, res, next));
+}
+
+/** Routes registered ahead of the 1 MiB body cap: each enforces config.fs.hostWriteMaxBytes itself. */
+function registerUncappedRoutes(app: Express, deps: AppDeps): void {
   if (deps.turns !== undefined)
     registerHostWriteRoute(app, {
       turns: deps.turns,
@@ -152,16 +174,27 @@ export function createApp(deps: AppDeps): Express {
       maxBytes: deps.config.fs.hostWriteMaxBytes,
       logger: deps.logger,
     });
-  if (deps.turns?.workspaces !== undefined)
-    registerWorkspaceRoutes(app, {
-      workspaces: deps.turns.workspaces,
-      config: () => deps.config,
-      events: deps.store,
-      logger: deps.logger,
-    });
-  app.use(bodyCap);
+  if (deps.workspaces !== undefined)
+    registerWorkspaceRoutes(app, { workspaces: deps.workspaces, config: () => deps.config, logger: deps.logger });
+}
 
+/** The authenticated API under the body cap. */
+function apiRoutes(deps: AppDeps): Router {
   const api = express.Router();
+  registerStatusRoutes(api, deps);
+  registerEventRoutes(api, deps.store);
+  if (deps.activity !== undefined) registerActivityRoute(api, deps.activity);
+  if (deps.metrics !== undefined) registerMetricsRoute(api, deps.metrics);
+  if (deps.turns !== undefined) {
+    registerTurnRoutes(api, deps.turns);
+    route(api, '/api/turns/:id/attach', { get: upgradeRequired });
+    registerSessionRoutes(api, deps.turns);
+  }
+  return api;
+}
+
+/** The OpenAPI document, the supervisor's status and a fresh worker-host probe. */
+function registerStatusRoutes(api: Router, deps: AppDeps): void {
   let openApi: string | undefined;
   route(api, '/api/openapi.json', {
     get: (_req, res) => {
@@ -194,11 +227,15 @@ export function createApp(deps: AppDeps): Express {
       },
     ],
   });
+}
+
+/** Governance events: a page of them, and the stream (a WebSocket path). */
+function registerEventRoutes(api: Router, store: EventStore): void {
   route(api, '/api/governance/events', {
     get: (req, res) => {
       const parsed = parseEventQuery(requestQuery(req), { allowLimit: true });
       if (!parsed.ok) return sendQueryRefusal(res, parsed);
-      const page = deps.store.query(parsed.query);
+      const page = store.query(parsed.query);
       if (!page.ok) {
         if (page.reason === 'invalid_query') return sendError(res, 400, 'invalid_request', page.detail);
         return sendError(res, 503, 'store_unavailable', page.detail);
@@ -207,27 +244,17 @@ export function createApp(deps: AppDeps): Express {
     },
   });
   route(api, '/api/governance/events/stream', { get: upgradeRequired });
-  if (deps.activity !== undefined) {
-    const activity = deps.activity;
-    route(api, '/api/activity', {
-      get: (_req, res) => {
-        res.json({
-          runningTurns: activity.runningTurns(),
-          recentDenials: activity.recentDenials(),
-          recentEvents: activity.recentEvents(),
-        });
-      },
-    });
-  }
-  if (deps.metrics !== undefined) registerMetricsRoute(api, deps.metrics);
-  if (deps.turns !== undefined) {
-    registerTurnRoutes(api, deps.turns);
-    route(api, '/api/turns/:id/attach', { get: upgradeRequired });
-  }
-  if (deps.turns !== undefined) registerSessionRoutes(api, deps.turns);
-  app.use(api);
+}
 
-  app.use((req, res) => sendError(res, 404, 'not_found', `no route ${req.method} ${req.path}`));
-  app.use(errorHandler(deps.logger));
-  return app;
+/** Running turns, recent denials and recent events. */
+function registerActivityRoute(api: Router, activity: Activity): void {
+  route(api, '/api/activity', {
+    get: (_req, res) => {
+      res.json({
+        runningTurns: activity.runningTurns(),
+        recentDenials: activity.recentDenials(),
+        recentEvents: activity.recentEvents(),
+      });
+    },
+  });
 }

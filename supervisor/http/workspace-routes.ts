@@ -7,33 +7,30 @@
  *   PUT    /api/workspaces/:id/files?path=REL[&mode=create|replace]   host write (raw body)
  *   GET    /api/workspaces/:id/files?path=REL                         host read (raw bytes)
  * Registered ahead of the app's 1 MiB body cap: the file routes enforce fs.hostWriteMaxBytes
- * themselves, the JSON route its own 1 MiB parser limit.
+ * themselves, the JSON route its own 1 MiB parser limit. Each handler parses the request, calls
+ * the workspace service (supervisor/workspaces/) and answers its result.
  */
-import express, { type Request, type Response, type Router } from 'express';
-import type { EventSink } from '../../core/events.js';
-import type { Logger } from '../../core/log.js';
-import type { TurnhostConfig } from '../config/types.js';
-import { closeRoot, openRoot, readFile, validateRelativePath, writeFile, type FsRefusal } from '../fs/guard.js';
-import type { WorkspaceFailure, WorkspaceService, WorkspaceView } from '../workspaces/service.js';
-import { MAX_BODY_BYTES, sendError, type ErrorCode } from './errors.js';
-import { requestLogger } from './request-id.js';
-import { refuseBody, route } from './routing.js';
-import { QueryCheck, requestQuery, sendQueryRefusal } from './query-params.js';
+import express, { type Request, type RequestHandler, type Response, type Router } from 'express';
+import { isValidSessionId, SESSION_ID_DETAIL } from '../../api/schema/ids.js';
 import { compileValidator, createAjv, fieldRefusal } from '../../api/schema/validate.js';
 import { WorkspaceCreateRequest } from '../../api/schema/workspaces.js';
+import type { Logger } from '../../core/log.js';
+import type { TurnhostConfig } from '../config/types.js';
+import type { WorkspaceFileFailure, WorkspaceService, WorkspaceView } from '../workspaces/service.js';
+import { MAX_BODY_BYTES, sendError, type ErrorCode } from './errors.js';
+import { QueryCheck, requestQuery, sendQueryRefusal } from './query-params.js';
+import { requestLogger } from './request-id.js';
+import { refuseBody, route } from './routing.js';
 
 export interface WorkspaceRouteDeps {
   workspaces: WorkspaceService;
   config: () => TurnhostConfig;
-  events: EventSink;
   logger: Logger;
 }
 
-const ID = /^[A-Za-z0-9_-]{1,64}$/;
-const SESSION_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
 const validateCreate = compileValidator<WorkspaceCreateRequest>(createAjv(), WorkspaceCreateRequest);
 
-const FAILURE_STATUS: Record<WorkspaceFailure, number> = {
+const FAILURE_STATUS: Record<WorkspaceFileFailure, number> = {
   invalid_request: 400,
   workspace_not_found: 404,
   workspace_exists: 409,
@@ -41,18 +38,7 @@ const FAILURE_STATUS: Record<WorkspaceFailure, number> = {
   workspace_full: 409,
   workspaces_unconfigured: 503,
   workspaces_unavailable: 503,
-};
-
-const FS_CODE = (reason: FsRefusal): ErrorCode =>
-  reason === 'too_large'
-    ? 'body_too_large'
-    : reason === 'invalid_option'
-      ? 'invalid_request'
-      : reason === 'io_error'
-        ? 'internal_error'
-        : reason;
-
-const FS_STATUS: Record<FsRefusal, number> = {
+  // The fs guard's refusals of a host read or write.
   invalid_path: 400,
   invalid_option: 400,
   too_large: 413,
@@ -65,9 +51,27 @@ const FS_STATUS: Record<FsRefusal, number> = {
   io_error: 500,
 };
 
-function sendFailure(res: Response, failure: { reason: WorkspaceFailure; detail: string }): void {
-  const extra = failure.reason === 'invalid_request' ? { field: failure.detail.split(':')[0] } : {};
-  sendError(res, FAILURE_STATUS[failure.reason], failure.reason, failure.detail, extra);
+function errorCode(reason: WorkspaceFileFailure): ErrorCode {
+  switch (reason) {
+    case 'too_large':
+      return 'body_too_large';
+    case 'invalid_option':
+      return 'invalid_request';
+    case 'io_error':
+      return 'internal_error';
+    default:
+      return reason;
+  }
+}
+
+function sendFailure(res: Response, failure: { reason: WorkspaceFileFailure; detail: string; field?: string }): void {
+  const extra =
+    failure.field !== undefined
+      ? { field: failure.field }
+      : failure.reason === 'invalid_request'
+        ? { field: failure.detail.split(':')[0] }
+        : {};
+  sendError(res, FAILURE_STATUS[failure.reason], errorCode(failure.reason), failure.detail, extra);
 }
 
 function publicView(workspace: WorkspaceView, usage?: { bytes: number; files: number } | null) {
@@ -123,166 +127,135 @@ function readBody(req: Request, maxBytes: number): Promise<Buffer | 'too_large' 
   });
 }
 
+/** The body of a host write, at most `maxBytes`; null once the request has been answered (413) or dropped. */
+async function hostWriteBody(req: Request, res: Response, maxBytes: number): Promise<Buffer | null> {
+  const tooLarge = (): null => {
+    res.setHeader('Connection', 'close');
+    sendError(res, 413, 'body_too_large', `body: larger than ${maxBytes} bytes (fs.hostWriteMaxBytes)`);
+    return null;
+  };
+  if (Number(req.headers['content-length'] ?? 0) > maxBytes) return tooLarge();
+  const body = await readBody(req, maxBytes);
+  if (body === 'too_large') return tooLarge();
+  if (body === 'aborted') {
+    res.destroy();
+    return null;
+  }
+  return body;
+}
+
+/** POST /api/workspaces: no body asks for a generated id and no session; a body must be JSON. */
+function createWorkspace(deps: WorkspaceRouteDeps): RequestHandler {
+  return async (req, res) => {
+    if (req.is('application/json') === false)
+      return sendError(res, 400, 'invalid_request', 'body: expected an application/json object', { field: 'body' });
+    const checked = validateCreate((req.body as unknown) ?? {});
+    if (!checked.ok) {
+      const { error, ...named } = fieldRefusal(checked.errors);
+      return sendError(res, 400, 'invalid_request', error, named);
+    }
+    const { sessionId, id } = checked.value;
+    const created = await deps.workspaces.create({
+      ...(typeof id === 'string' ? { id } : {}),
+      ...(typeof sessionId === 'string' ? { sessionId } : {}),
+    });
+    if (!created.ok) return sendFailure(res, created);
+    res.setHeader('Location', `/api/workspaces/${created.workspace.id}`);
+    res.status(201).json({ workspace: publicView(created.workspace) });
+  };
+}
+
+/** GET /api/workspaces[?session=ID]: the ready workspaces, of one session if asked. */
+function listWorkspaces(deps: WorkspaceRouteDeps): RequestHandler {
+  return (req, res) => {
+    const check = queryCheck(req, ['session']);
+    const session = check.get('session');
+    if (session !== null && !isValidSessionId(session)) check.refuse('session', SESSION_ID_DETAIL);
+    if (refuseQuery(res, check)) return;
+    const listed = deps.workspaces
+      .list(session === null ? {} : { sessionId: session })
+      .filter((w) => w.state === 'ready');
+    res.json({ workspaces: listed.map((w) => publicView(w)) });
+  };
+}
+
+/** GET /api/workspaces/:id: one workspace with its usage (null when it cannot be measured now). */
+function showWorkspace(deps: WorkspaceRouteDeps): RequestHandler {
+  return async (req, res) => {
+    if (refuseQuery(res, queryCheck(req, []))) return;
+    const found = deps.workspaces.find(String(req.params['id']));
+    if (!found.ok) return sendFailure(res, found);
+    const usage = await deps.workspaces.usage(found.workspace.id);
+    res.json({ workspace: publicView(found.workspace, usage.ok ? usage : null) });
+  };
+}
+
+/** DELETE /api/workspaces/:id[?cancel=1]: a half-deleted workspace may be deleted again (a retry). */
+function deleteWorkspace(deps: WorkspaceRouteDeps): RequestHandler {
+  return async (req, res) => {
+    const check = queryCheck(req, ['cancel']);
+    const cancel = check.get('cancel');
+    if (cancel !== null && cancel !== '1' && cancel !== '0') check.refuse('cancel', "expected '1' or '0'");
+    if (refuseQuery(res, check)) return;
+    const found = deps.workspaces.find(String(req.params['id']), { orDeleting: true });
+    if (!found.ok) return sendFailure(res, found);
+    const { id } = found.workspace;
+    const removed = await deps.workspaces.delete(id, { cancel: cancel === '1' });
+    if (!removed.ok) return sendFailure(res, removed);
+    res.json({ deleted: id, bytesRemoved: removed.bytes, filesRemoved: removed.files });
+  };
+}
+
+/** GET /api/workspaces/:id/files?path=REL: the file's bytes and their sha256. */
+function readWorkspaceFile(deps: WorkspaceRouteDeps): RequestHandler {
+  return (req, res) => {
+    const check = queryCheck(req, ['path']);
+    const rel = check.get('path');
+    if (rel === null) check.refuse('path', 'required');
+    if (refuseQuery(res, check) || rel === null) return;
+    const target = deps.workspaces.fileTarget(String(req.params['id']), rel);
+    if (!target.ok) return sendFailure(res, target);
+    const read = deps.workspaces.readFile(target.workspace, rel);
+    if (!read.ok) return sendFailure(res, read);
+    res.setHeader('Content-Type', 'application/octet-stream');
+    res.setHeader('X-Content-Sha256', read.sha256);
+    res.status(200).send(read.data);
+  };
+}
+
+/** PUT /api/workspaces/:id/files?path=REL[&mode=create|replace]: 201 with the file's address, or 200 replaced. */
+function writeWorkspaceFile(deps: WorkspaceRouteDeps): RequestHandler {
+  return async (req, res) => {
+    const check = queryCheck(req, ['path', 'mode']);
+    const rel = check.get('path');
+    if (rel === null) check.refuse('path', 'required');
+    const mode = check.get('mode') ?? 'replace';
+    if (mode !== 'create' && mode !== 'replace') check.refuse('mode', "expected 'create' or 'replace'");
+    if (refuseQuery(res, check) || rel === null || (mode !== 'create' && mode !== 'replace')) return;
+    const target = deps.workspaces.fileTarget(String(req.params['id']), rel);
+    if (!target.ok) return sendFailure(res, target);
+    const body = await hostWriteBody(req, res, deps.config().fs.hostWriteMaxBytes);
+    if (body === null) return;
+    const { workspace } = target;
+    const written = await deps.workspaces.writeFile(workspace, rel, body, mode);
+    if (!written.ok) {
+      if (written.reason === 'io_error')
+        requestLogger(res, deps.logger).error('workspace write failed', { detail: written.detail });
+      return sendFailure(res, written);
+    }
+    // The file's own address: GET reads it, PUT (replace by default) writes it again.
+    if (!written.replaced)
+      res.setHeader(
+        'Location',
+        `/api/workspaces/${encodeURIComponent(workspace.id)}/files?${new URLSearchParams({ path: rel }).toString()}`,
+      );
+    res.status(written.replaced ? 200 : 201).json(written);
+  };
+}
+
 export function registerWorkspaceRoutes(router: Router, deps: WorkspaceRouteDeps): void {
   const json = express.json({ limit: MAX_BODY_BYTES, strict: true });
-  const { workspaces } = deps;
-  /** The workspace of the path, when it is ready (or, for a delete, also half deleted: a retry). */
-  const lookup = (req: Request, res: Response, options: { deleting?: boolean } = {}): WorkspaceView | null => {
-    const id = String(req.params['id']);
-    const found = ID.test(id) ? workspaces.get(id) : undefined;
-    if (!found || !(found.state === 'ready' || (options.deleting === true && found.state === 'deleting'))) {
-      sendError(res, 404, 'workspace_not_found', `no workspace ${ID.test(id) ? id : '(malformed id)'}`);
-      return null;
-    }
-    return found;
-  };
-
-  route(router, '/api/workspaces', {
-    post: [
-      json,
-      async (req, res) => {
-        // No body asks for a generated id and no session; a body must be JSON.
-        if (req.is('application/json') === false)
-          return sendError(res, 400, 'invalid_request', 'body: expected an application/json object', { field: 'body' });
-        const body: unknown = req.body ?? {};
-        const checked = validateCreate(body);
-        if (!checked.ok) {
-          const { error, ...named } = fieldRefusal(checked.errors);
-          return sendError(res, 400, 'invalid_request', error, named);
-        }
-        const { sessionId, id } = checked.value;
-        const created = await workspaces.create({
-          ...(typeof id === 'string' ? { id } : {}),
-          ...(typeof sessionId === 'string' ? { sessionId } : {}),
-        });
-        if (!created.ok) return sendFailure(res, created);
-        res.setHeader('Location', `/api/workspaces/${created.workspace.id}`);
-        res.status(201).json({ workspace: publicView(created.workspace) });
-      },
-    ],
-    get: (req, res) => {
-      const check = queryCheck(req, ['session']);
-      const session = check.get('session');
-      if (session !== null && !SESSION_ID.test(session))
-        check.refuse('session', 'expected 1-128 characters of [A-Za-z0-9_.:-]');
-      if (refuseQuery(res, check)) return;
-      const listed = workspaces.list(session === null ? {} : { sessionId: session }).filter((w) => w.state === 'ready');
-      res.json({ workspaces: listed.map((w) => publicView(w)) });
-    },
-  });
-
-  route(router, '/api/workspaces/:id', {
-    get: async (req, res) => {
-      if (refuseQuery(res, queryCheck(req, []))) return;
-      const workspace = lookup(req, res);
-      if (!workspace) return;
-      const usage = await workspaces.usage(workspace.id);
-      res.json({ workspace: publicView(workspace, usage.ok ? usage : null) });
-    },
-    delete: [
-      refuseBody,
-      async (req, res) => {
-        const check = queryCheck(req, ['cancel']);
-        const cancel = check.get('cancel');
-        if (cancel !== null && cancel !== '1' && cancel !== '0') check.refuse('cancel', "expected '1' or '0'");
-        if (refuseQuery(res, check)) return;
-        const workspace = lookup(req, res, { deleting: true });
-        if (!workspace) return;
-        const removed = await workspaces.delete(workspace.id, { cancel: cancel === '1' });
-        if (!removed.ok) return sendFailure(res, removed);
-        res.json({ deleted: workspace.id, bytesRemoved: removed.bytes, filesRemoved: removed.files });
-      },
-    ],
-  });
-
-  route(router, '/api/workspaces/:id/files', {
-    get: (req, res) => {
-      const check = queryCheck(req, ['path']);
-      const rel = check.get('path');
-      if (rel === null) check.refuse('path', 'required');
-      if (refuseQuery(res, check) || rel === null) return;
-      const valid = validateRelativePath(rel);
-      if (!valid.ok) return sendError(res, 400, 'invalid_path', `path: ${valid.detail}`, { field: 'path' });
-      const workspace = lookup(req, res);
-      if (!workspace) return;
-      const root = openRoot(workspace.path);
-      if (!root.ok) return sendError(res, 503, 'workspaces_unavailable', root.detail);
-      try {
-        const read = readFile(root, rel, deps.config().fs.hostWriteMaxBytes);
-        if (!read.ok) return sendError(res, FS_STATUS[read.reason], FS_CODE(read.reason), read.detail);
-        res.setHeader('Content-Type', 'application/octet-stream');
-        res.setHeader('X-Content-Sha256', read.sha256);
-        res.status(200).send(read.data);
-      } finally {
-        closeRoot(root);
-      }
-    },
-    put: async (req, res) => {
-      const check = queryCheck(req, ['path', 'mode']);
-      const rel = check.get('path');
-      if (rel === null) check.refuse('path', 'required');
-      const mode = check.get('mode') ?? 'replace';
-      if (mode !== 'create' && mode !== 'replace') check.refuse('mode', "expected 'create' or 'replace'");
-      if (refuseQuery(res, check) || rel === null || (mode !== 'create' && mode !== 'replace')) return;
-      const valid = validateRelativePath(rel);
-      if (!valid.ok) return sendError(res, 400, 'invalid_path', `path: ${valid.detail}`, { field: 'path' });
-      const workspace = lookup(req, res);
-      if (!workspace) return;
-      const config = deps.config();
-      const maxBytes = config.fs.hostWriteMaxBytes;
-      if (Number(req.headers['content-length'] ?? 0) > maxBytes) {
-        res.setHeader('Connection', 'close');
-        return sendError(res, 413, 'body_too_large', `body: larger than ${maxBytes} bytes (fs.hostWriteMaxBytes)`);
-      }
-      const body = await readBody(req, maxBytes);
-      if (body === 'aborted') return void res.destroy();
-      if (body === 'too_large') {
-        res.setHeader('Connection', 'close');
-        return sendError(res, 413, 'body_too_large', `body: larger than ${maxBytes} bytes (fs.hostWriteMaxBytes)`);
-      }
-      const usage = await workspaces.usage(workspace.id);
-      if (!usage.ok) return sendFailure(res, usage);
-      if (usage.bytes + body.length > config.workspaces.maxBytes)
-        return sendError(
-          res,
-          409,
-          'workspace_full',
-          `workspace ${workspace.id} holds ${usage.bytes} bytes; ${body.length} more exceed its cap of ${config.workspaces.maxBytes} (workspaces.maxBytes)`,
-        );
-      // The reads above awaited: a delete may have begun meanwhile. From this check to the end of
-      // the write nothing yields, so the write never lands in a tree being removed.
-      if (workspaces.get(workspace.id)?.state !== 'ready')
-        return sendError(res, 404, 'workspace_not_found', `no workspace ${workspace.id} (being deleted)`);
-      const root = openRoot(workspace.path);
-      if (!root.ok) return sendError(res, 503, 'workspaces_unavailable', root.detail);
-      try {
-        // 0666 inside a 02770 workspace: the directory admits only the workspace's uid and the
-        // supervisor's group, and the workspace's turns (its uid) must be able to change the file.
-        const written = writeFile(root, rel, body, { mode, maxBytes, fileMode: 0o666 });
-        if (!written.ok) {
-          if (written.reason === 'io_error')
-            requestLogger(res, deps.logger).error('workspace write failed', { detail: written.detail });
-          return sendError(res, FS_STATUS[written.reason], FS_CODE(written.reason), written.detail);
-        }
-        deps.events.append({
-          sessionId: workspace.sessionId,
-          turnId: null,
-          kind: 'host_write',
-          actor: 'server',
-          model: null,
-          profile: null,
-          payload: { path: rel, bytes: written.bytes, sha256: written.sha256, replaced: written.replaced },
-        });
-        // The file's own address: GET reads it, PUT (replace by default) writes it again.
-        if (!written.replaced)
-          res.setHeader(
-            'Location',
-            `/api/workspaces/${encodeURIComponent(workspace.id)}/files?${new URLSearchParams({ path: rel }).toString()}`,
-          );
-        res.status(written.replaced ? 200 : 201).json(written);
-      } finally {
-        closeRoot(root);
-      }
-    },
-  });
+  route(router, '/api/workspaces', { post: [json, createWorkspace(deps)], get: listWorkspaces(deps) });
+  route(router, '/api/workspaces/:id', { get: showWorkspace(deps), delete: [refuseBody, deleteWorkspace(deps)] });
+  route(router, '/api/workspaces/:id/files', { get: readWorkspaceFile(deps), put: writeWorkspaceFile(deps) });
 }

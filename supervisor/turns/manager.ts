@@ -1,288 +1,347 @@
 /**
  * The turn manager: the only way to start a worker. Each turn runs the one lifecycle
  * (lifecycle.ts); this module keeps the running turns and the recently finished ones, the
- * prepared-worker pool, and the durable records.
+ * prepared-worker pool, and the durable records. The workspaces it runs turns on come from
+ * outside (`TurnWorkspaces`): the daemon wires the workspace service in (supervisor/compose.ts).
  */
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
-import { fail, ok } from '../../core/result.js';
-import { probeMode } from '../probes/index.js';
-import { createWorkspaceService } from '../workspaces/service.js';
-import { helperLocation } from './worker-process.js';
+import { fail, ok, type Fail, type Result } from '../../core/result.js';
 import { kernelRelayReport } from '../../proxy/relay/kernel-relay.js';
-import { prepareLaunchEnvironment } from './launch-environment.js';
+import type { HostWriteRoots, HostWriteTurn } from '../fs/host-write.js';
+import { prepareLaunchEnvironment, type LaunchEnvironment } from './launch-environment.js';
 import { launchTurn, prepareWorker, type Worker, type WorkspaceLease } from './lifecycle.js';
 import { createOutputChannel } from './output.js';
-import { createPreparedWorkerPool } from './prepared-workers.js';
+import { createPreparedWorkerPool, type PreparedWorkerPool } from './prepared-workers.js';
 import { recoverInterruptedTurns } from './recovery.js';
 import type { RunningTurn } from './running-turn.js';
-import { deleteSession, pruneSessions, type SessionDeps } from './sessions.js';
+import {
+  deleteSession,
+  pruneSessions,
+  type SessionDeleteFailure,
+  type SessionDeletion,
+  type SessionDeps,
+} from './sessions.js';
 import { createTurnRecordStore, type TurnRecordStore } from './store.js';
 import { workerKey, type WorkerSpec } from './turn-request.js';
 import { requestStdin, validateTurnRequest } from './validate.js';
-import type { TurnAttachment, TurnManager, TurnManagerDeps, TurnRecord, TurnResult } from './types.js';
+import type {
+  TurnAttachment,
+  TurnCreateFailure,
+  TurnManager as TurnManagerSurface,
+  TurnManagerDeps,
+  TurnPage,
+  TurnPageQuery,
+  TurnRecord,
+  TurnRequest,
+  TurnResult,
+  TurnWorkspaces,
+} from './types.js';
 
 const RECENT_TURNS_KEPT = 64;
+
+type CreateOutcome = Awaited<ReturnType<TurnManagerSurface['create']>>;
+type CreateRefusal = Fail<TurnCreateFailure> & { field?: string };
 
 function newTurnId(): string {
   return `turn_${randomBytes(9).toString('base64url')}`;
 }
 
-export async function createTurnManager(deps: TurnManagerDeps): Promise<TurnManager> {
-  const records: TurnRecordStore = createTurnRecordStore(deps.db);
-  const running = new Map<string, RunningTurn>();
-  /** Recently finished turns keep their output backlog, so a client that attaches late still gets it. */
-  const recent = new Map<string, RunningTurn>();
-  const retire = (id: string, turn: RunningTurn): void => {
-    running.delete(id);
-    recent.set(id, turn);
-    for (const oldest of recent.keys()) {
-      if (recent.size <= RECENT_TURNS_KEPT) break;
-      recent.delete(oldest);
-    }
-  };
-  /** Turns per session that are launching or running: such a session cannot be deleted. */
-  const activeInSession = new Map<string, number>();
-  const holdSession = (sessionId: string): (() => void) => {
-    activeInSession.set(sessionId, (activeInSession.get(sessionId) ?? 0) + 1);
+/** Turns per session that are launching or running: such a session cannot be deleted. */
+class SessionHolds {
+  private readonly active = new Map<string, number>();
+
+  has(sessionId: string): boolean {
+    return this.active.has(sessionId);
+  }
+
+  /** Holds the session until the returned release is called (once; later calls do nothing). */
+  hold(sessionId: string): () => void {
+    this.active.set(sessionId, (this.active.get(sessionId) ?? 0) + 1);
     let released = false;
     return () => {
       if (released) return;
       released = true;
-      const left = (activeInSession.get(sessionId) ?? 1) - 1;
-      if (left > 0) activeInSession.set(sessionId, left);
-      else activeInSession.delete(sessionId);
+      const left = (this.active.get(sessionId) ?? 1) - 1;
+      if (left > 0) this.active.set(sessionId, left);
+      else this.active.delete(sessionId);
     };
-  };
-  const sessionDeps: SessionDeps = {
-    db: deps.db,
-    events: deps.events,
-    logger: deps.logger.child({ component: 'sessions' }),
-    isBusy: (sessionId) => activeInSession.has(sessionId),
-  };
+  }
+}
+
+export class TurnManager implements TurnManagerSurface {
+  private readonly running = new Map<string, RunningTurn>();
+  /** Recently finished turns keep their output backlog, so a client that attaches late still gets it. */
+  private readonly recent = new Map<string, RunningTurn>();
+  private readonly sessionHolds = new SessionHolds();
   /**
    * Sessions whose delete is under way: from its first check to its end no turn of the session,
    * and no turn on a workspace bound to it, may start (the delete awaits its workspaces' removal).
    */
-  const deletingSessions = new Set<string>();
-  /** A deleted session's finished turns leave the attach backlog too. */
-  const forgetSession = (sessionId: string): void => {
-    for (const [id, turn] of recent) if (turn.record.sessionId === sessionId) recent.delete(id);
-  };
-  const launchEnv = prepareLaunchEnvironment(deps, records);
-  recoverInterruptedTurns(launchEnv);
-  let uidSearchStart: number | null = null;
+  private readonly deletingSessions = new Set<string>();
   /**
    * Workspace turns between their workspace claim and their place in `running`: a delete counts
    * them as running, so no tree is removed under a turn that is starting. The claim and the
    * entry here happen in one synchronous step, as do a delete's last check and its state change.
    */
-  const launching = new Map<string, string>();
-  const workspaces = createWorkspaceService({
-    config: () => deps.config,
-    db: deps.db,
-    events: deps.events,
-    logger: deps.logger,
-    helper: () => helperLocation(deps.config),
-    // Only where the helper's search starts: the helper itself decides which uid is free.
-    uidSearchStart: async () => {
-      if (uidSearchStart !== null) return ok({ uid: uidSearchStart });
-      const probe = await probeMode(deps.probeContext, 'ordinary', 'check');
-      if (probe.uidRange) uidSearchStart = probe.uidRange.first;
-      return probe.uidRange
-        ? ok({ uid: probe.uidRange.first })
-        : fail(
-            'uid_range_unverified',
-            probe.availability.requirement ?? 'the identity helper gave no verified uid range',
-          );
-    },
-    turns: {
-      running: (workspaceId) => [
-        ...[...running.values()]
-          .filter((turn) => turn.record.workspaceId === workspaceId)
-          .map((turn) => turn.record.id),
-        ...[...launching].filter(([, id]) => id === workspaceId).map(([turnId]) => turnId),
-      ],
-      cancelAndWait: async (turnId) => {
-        const turn = running.get(turnId);
-        if (!turn) return;
-        turn.stop('cancelled');
-        await turn.done;
-      },
-    },
-  });
-  launchEnv.workspaceUsage = (id) => workspaces.usage(id);
-  // Before any turn: a workspace half made or half removed by a crash is settled first.
-  await workspaces.recover();
-  const pool = createPreparedWorkerPool<Worker, WorkerSpec>({
-    capacity: deps.config.turns.preparedWorkers,
-    idleMs: deps.config.turns.preparedWorkerIdleSeconds * 1000,
-    keyOf: workerKey,
-    prepare: (spec) => prepareWorker(launchEnv, spec),
-    stop: (worker) => worker.retire(),
-    logger: deps.logger.child({ component: 'prepared-workers' }),
-  });
+  private readonly launching = new Map<string, string>();
+  private readonly sessionDeps: SessionDeps;
+  private readonly pool: PreparedWorkerPool<Worker, WorkerSpec>;
 
-  const manager: TurnManager = {
-    async create(body) {
-      const validated = validateTurnRequest(body, deps.config);
-      if (!validated.ok) return validated;
-      const request = validated.request;
-      const id = request.turnId ?? newTurnId();
-      if (running.has(id) || records.exists(id))
-        return { ...fail('conflict', `turn ${id} already exists`), field: 'turnId' };
-      if (running.size >= deps.config.turns.maxConcurrent)
-        return fail(
-          'capacity_exhausted',
-          `${running.size} turns are running; the limit is ${deps.config.turns.maxConcurrent} (turns.maxConcurrent)`,
-        );
+  /**
+   * Recovers what a dead supervisor left (interrupted turns and their cgroup leaves, then
+   * half-made or half-deleted workspaces), then starts the prepared-worker pool.
+   */
+  static async start(deps: TurnManagerDeps, workspaces: TurnWorkspaces): Promise<TurnManager> {
+    const records = createTurnRecordStore(deps.db);
+    const launchEnv = prepareLaunchEnvironment(deps, records);
+    recoverInterruptedTurns(launchEnv);
+    launchEnv.workspaceUsage = (id) => workspaces.usage(id);
+    // Before any turn: a workspace half made or half removed by a crash is settled first.
+    await workspaces.recover();
+    return new TurnManager(deps, workspaces, records, launchEnv);
+  }
 
-      if (deletingSessions.has(request.sessionId))
-        return { ...fail('conflict', `session ${request.sessionId} is being deleted`), field: 'sessionId' };
-      let workspaceLease: WorkspaceLease | undefined;
-      if (request.workspace !== undefined) {
-        const boundTo = workspaces.get(request.workspace)?.sessionId;
-        if (boundTo != null && deletingSessions.has(boundTo))
-          return {
-            ...fail('conflict', `workspace ${request.workspace} goes with session ${boundTo}, which is being deleted`),
-            field: 'workspace',
-          };
-        const claimed = workspaces.claimForTurn(request.workspace);
-        if (!claimed.ok)
-          return { ok: false, reason: 'invalid_request', detail: `workspace: ${claimed.detail}`, field: 'workspace' };
-        const { workspace } = claimed;
-        workspaceLease = { id: workspace.id, uid: workspace.uid, path: workspace.path };
-        request.cwd = request.cwd === '.' ? workspace.path : path.join(workspace.path, request.cwd);
-        launching.set(id, workspace.id);
-      }
-      const output = createOutputChannel();
-      // Held from before the launch's first await, so a delete of the session cannot slip in.
-      const releaseSession = holdSession(request.sessionId);
-      let launched: Awaited<ReturnType<typeof launchTurn>>;
-      try {
-        launched = await launchTurn(launchEnv, pool, { ...request, turnId: id }, output, workspaceLease);
-      } catch (error) {
-        launching.delete(id);
-        releaseSession();
-        throw error;
-      }
-      // Out of `launching` and into `running` in one step: a delete never sees neither.
-      launching.delete(id);
-      if (!launched.ok) {
-        releaseSession();
-        return launched;
-      }
-      const turn = launched.turn;
-      void turn.done.then(releaseSession);
-      const stdin = requestStdin(request);
-      if (stdin !== null) turn.provideInput(stdin, 'the input was given with the turn request (stdin)');
-      running.set(id, turn);
-      void turn.done.then(() => retire(id, turn));
-      return ok({ turn: turn.record });
-    },
+  private constructor(
+    private readonly deps: TurnManagerDeps,
+    private readonly workspaces: TurnWorkspaces,
+    private readonly records: TurnRecordStore,
+    private readonly launchEnv: LaunchEnvironment,
+  ) {
+    this.sessionDeps = {
+      db: deps.db,
+      events: deps.events,
+      logger: deps.logger.child({ component: 'sessions' }),
+      isBusy: (sessionId) => this.sessionHolds.has(sessionId),
+    };
+    this.pool = createPreparedWorkerPool<Worker, WorkerSpec>({
+      capacity: deps.config.turns.preparedWorkers,
+      idleMs: deps.config.turns.preparedWorkerIdleSeconds * 1000,
+      keyOf: workerKey,
+      prepare: (spec) => prepareWorker(launchEnv, spec),
+      stop: (worker) => worker.retire(),
+      logger: deps.logger.child({ component: 'prepared-workers' }),
+    });
+  }
 
-    get: (id) => running.get(id)?.record ?? records.get(id),
+  async create(body: unknown): Promise<CreateOutcome> {
+    const validated = validateTurnRequest(body, this.deps.config);
+    if (!validated.ok) return validated;
+    const request = validated.request;
+    const id = request.turnId ?? newTurnId();
+    const refused = this.refuseCreate(id, request.sessionId);
+    if (refused) return refused;
+    const claimed = this.claimWorkspace(id, request);
+    if (!claimed.ok) return claimed;
+    return this.launch(id, request, claimed.lease);
+  }
 
-    list: (filter) => {
-      const stored = records.list({ sessionId: filter?.sessionId });
-      return stored.map((r) => running.get(r.id)?.record ?? r);
-    },
+  get(id: string): TurnRecord | undefined {
+    return this.running.get(id)?.record ?? this.records.get(id);
+  }
 
-    page(query) {
-      try {
-        const page = records.page(query);
-        return ok({ ...page, turns: page.turns.map((r) => running.get(r.id)?.record ?? r) });
-      } catch (error) {
-        deps.logger.error('turn listing failed', { detail: (error as Error).message });
-        return fail('store_unavailable', 'the turn records could not be read');
-      }
-    },
+  list(filter?: { sessionId?: string }): TurnRecord[] {
+    const stored = this.records.list({ sessionId: filter?.sessionId });
+    return stored.map((r) => this.running.get(r.id)?.record ?? r);
+  }
 
-    async deleteSession(sessionId) {
-      if (activeInSession.has(sessionId)) return fail('session_busy', `a turn of session ${sessionId} is running`);
-      if (deletingSessions.has(sessionId)) return fail('session_busy', `session ${sessionId} is being deleted`);
-      deletingSessions.add(sessionId);
-      try {
-        // The session's workspaces go first: a turn of another session may run on one, and then
-        // nothing is deleted; their receipts are the session's events and go with it.
-        const removed = await workspaces.deleteForSession(sessionId);
-        if (!removed.ok)
-          return removed.reason === 'workspace_busy'
-            ? fail('session_busy', `session ${sessionId}: ${removed.detail}`)
-            : fail('workspaces_unavailable', `session ${sessionId}: ${removed.detail}`);
-        const deleted = deleteSession(sessionDeps, sessionId, {
-          trigger: 'api',
-          workspacesDeleted: removed.deleted.length,
-        });
-        if (deleted.ok) forgetSession(sessionId);
-        return deleted;
-      } finally {
-        deletingSessions.delete(sessionId);
-      }
-    },
+  page(query: TurnPageQuery): Result<TurnPage, 'store_unavailable'> {
+    try {
+      const page = this.records.page(query);
+      return ok({ ...page, turns: page.turns.map((r) => this.running.get(r.id)?.record ?? r) });
+    } catch (error) {
+      this.deps.logger.error('turn listing failed', { detail: (error as Error).message });
+      return fail('store_unavailable', 'the turn records could not be read');
+    }
+  }
 
-    pruneSessions(now = new Date()) {
-      const pruned = pruneSessions(sessionDeps, {
-        now,
-        retentionDays: deps.config.events.sessionRetentionDays,
-        // A workspace keeps its session: retention never deletes a tree someone may still use.
-        beforeDelete: (sessionId) =>
-          workspaces.list({ sessionId }).length > 0
-            ? fail('session_has_workspaces', `session ${sessionId} has workspaces; delete them or the session`)
-            : ok({}),
+  async deleteSession(
+    sessionId: string,
+  ): Promise<Result<{ deleted: SessionDeletion }, SessionDeleteFailure | 'workspaces_unavailable'>> {
+    if (this.sessionHolds.has(sessionId)) return fail('session_busy', `a turn of session ${sessionId} is running`);
+    if (this.deletingSessions.has(sessionId)) return fail('session_busy', `session ${sessionId} is being deleted`);
+    this.deletingSessions.add(sessionId);
+    try {
+      // The session's workspaces go first: a turn of another session may run on one, and then
+      // nothing is deleted; their receipts are the session's events and go with it.
+      const removed = await this.workspaces.deleteForSession(sessionId);
+      if (!removed.ok)
+        return removed.reason === 'workspace_busy'
+          ? fail('session_busy', `session ${sessionId}: ${removed.detail}`)
+          : fail('workspaces_unavailable', `session ${sessionId}: ${removed.detail}`);
+      const deleted = deleteSession(this.sessionDeps, sessionId, {
+        trigger: 'api',
+        workspacesDeleted: removed.deleted.length,
       });
-      if (pruned.ok) for (const { sessionId } of pruned.deleted) forgetSession(sessionId);
-      return pruned;
-    },
+      if (deleted.ok) this.forgetSession(sessionId);
+      return deleted;
+    } finally {
+      this.deletingSessions.delete(sessionId);
+    }
+  }
 
-    cancel(id) {
-      const turn = running.get(id);
-      if (!turn)
-        return records.exists(id)
-          ? fail('not_running', `turn ${id} has already finished`)
-          : fail('not_found', `no turn ${id}`);
-      turn.stop('cancelled');
-      return ok({ turn: turn.record });
-    },
+  pruneSessions(now = new Date()): Result<{ deleted: SessionDeletion[] }, 'store_unavailable'> {
+    const pruned = pruneSessions(this.sessionDeps, {
+      now,
+      retentionDays: this.deps.config.events.sessionRetentionDays,
+      // A workspace keeps its session: retention never deletes a tree someone may still use.
+      beforeDelete: (sessionId) =>
+        this.workspaces.list({ sessionId }).length > 0
+          ? fail('session_has_workspaces', `session ${sessionId} has workspaces; delete them or the session`)
+          : ok({}),
+    });
+    if (pruned.ok) for (const { sessionId } of pruned.deleted) this.forgetSession(sessionId);
+    return pruned;
+  }
 
-    attach(id) {
-      const turn = running.get(id) ?? recent.get(id);
-      const record = turn?.record ?? records.get(id);
-      if (!record) return fail('not_found', `no turn ${id}`);
-      const attachment: TurnAttachment = turn ? turn.attach() : finishedAttachment(record);
-      return ok({ attachment });
-    },
+  cancel(id: string): Result<{ turn: TurnRecord }, 'not_found' | 'not_running'> {
+    const turn = this.running.get(id);
+    if (!turn)
+      return this.records.exists(id)
+        ? fail('not_running', `turn ${id} has already finished`)
+        : fail('not_found', `no turn ${id}`);
+    turn.stop('cancelled');
+    return ok({ turn: turn.record });
+  }
 
-    // Held roots for host writes (supervisor/http/host-write-route.ts).
-    roots(id) {
-      const turn = running.get(id);
-      const target = turn?.hostWriteTarget();
-      if (target) return ok(target);
-      if (turn || records.exists(id)) return fail('turn_finished', `turn ${id} has finished; host writes are closed`);
-      return fail('not_found', `no turn ${id}`);
-    },
+  attach(id: string): Result<{ attachment: TurnAttachment }, 'not_found'> {
+    const turn = this.running.get(id) ?? this.recent.get(id);
+    const record = turn?.record ?? this.records.get(id);
+    if (!record) return fail('not_found', `no turn ${id}`);
+    const attachment: TurnAttachment = turn ? turn.attach() : finishedAttachment(record);
+    return ok({ attachment });
+  }
 
-    async wait(id) {
-      const turn = running.get(id);
-      if (turn) return turn.done;
-      return records.get(id)?.result ?? undefined;
-    },
+  /** Held roots for host writes (supervisor/http/host-write-route.ts). */
+  roots(id: string): Result<{ roots: HostWriteRoots; turn: HostWriteTurn }, 'not_found' | 'turn_finished'> {
+    const turn = this.running.get(id);
+    const target = turn?.hostWriteTarget();
+    if (target) return ok(target);
+    if (turn || this.records.exists(id))
+      return fail('turn_finished', `turn ${id} has finished; host writes are closed`);
+    return fail('not_found', `no turn ${id}`);
+  }
 
-    preparedWorkers: () => pool.counts(),
+  async wait(id: string): Promise<TurnResult | undefined> {
+    const turn = this.running.get(id);
+    if (turn) return turn.done;
+    return this.records.get(id)?.result ?? undefined;
+  }
 
-    egressRelay: () => kernelRelayReport(),
+  preparedWorkers(): { ready: number; starting: number } {
+    return this.pool.counts();
+  }
 
-    workspaces,
+  egressRelay(): ReturnType<TurnManagerSurface['egressRelay']> {
+    return kernelRelayReport();
+  }
 
-    async close() {
-      const pending = [...running.values()];
-      for (const turn of pending) turn.stop('cancelled');
-      await Promise.all(pending.map((t) => t.done));
-      await pool.close();
-      launchEnv.close();
-    },
-  };
-  return manager;
+  /** The turns running or being launched on a workspace (what the workspace service asks). */
+  turnsOnWorkspace(workspaceId: string): string[] {
+    return [
+      ...[...this.running.values()]
+        .filter((turn) => turn.record.workspaceId === workspaceId)
+        .map((turn) => turn.record.id),
+      ...[...this.launching].filter(([, id]) => id === workspaceId).map(([turnId]) => turnId),
+    ];
+  }
+
+  /** Cancels a running turn and resolves once it has ended (at once for a turn not running). */
+  async cancelAndWait(turnId: string): Promise<void> {
+    const turn = this.running.get(turnId);
+    if (!turn) return;
+    turn.stop('cancelled');
+    await turn.done;
+  }
+
+  async close(): Promise<void> {
+    const pending = [...this.running.values()];
+    for (const turn of pending) turn.stop('cancelled');
+    await Promise.all(pending.map((t) => t.done));
+    await this.pool.close();
+    this.launchEnv.close();
+  }
+
+  /** A turn that may not be created now: its id is taken, the capacity is used, its session is going. */
+  private refuseCreate(id: string, sessionId: string): CreateRefusal | null {
+    if (this.running.has(id) || this.records.exists(id))
+      return { ...fail('conflict', `turn ${id} already exists`), field: 'turnId' };
+    const { maxConcurrent } = this.deps.config.turns;
+    if (this.running.size >= maxConcurrent)
+      return fail(
+        'capacity_exhausted',
+        `${this.running.size} turns are running; the limit is ${maxConcurrent} (turns.maxConcurrent)`,
+      );
+    if (this.deletingSessions.has(sessionId))
+      return { ...fail('conflict', `session ${sessionId} is being deleted`), field: 'sessionId' };
+    return null;
+  }
+
+  /**
+   * A workspace turn claims its workspace and makes its cwd absolute inside it; from here until
+   * the turn is running, `launching` counts it on the workspace.
+   */
+  private claimWorkspace(
+    id: string,
+    request: TurnRequest,
+  ): { ok: true; lease: WorkspaceLease | undefined } | CreateRefusal {
+    if (request.workspace === undefined) return { ok: true, lease: undefined };
+    const boundTo = this.workspaces.get(request.workspace)?.sessionId;
+    if (boundTo != null && this.deletingSessions.has(boundTo))
+      return {
+        ...fail('conflict', `workspace ${request.workspace} goes with session ${boundTo}, which is being deleted`),
+        field: 'workspace',
+      };
+    const claimed = this.workspaces.claimForTurn(request.workspace);
+    if (!claimed.ok)
+      return { ok: false, reason: 'invalid_request', detail: `workspace: ${claimed.detail}`, field: 'workspace' };
+    const { workspace } = claimed;
+    request.cwd = request.cwd === '.' ? workspace.path : path.join(workspace.path, request.cwd);
+    this.launching.set(id, workspace.id);
+    return { ok: true, lease: { id: workspace.id, uid: workspace.uid, path: workspace.path } };
+  }
+
+  /** Launches the validated turn; resolves once its worker runs it (or refused it). */
+  private async launch(id: string, request: TurnRequest, workspaceLease?: WorkspaceLease): Promise<CreateOutcome> {
+    const output = createOutputChannel();
+    // Held from before the launch's first await, so a delete of the session cannot slip in.
+    const releaseSession = this.sessionHolds.hold(request.sessionId);
+    let launched: Awaited<ReturnType<typeof launchTurn>>;
+    try {
+      launched = await launchTurn(this.launchEnv, this.pool, { ...request, turnId: id }, output, workspaceLease);
+    } catch (error) {
+      this.launching.delete(id);
+      releaseSession();
+      throw error;
+    }
+    // Out of `launching` and into `running` in one step: a delete never sees neither.
+    this.launching.delete(id);
+    if (!launched.ok) {
+      releaseSession();
+      return launched;
+    }
+    const turn = launched.turn;
+    void turn.done.then(releaseSession);
+    const stdin = requestStdin(request);
+    if (stdin !== null) turn.provideInput(stdin, 'the input was given with the turn request (stdin)');
+    this.running.set(id, turn);
+    void turn.done.then(() => this.retire(id, turn));
+    return ok({ turn: turn.record });
+  }
+
+  private retire(id: string, turn: RunningTurn): void {
+    this.running.delete(id);
+    this.recent.set(id, turn);
+    for (const oldest of this.recent.keys()) {
+      if (this.recent.size <= RECENT_TURNS_KEPT) break;
+      this.recent.delete(oldest);
+    }
+  }
+
+  /** A deleted session's finished turns leave the attach backlog too. */
+  private forgetSession(sessionId: string): void {
+    for (const [id, turn] of this.recent) if (turn.record.sessionId === sessionId) this.recent.delete(id);
+  }
 }
 
 /** Attaching to a finished turn replays only its exit record. */

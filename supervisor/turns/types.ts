@@ -1,8 +1,8 @@
 /**
  * Turns: the request a host application sends, the record the supervisor keeps, and the
- * manager surface the HTTP routes and the CLI call. Implemented by `supervisor/turns/manager.ts`.
+ * manager surface the HTTP routes and the CLI call. Implemented by the `TurnManager` class of
+ * `supervisor/turns/manager.ts`; tests serve fakes of the surface.
  */
-import type { WorkspaceService } from '../workspaces/service.js';
 import type Database from 'better-sqlite3';
 import type { EventSink } from '../../core/events.js';
 import type { LimitHit } from '../../core/limits.js';
@@ -189,9 +189,29 @@ export interface TurnManager {
   preparedWorkers(): { ready: number; starting: number };
   /** The kernel relay the turn proxies hand CONNECT tunnels to (relay/); null before any proxy started. */
   egressRelay(): RelayReport | null;
-  /** The workspaces whose turns this manager runs. */
-  readonly workspaces?: WorkspaceService;
   close(): Promise<void>;
+}
+
+/**
+ * What the turn manager needs of the workspaces (supervisor/workspaces/): the workspace service
+ * satisfies it, and the daemon hands it over (supervisor/compose.ts), so neither imports the other.
+ */
+export interface TurnWorkspaces {
+  /** The workspace's session binding (null: none), or undefined when there is no such workspace. */
+  get(id: string): { sessionId: string | null } | undefined;
+  /** A turn starts on the workspace: where it is and its uid, if it is ready. */
+  claimForTurn(id: string): Result<{ workspace: { id: string; uid: number | null; path: string } }>;
+  /** What the workspace holds now. */
+  usage(id: string): Promise<Result<{ bytes: number; files: number }>>;
+  /** The workspaces bound to a session. */
+  list(filter: { sessionId: string }): readonly unknown[];
+  /**
+   * Deletes every workspace bound to the session; `workspace_busy` while a turn runs on one
+   * (nothing is then removed). Answers the ids removed.
+   */
+  deleteForSession(sessionId: string): Promise<Result<{ deleted: string[] }>>;
+  /** Finishes the creates and deletes a crash left half done; runs before any turn starts. */
+  recover(): Promise<void>;
 }
 
 /** What the turn manager is built from. */

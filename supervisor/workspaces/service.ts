@@ -10,78 +10,37 @@
  * the release; `recover()` at boot removes a half-made workspace and finishes a half delete.
  */
 import { randomBytes } from 'node:crypto';
-import fs from 'node:fs';
 import path from 'node:path';
-import type Database from 'better-sqlite3';
-import type { EventSink } from '../../core/events.js';
+import { ID_DETAIL, ID_PATTERN, isValidId } from '../../api/schema/ids.js';
 import type { Logger } from '../../core/log.js';
 import { fail, ok, type Result } from '../../core/result.js';
-import type { TurnhostConfig } from '../config/types.js';
-import { closeRoot, openRoot } from '../fs/guard.js';
-import { WalkErrors, walkTree } from '../fs/tree.js';
-import { runHelperLease } from '../identity/helper-lease.js';
-import type { HelperFailureReason, HelperLocation } from '../identity/helper-process.js';
-import { runHelperRelease, runHelperUsage } from '../identity/helper-workspace-tree.js';
+import { validateRelativePath, type ReadReceipt, type WriteReceipt } from '../fs/guard.js';
+import type { HelperLocation } from '../identity/helper-process.js';
+import { readTreeFile, writeTreeFile } from './files.js';
+import { leaseWorkspace, makeSharedDirectory, measureWorkspace, removeWorkspaceTree } from './storage.js';
 import { createWorkspaceStore, type WorkspaceRecord, type WorkspaceStore } from './store.js';
+import type {
+  WorkspaceFailure,
+  WorkspaceFileFailure,
+  WorkspaceServiceDeps,
+  WorkspaceUsage,
+  WorkspaceView,
+} from './types.js';
 
-export type { WorkspaceRecord } from './store.js';
+export type {
+  WorkspaceFailure,
+  WorkspaceFileFailure,
+  WorkspaceRecord,
+  WorkspaceServiceDeps,
+  WorkspaceTurns,
+  WorkspaceUsage,
+  WorkspaceView,
+} from './types.js';
 
-export const WORKSPACE_ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
+/** Workspace ids follow the one id rule (api/schema/ids.ts). */
+export const WORKSPACE_ID_PATTERN = new RegExp(ID_PATTERN);
 
-export type WorkspaceFailure =
-  | 'invalid_request'
-  | 'workspace_not_found'
-  | 'workspace_exists'
-  | 'workspace_busy'
-  | 'workspace_full'
-  | 'workspaces_unconfigured'
-  | 'workspaces_unavailable';
-
-export interface WorkspaceUsage {
-  bytes: number;
-  files: number;
-}
-
-export interface WorkspaceView extends WorkspaceRecord {
-  turnsRunning: number;
-}
-
-/** What the service needs of the turns: which run on a workspace, and how to end them. */
-export interface WorkspaceTurns {
-  running(workspaceId: string): string[];
-  /** Cancels the turn and resolves when it has ended. */
-  cancelAndWait(turnId: string): Promise<void>;
-}
-
-export interface WorkspaceServiceDeps {
-  config: () => TurnhostConfig;
-  db: Database.Database;
-  events: EventSink;
-  logger: Logger;
-  /** The identity helper (separate_uid), or null: shared_uid, the supervisor makes directories itself. */
-  helper: () => HelperLocation | null;
-  /** Where the helper's search for a free uid starts (the first uid of its verified range). */
-  uidSearchStart: () => Promise<Result<{ uid: number }>>;
-  turns: WorkspaceTurns;
-}
-
-export interface WorkspaceService {
-  create(options: { id?: string; sessionId?: string }): Promise<Result<{ workspace: WorkspaceView }, WorkspaceFailure>>;
-  get(id: string): WorkspaceView | undefined;
-  list(filter?: { sessionId?: string }): WorkspaceView[];
-  usage(id: string): Promise<Result<WorkspaceUsage, WorkspaceFailure>>;
-  /** Refused (workspace_busy) while a turn runs on it, unless `cancel`: then its turns end first. */
-  delete(id: string, options?: { cancel?: boolean }): Promise<Result<WorkspaceUsage, WorkspaceFailure>>;
-  /**
-   * Deletes every workspace bound to the session; a turn on one (of any session) refuses it
-   * (`workspace_busy`) before any is removed, and the first failure stops. Answers what was removed.
-   */
-  deleteForSession(sessionId: string): Promise<Result<{ deleted: string[] }, WorkspaceFailure>>;
-  /** A turn starts on the workspace: its record, if it is ready. */
-  claimForTurn(id: string): Result<{ workspace: WorkspaceRecord }, WorkspaceFailure>;
-  /** Finishes what a crash left half done (boot). */
-  recover(): Promise<void>;
-}
+type Deletion = Promise<Result<WorkspaceUsage, WorkspaceFailure>>;
 
 function newWorkspaceId(): string {
   return `ws_${randomBytes(9)
@@ -89,258 +48,241 @@ function newWorkspaceId(): string {
     .replace(/[^A-Za-z0-9_-]/g, '_')}`;
 }
 
-/** A helper refusal as a workspace failure: a turn holding the uid is busy, anything else unavailable. */
-function helperFailure(what: string, failure: { reason: HelperFailureReason; detail: string }) {
-  if (failure.reason === 'workspace_busy') return fail('workspace_busy' as const, `${what}: ${failure.detail}`);
-  return fail(
-    'workspaces_unavailable' as const,
-    `${what}: the identity helper refused (${failure.reason}): ${failure.detail}`,
-  );
-}
+export class WorkspaceService {
+  private readonly store: WorkspaceStore;
+  private readonly log: Logger;
+  /** One delete per workspace at a time (see `delete`). */
+  private readonly inFlight = new Map<string, Deletion>();
 
-/** Shared mode's own measure: every entry beneath, never following a link (apparent sizes). */
-function measureTree(dir: string): Result<WorkspaceUsage> {
-  const root = openRoot(dir);
-  if (!root.ok) return fail(root.reason, root.detail);
-  let bytes = 0;
-  let files = 0;
-  const errors = new WalkErrors();
-  try {
-    walkTree(
-      root.fd,
-      {
-        entry: (entry) => {
-          bytes += entry.stat.size;
-          files += 1;
-        },
-      },
-      errors,
-    );
-  } finally {
-    closeRoot(root);
+  constructor(private readonly deps: WorkspaceServiceDeps) {
+    this.store = createWorkspaceStore(deps.db);
+    this.log = deps.logger.child({ component: 'workspaces' });
   }
-  if (errors.count > 0) return fail('walk_failed', errors.recorded.join('; '));
-  return ok({ bytes, files });
-}
 
-export function createWorkspaceService(deps: WorkspaceServiceDeps): WorkspaceService {
-  const store: WorkspaceStore = createWorkspaceStore(deps.db);
-  const log = deps.logger.child({ component: 'workspaces' });
-
-  const rootOf = (): Result<{ root: string }, WorkspaceFailure> => {
-    const root = deps.config().workspaces.root;
+  async create(options: {
+    id?: string;
+    sessionId?: string;
+  }): Promise<Result<{ workspace: WorkspaceView }, WorkspaceFailure>> {
+    const root = this.deps.config().workspaces.root;
     if (root === null)
       return fail('workspaces_unconfigured', 'workspaces are not configured (workspaces.root is null)');
-    return ok({ root });
-  };
-  const view = (record: WorkspaceRecord): WorkspaceView => ({
-    ...record,
-    turnsRunning: deps.turns.running(record.id).length,
-  });
-  const event = (kind: string, sessionId: string | null, payload: Record<string, unknown>) =>
-    deps.events.append({ sessionId, turnId: null, kind, actor: 'server', model: null, profile: null, payload });
+    const id = options.id ?? newWorkspaceId();
+    if (!isValidId(id)) return fail('invalid_request', `id: ${ID_DETAIL}`);
+    if (this.store.get(id)) return fail('workspace_exists', `workspace ${id} already exists`);
+    const helper = this.deps.helper();
+    const record: WorkspaceRecord = {
+      id,
+      sessionId: options.sessionId ?? null,
+      uid: null,
+      identity: helper ? 'separate_uid' : 'shared_uid',
+      path: path.join(root, id),
+      state: 'creating',
+      createdAt: new Date().toISOString(),
+      lastUsedAt: null,
+    };
+    this.store.insert(record);
+    const made = await this.makeTree(record, helper);
+    if (!made.ok) return made;
+    record.uid = made.uid;
+    this.store.setReady(id, record.uid);
+    record.state = 'ready';
+    this.event('workspace_created', record.sessionId, { workspaceId: id, uid: record.uid, identity: record.identity });
+    this.log.info('workspace created', { workspaceId: id, uid: record.uid });
+    return ok({ workspace: this.view(record) });
+  }
 
-  const usageOf = async (record: WorkspaceRecord): Promise<Result<WorkspaceUsage, WorkspaceFailure>> => {
-    if (record.identity === 'separate_uid') {
-      const helper = deps.helper();
-      if (!helper)
-        return fail('workspaces_unavailable', 'the workspace has a leased uid but no identity helper is configured');
-      const measured = await runHelperUsage(helper, { lease: record.id, workspace: record.path });
-      return measured.ok ? ok({ bytes: measured.bytes, files: measured.files }) : helperFailure('usage', measured);
+  get(id: string): WorkspaceView | undefined {
+    const record = this.store.get(id);
+    return record ? this.view(record) : undefined;
+  }
+
+  list(filter?: { sessionId?: string }): WorkspaceView[] {
+    return this.store.list(filter).map((record) => this.view(record));
+  }
+
+  /** The workspace of an id a client gave, when it is ready (or, `orDeleting`, also half deleted: a retry). */
+  find(
+    id: string,
+    options: { orDeleting?: boolean } = {},
+  ): Result<{ workspace: WorkspaceView }, 'workspace_not_found'> {
+    const found = isValidId(id) ? this.get(id) : undefined;
+    if (!found || !(found.state === 'ready' || (options.orDeleting === true && found.state === 'deleting')))
+      return fail('workspace_not_found', `no workspace ${isValidId(id) ? id : '(malformed id)'}`);
+    return ok({ workspace: found });
+  }
+
+  async usage(id: string): Promise<Result<WorkspaceUsage, WorkspaceFailure>> {
+    const record = this.store.get(id);
+    if (!record || record.state !== 'ready') return fail('workspace_not_found', `no workspace ${id}`);
+    return measureWorkspace(record, this.deps.helper());
+  }
+
+  /** Refused (workspace_busy) while a turn runs on it, unless `cancel`: then its turns end first. */
+  delete(id: string, options: { cancel?: boolean } = {}): Deletion {
+    // One delete per workspace at a time: a second caller shares the first one's outcome
+    // (two releases of one lease would race each other and record the receipt twice).
+    const pending = this.inFlight.get(id);
+    if (pending) return pending;
+    const deleting = this.deleteOnce(id, options).finally(() => this.inFlight.delete(id));
+    this.inFlight.set(id, deleting);
+    return deleting;
+  }
+
+  /**
+   * Deletes every workspace bound to the session; a turn on one (of any session) refuses it
+   * (`workspace_busy`) before any is removed, and the first failure stops. Answers what was removed.
+   */
+  async deleteForSession(sessionId: string): Promise<Result<{ deleted: string[] }, WorkspaceFailure>> {
+    const deleted: string[] = [];
+    const bound = this.store.list({ sessionId });
+    const inUse = bound.find((record) => this.deps.turns.running(record.id).length > 0);
+    if (inUse) return fail('workspace_busy', `a turn runs on workspace ${inUse.id}`);
+    // A workspace still being created would be made after the session's records are gone.
+    const creating = bound.find((record) => record.state === 'creating');
+    if (creating) return fail('workspace_busy', `workspace ${creating.id} is being created`);
+    for (const record of bound) {
+      const removed = await this.delete(record.id);
+      if (removed.ok) deleted.push(record.id);
+      else if (removed.reason !== 'workspace_not_found') return removed;
     }
-    const measured = measureTree(record.path);
-    return measured.ok
-      ? ok({ bytes: measured.bytes, files: measured.files })
-      : fail('workspaces_unavailable', `usage of ${record.id}: ${measured.detail}`);
-  };
+    return ok({ deleted });
+  }
 
-  /** Removes the directory and lease of a record in `creating` or `deleting` state, then its row. */
-  const remove = async (record: WorkspaceRecord): Promise<Result<WorkspaceUsage, WorkspaceFailure>> => {
-    let removed: WorkspaceUsage;
-    if (record.identity === 'separate_uid') {
-      const helper = deps.helper();
-      if (!helper)
-        return fail('workspaces_unavailable', 'the workspace has a leased uid but no identity helper is configured');
-      const released = await runHelperRelease(helper, { lease: record.id, workspace: record.path });
-      if (!released.ok) {
-        // No lease (a create that died before the helper wrote it, or a release that finished
-        // before the row went): nothing of the helper's remains; only an empty directory might.
-        if (released.reason !== 'lease_refused' || hasLeftovers(record.path)) return helperFailure('release', released);
-        removed = { bytes: 0, files: 0 };
-      } else {
-        removed = { bytes: released.removedBytes, files: released.removedFiles };
+  /** A turn starts on the workspace: its record, if it is ready. */
+  claimForTurn(id: string): Result<{ workspace: WorkspaceRecord }, WorkspaceFailure> {
+    const record = this.store.get(id);
+    if (!record || record.state !== 'ready') return fail('workspace_not_found', `no workspace ${id}`);
+    const now = new Date().toISOString();
+    this.store.touch(id, now);
+    return ok({ workspace: { ...record, lastUsedAt: now } });
+  }
+
+  /** Finishes what a crash left half done (boot). */
+  async recover(): Promise<void> {
+    for (const record of this.store.unsettled()) {
+      const removed = await this.remove(record);
+      if (!removed.ok) {
+        this.log.warn('unfinished workspace kept', { workspaceId: record.id, detail: removed.detail });
+        continue;
       }
-    } else {
-      const measured = measureTree(record.path);
-      removed = measured.ok ? measured : { bytes: 0, files: 0 };
-      try {
-        // rm never follows a symlink: a link in the tree is removed, not its target.
-        fs.rmSync(record.path, { recursive: true, force: true });
-      } catch (error) {
-        return fail('workspaces_unavailable', `removing ${record.id}: ${(error as Error).message}`);
-      }
+      this.log.info('unfinished workspace removed', { workspaceId: record.id, state: record.state });
+      if (record.state === 'deleting') this.deletedEvent(record, removed);
     }
-    store.remove(record.id);
-    return ok(removed);
-  };
+  }
 
-  const inFlight = new Map<string, Promise<Result<WorkspaceUsage, WorkspaceFailure>>>();
+  /** Where a host read or write goes: a valid path (checked first) in a ready workspace. */
+  fileTarget(
+    id: string,
+    rel: string,
+  ): Result<{ workspace: WorkspaceView }, 'invalid_path' | 'workspace_not_found'> & { field?: string } {
+    const valid = validateRelativePath(rel);
+    if (!valid.ok) return { ...fail('invalid_path', `path: ${valid.detail}`), field: 'path' };
+    return this.find(id);
+  }
+
+  /** A host read of a workspace file, at most `fs.hostWriteMaxBytes` long. */
+  readFile(workspace: WorkspaceView, rel: string): Result<ReadReceipt, WorkspaceFileFailure> {
+    return readTreeFile(workspace.path, rel, this.deps.config().fs.hostWriteMaxBytes);
+  }
+
+  /**
+   * A host write of a workspace file: refused when it would take the workspace past
+   * `workspaces.maxBytes` or the workspace is being deleted; its receipt is a `host_write` event.
+   */
+  async writeFile(
+    workspace: WorkspaceView,
+    rel: string,
+    data: Buffer,
+    mode: 'create' | 'replace',
+  ): Promise<Result<WriteReceipt, WorkspaceFileFailure>> {
+    const config = this.deps.config();
+    const usage = await this.usage(workspace.id);
+    if (!usage.ok) return usage;
+    if (usage.bytes + data.length > config.workspaces.maxBytes)
+      return fail(
+        'workspace_full',
+        `workspace ${workspace.id} holds ${usage.bytes} bytes; ${data.length} more exceed its cap of ${config.workspaces.maxBytes} (workspaces.maxBytes)`,
+      );
+    // The read above awaited: a delete may have begun meanwhile. From this check to the end of
+    // the write nothing yields, so the write never lands in a tree being removed.
+    if (this.store.get(workspace.id)?.state !== 'ready')
+      return fail('workspace_not_found', `no workspace ${workspace.id} (being deleted)`);
+    const written = writeTreeFile(workspace.path, rel, data, { mode, maxBytes: config.fs.hostWriteMaxBytes });
+    if (!written.ok) return written;
+    this.event('host_write', workspace.sessionId, {
+      path: rel,
+      bytes: written.bytes,
+      sha256: written.sha256,
+      replaced: written.replaced,
+    });
+    return written;
+  }
+
+  /** The new workspace's directory: leased and made by the helper, or made here (shared_uid). */
+  private async makeTree(
+    record: WorkspaceRecord,
+    helper: HelperLocation | null,
+  ): Promise<Result<{ uid: number | null }, WorkspaceFailure>> {
+    if (!helper) {
+      const made = makeSharedDirectory(record);
+      if (!made.ok) this.store.remove(record.id);
+      return made.ok ? ok({ uid: null }) : made;
+    }
+    const start = await this.deps.uidSearchStart();
+    if (!start.ok) {
+      this.store.remove(record.id);
+      return fail('workspaces_unavailable', `no verified worker uid range: ${start.detail}`);
+    }
+    const leased = await leaseWorkspace(record, helper, start.uid);
+    if (!leased.ok) await this.remove(record);
+    return leased;
+  }
 
   /** A delete (any state but creating: a half-done one is retried); the caller serialises per id. */
-  async function deleteOnce(
-    id: string,
-    options: { cancel?: boolean },
-  ): Promise<Result<WorkspaceUsage, WorkspaceFailure>> {
-    const record = store.get(id);
+  private async deleteOnce(id: string, options: { cancel?: boolean }): Deletion {
+    const record = this.store.get(id);
     if (!record || record.state === 'creating') return fail('workspace_not_found', `no workspace ${id}`);
-    const running = deps.turns.running(id);
+    const running = this.deps.turns.running(id);
     if (running.length > 0) {
       if (!options.cancel)
         return fail(
           'workspace_busy',
           `${running.length} turn(s) run on workspace ${id}; end them first or delete with cancel=1`,
         );
-      await Promise.all(running.map((turnId) => deps.turns.cancelAndWait(turnId)));
+      await Promise.all(running.map((turnId) => this.deps.turns.cancelAndWait(turnId)));
     }
-    if (deps.turns.running(id).length > 0) return fail('workspace_busy', `a turn started on workspace ${id} meanwhile`);
-    store.setDeleting(id);
-    const removed = await remove({ ...record, state: 'deleting' });
+    if (this.deps.turns.running(id).length > 0)
+      return fail('workspace_busy', `a turn started on workspace ${id} meanwhile`);
+    this.store.setDeleting(id);
+    const removed = await this.remove({ ...record, state: 'deleting' });
     if (!removed.ok) {
-      log.warn('workspace delete incomplete', { workspaceId: id, detail: removed.detail });
+      this.log.warn('workspace delete incomplete', { workspaceId: id, detail: removed.detail });
       return removed;
     }
-    event('workspace_deleted', record.sessionId, {
-      workspaceId: id,
-      bytesRemoved: removed.bytes,
-      filesRemoved: removed.files,
-    });
+    this.deletedEvent(record, removed);
     return removed;
   }
 
-  const service: WorkspaceService = {
-    async create(options) {
-      const rooted = rootOf();
-      if (!rooted.ok) return rooted;
-      const id = options.id ?? newWorkspaceId();
-      if (!WORKSPACE_ID_PATTERN.test(id))
-        return fail('invalid_request', 'id: expected 1-64 characters of [A-Za-z0-9_-]');
-      if (store.get(id)) return fail('workspace_exists', `workspace ${id} already exists`);
-      const helper = deps.helper();
-      const record: WorkspaceRecord = {
-        id,
-        sessionId: options.sessionId ?? null,
-        uid: null,
-        identity: helper ? 'separate_uid' : 'shared_uid',
-        path: path.join(rooted.root, id),
-        state: 'creating',
-        createdAt: new Date().toISOString(),
-        lastUsedAt: null,
-      };
-      store.insert(record);
-      if (helper) {
-        const start = await deps.uidSearchStart();
-        if (!start.ok) {
-          store.remove(id);
-          return fail('workspaces_unavailable', `no verified worker uid range: ${start.detail}`);
-        }
-        const leased = await runHelperLease(helper, { lease: id, workspace: record.path, uid: start.uid });
-        if (!leased.ok) {
-          await remove(record);
-          if (leased.reason === 'uid_in_use')
-            return fail('workspaces_unavailable', `no free worker uid for a workspace: ${leased.detail}`);
-          return helperFailure('lease', leased);
-        }
-        record.uid = leased.uid;
-      } else {
-        try {
-          // Shared mode: the supervisor's own directory; only the view keeps other turns out.
-          fs.mkdirSync(record.path, { mode: 0o700 });
-        } catch (error) {
-          store.remove(id);
-          const code = (error as NodeJS.ErrnoException).code;
-          if (code === 'EEXIST') return fail('workspace_exists', `workspace directory ${id} already exists`);
-          return fail('workspaces_unavailable', `creating ${id}: ${(error as Error).message}`);
-        }
-      }
-      store.setReady(id, record.uid);
-      record.state = 'ready';
-      event('workspace_created', record.sessionId, { workspaceId: id, uid: record.uid, identity: record.identity });
-      log.info('workspace created', { workspaceId: id, uid: record.uid });
-      return ok({ workspace: view(record) });
-    },
+  /** Removes the directory and lease of a record in `creating` or `deleting` state, then its row. */
+  private async remove(record: WorkspaceRecord): Deletion {
+    const removed = await removeWorkspaceTree(record, this.deps.helper());
+    if (removed.ok) this.store.remove(record.id);
+    return removed;
+  }
 
-    get: (id) => {
-      const record = store.get(id);
-      return record ? view(record) : undefined;
-    },
+  private view(record: WorkspaceRecord): WorkspaceView {
+    return { ...record, turnsRunning: this.deps.turns.running(record.id).length };
+  }
 
-    list: (filter) => store.list(filter).map(view),
+  private deletedEvent(record: WorkspaceRecord, removed: WorkspaceUsage): void {
+    this.event('workspace_deleted', record.sessionId, {
+      workspaceId: record.id,
+      bytesRemoved: removed.bytes,
+      filesRemoved: removed.files,
+    });
+  }
 
-    async usage(id) {
-      const record = store.get(id);
-      if (!record || record.state !== 'ready') return fail('workspace_not_found', `no workspace ${id}`);
-      return usageOf(record);
-    },
-
-    delete(id, options = {}) {
-      // One delete per workspace at a time: a second caller shares the first one's outcome
-      // (two releases of one lease would race each other and record the receipt twice).
-      const pending = inFlight.get(id);
-      if (pending) return pending;
-      const deleting = deleteOnce(id, options).finally(() => inFlight.delete(id));
-      inFlight.set(id, deleting);
-      return deleting;
-    },
-
-    async deleteForSession(sessionId) {
-      const deleted: string[] = [];
-      const bound = store.list({ sessionId });
-      const inUse = bound.find((record) => deps.turns.running(record.id).length > 0);
-      if (inUse) return fail('workspace_busy', `a turn runs on workspace ${inUse.id}`);
-      // A workspace still being created would be made after the session's records are gone.
-      const creating = bound.find((record) => record.state === 'creating');
-      if (creating) return fail('workspace_busy', `workspace ${creating.id} is being created`);
-      for (const record of bound) {
-        const removed = await service.delete(record.id);
-        if (removed.ok) deleted.push(record.id);
-        else if (removed.reason !== 'workspace_not_found') return removed;
-      }
-      return ok({ deleted });
-    },
-
-    claimForTurn(id) {
-      const record = store.get(id);
-      if (!record || record.state !== 'ready') return fail('workspace_not_found', `no workspace ${id}`);
-      const now = new Date().toISOString();
-      store.touch(id, now);
-      return ok({ workspace: { ...record, lastUsedAt: now } });
-    },
-
-    async recover() {
-      for (const record of store.unsettled()) {
-        const removed = await remove(record);
-        if (removed.ok) {
-          log.info('unfinished workspace removed', { workspaceId: record.id, state: record.state });
-          if (record.state === 'deleting')
-            event('workspace_deleted', record.sessionId, {
-              workspaceId: record.id,
-              bytesRemoved: removed.bytes,
-              filesRemoved: removed.files,
-            });
-        } else {
-          log.warn('unfinished workspace kept', { workspaceId: record.id, detail: removed.detail });
-        }
-      }
-    },
-  };
-  return service;
-}
-
-/** Whether a directory holds anything (a missing one holds nothing). */
-function hasLeftovers(dir: string): boolean {
-  try {
-    return fs.readdirSync(dir).length > 0;
-  } catch {
-    return false;
+  private event(kind: string, sessionId: string | null, payload: Record<string, unknown>): void {
+    this.deps.events.append({ sessionId, turnId: null, kind, actor: 'server', model: null, profile: null, payload });
   }
 }

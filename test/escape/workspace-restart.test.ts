@@ -29,7 +29,7 @@ t.teardown(() => {
 
 t.test('workspaces and leases survive a restart; a crash is finished at boot', async (t) => {
   const before = await createTurnHarness({ ...options, keepStateOnClose: true });
-  const created = await before.turns.workspaces!.create({ id: 'kept', sessionId: 'one' });
+  const created = await before.workspaces.create({ id: 'kept', sessionId: 'one' });
   if (!created.ok) throw new Error(created.detail);
   const uid = created.workspace.uid;
   const first = await runTurn(before, { argv: ['/bin/sh', '-c', 'echo before > file'], workspace: 'kept', cwd: '.' });
@@ -43,7 +43,7 @@ t.test('workspaces and leases survive a restart; a crash is finished at boot', a
     uid: harnessUidRange(SLOT).first,
   });
   t.ok(half.ok, 'the helper leased the half-made workspace');
-  const gone = await before.turns.workspaces!.create({ id: 'gone' });
+  const gone = await before.workspaces.create({ id: 'gone' });
   t.ok(gone.ok);
   await before.close();
   const db = new Database(path.join(stateDir, 'data/turnhost.db'));
@@ -55,7 +55,7 @@ t.test('workspaces and leases survive a restart; a crash is finished at boot', a
 
   const after = await createTurnHarness(options);
   t.teardown(() => after.close());
-  const kept = after.turns.workspaces!.get('kept');
+  const kept = after.workspaces.get('kept');
   t.equal(kept?.uid, uid, 'the workspace keeps its uid across the restart');
   const second = await runTurn(after, {
     argv: ['/bin/sh', '-c', 'echo after >> file && cat file && id -u'],
@@ -63,42 +63,42 @@ t.test('workspaces and leases survive a restart; a crash is finished at boot', a
     sessionId: 'two',
   });
   t.equal(second.stdout, `before\nafter\n${uid}\n`, 'the turn after the restart changes the file of the one before');
-  t.notOk(after.turns.workspaces!.get('half'), 'the half-made workspace is gone');
+  t.notOk(after.workspaces.get('half'), 'the half-made workspace is gone');
   t.notOk(fs.existsSync(path.join(root, 'half')), 'its directory is gone');
   t.notOk(fs.existsSync(path.join(leaseDir, 'half')), 'its lease record is gone');
-  t.notOk(after.turns.workspaces!.get('gone'), 'the half-deleted workspace is gone');
+  t.notOk(after.workspaces.get('gone'), 'the half-deleted workspace is gone');
   t.notOk(fs.existsSync(path.join(root, 'gone')), 'its directory is gone');
   t.notOk(fs.existsSync(path.join(leaseDir, 'gone')), 'its lease record is gone');
   t.ok(fs.existsSync(path.join(leaseDir, 'kept')), 'the kept lease stays');
-  const deleted = await after.turns.workspaces!.delete('kept');
+  const deleted = await after.workspaces.delete('kept');
   t.ok(deleted.ok, deleted.ok ? '' : deleted.detail);
   t.notOk(fs.existsSync(path.join(leaseDir, 'kept')), 'delete releases the lease');
 
   // Session deletion's entry point: every workspace bound to the session goes, others stay.
-  for (const id of ['bound-a', 'bound-b']) t.ok((await after.turns.workspaces!.create({ id, sessionId: 'ending' })).ok);
-  t.ok((await after.turns.workspaces!.create({ id: 'unbound' })).ok);
-  const ended = await after.turns.workspaces!.deleteForSession('ending');
+  for (const id of ['bound-a', 'bound-b']) t.ok((await after.workspaces.create({ id, sessionId: 'ending' })).ok);
+  t.ok((await after.workspaces.create({ id: 'unbound' })).ok);
+  const ended = await after.workspaces.deleteForSession('ending');
   t.same(ended.ok ? ended.deleted : ended.detail, ['bound-a', 'bound-b']);
   t.notOk(fs.existsSync(path.join(root, 'bound-a')), 'a bound workspace is gone');
-  t.ok(after.turns.workspaces!.get('unbound'), 'an unbound workspace stays');
-  t.ok((await after.turns.workspaces!.delete('unbound')).ok);
+  t.ok(after.workspaces.get('unbound'), 'an unbound workspace stays');
+  t.ok((await after.workspaces.delete('unbound')).ok);
 
   // A delete while a turn of the workspace is still starting (claimed, not yet running) is
   // refused: the tree is never removed under a turn that is being launched.
-  t.ok((await after.turns.workspaces!.create({ id: 'starting' })).ok);
+  t.ok((await after.workspaces.create({ id: 'starting' })).ok);
   const starting = after.turns.create({ sessionId: 's', mode: 'ordinary', workspace: 'starting', argv: ['true'] });
-  const early = await after.turns.workspaces!.delete('starting');
+  const early = await after.workspaces.delete('starting');
   t.equal(early.ok ? 'deleted' : early.reason, 'workspace_busy', 'a starting turn keeps its workspace');
   const startedTurn = await starting;
   t.ok(startedTurn.ok, startedTurn.ok ? '' : startedTurn.detail);
   if (startedTurn.ok) await after.turns.wait(startedTurn.turn.id);
-  t.ok((await after.turns.workspaces!.delete('starting')).ok, 'deleted once the turn ended');
+  t.ok((await after.workspaces.delete('starting')).ok, 'deleted once the turn ended');
 });
 
 t.test('deletes and session deletes serialise against each other and against starts', async (t) => {
   const harness = await createTurnHarness({ ...options, stateDir: fs.mkdtempSync(path.join(os.tmpdir(), 'ws-race-')) });
   t.teardown(() => harness.close());
-  const workspaces = harness.turns.workspaces!;
+  const workspaces = harness.workspaces;
 
   // Two deletes of one workspace at once: one removal, one receipt, both callers answered.
   t.ok((await workspaces.create({ id: 'twice' })).ok);

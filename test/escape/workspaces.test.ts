@@ -32,6 +32,7 @@ async function serve(harness: TurnHarness) {
     },
     latestStatus: () => null,
     turns: harness.turns,
+    workspaces: harness.workspaces,
     software: { release: 'test', sourceCommit: 'test' },
     host: { kernel: 'test', distro: 'test', cpus: 1, memoryBytes: 1 },
     token: TOKEN,

@@ -20,8 +20,9 @@ import { runHelperView } from '../../supervisor/identity/helper-view.js';
 import { prepareSharedLauncher } from '../../supervisor/identity/shared-launcher.js';
 import type { ProbeContext } from '../../supervisor/probes/index.js';
 import { writeHelperConfig } from '../../supervisor/identity/helper-config.js';
-import { createTurnManager } from '../../supervisor/turns/manager.js';
-import type { TurnManager } from '../../supervisor/turns/types.js';
+import { composeTurnServices } from '../../supervisor/compose.js';
+import type { TurnManager } from '../../supervisor/turns/manager.js';
+import type { WorkspaceService } from '../../supervisor/workspaces/service.js';
 import type { EventStore } from '../../supervisor/events/types.js';
 import type { OwnListeners } from '../../proxy/self-connection.js';
 
@@ -32,6 +33,8 @@ export const NATIVE_BUILD = path.join(REPO_ROOT, 'test/native/build');
 
 export interface TurnHarness {
   turns: TurnManager;
+  /** The workspace service the turns run on (workspaces.root set only with `workspaces`). */
+  workspaces: WorkspaceService;
   events: EventStore;
   config: TurnhostConfig;
   workspace: string;
@@ -140,7 +143,7 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
     ? { path: config.identityHelper.path, configPath: config.identityHelper.configPath }
     : null;
   const worker = { node: process.execPath, entry: options.workerEntry ?? WORKER_ENTRY };
-  const turns = await createTurnManager({
+  const { turns, workspaces } = await composeTurnServices({
     config,
     logger,
     events,
@@ -163,6 +166,7 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
   });
   return {
     turns,
+    workspaces,
     events,
     config,
     workspace,

@@ -44,7 +44,8 @@ function fullApp(): Express {
       throw new Error('not called');
     },
     latestStatus: () => null,
-    turns: { workspaces: stub } as never,
+    turns: stub,
+    workspaces: stub,
     metrics: stub,
     activity: stub,
     software: { release: '0.1.0', sourceCommit: 'x' },

@@ -40,6 +40,7 @@ const app = createApp({
   },
   latestStatus: () => null,
   turns: harness.turns,
+  workspaces: harness.workspaces,
   software: { release: 'test', sourceCommit: 'test' },
   host: { kernel: 'test', distro: 'test', cpus: 1, memoryBytes: 1 },
   token: TOKEN,

@@ -85,7 +85,7 @@ t.test('retention deletes an old ended session and keeps a recent, a running and
   const day = 86_400_000;
   await runTurn(harness, { argv: ['/bin/true'], sessionId: 'old' });
   await runTurn(harness, { argv: ['/bin/true'], sessionId: 'recent' });
-  const bound = await harness.turns.workspaces!.create({ id: 'kept-ws', sessionId: 'kept' });
+  const bound = await harness.workspaces.create({ id: 'kept-ws', sessionId: 'kept' });
   t.ok(bound.ok, bound.ok ? '' : bound.detail);
   // Activity three days from now: at six days from now it is three days old, within retention.
   harness.events.append({
@@ -121,8 +121,8 @@ t.test('retention deletes an old ended session and keeps a recent, a running and
   t.ok(count('recent') > 0, 'the recent session stays');
   t.ok(count('running') > 0, 'the running session stays');
   t.ok(count('kept') > 0, 'a session with a workspace stays');
-  t.ok(harness.turns.workspaces!.get('kept-ws'), 'and so does its workspace');
-  t.ok((await harness.turns.workspaces!.delete('kept-ws')).ok);
+  t.ok(harness.workspaces.get('kept-ws'), 'and so does its workspace');
+  t.ok((await harness.workspaces.delete('kept-ws')).ok);
   const unbound = harness.turns.pruneSessions(new Date(Date.now() + 6 * day));
   t.same(unbound.ok && unbound.deleted.map((d) => d.sessionId), ['kept'], 'without its workspace it goes');
   const receipts = harness.events.query({ kind: 'session_deleted' });

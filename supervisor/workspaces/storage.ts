@@ -1,0 +1,125 @@
+/**
+ * A workspace's tree on disk: making it, measuring it, removing it. With a leased uid
+ * (separate_uid) the identity helper does each (the tree belongs to the uid it leases); in
+ * shared_uid mode the directory is the supervisor's own and it walks and removes it itself.
+ */
+import fs from 'node:fs';
+import { fail, ok, type Result } from '../../core/result.js';
+import { closeRoot, openRoot } from '../fs/guard.js';
+import { WalkErrors, walkTree } from '../fs/tree.js';
+import { runHelperLease } from '../identity/helper-lease.js';
+import type { HelperFailureReason, HelperLocation } from '../identity/helper-process.js';
+import { runHelperRelease, runHelperUsage } from '../identity/helper-workspace-tree.js';
+import type { WorkspaceRecord } from './store.js';
+import type { WorkspaceFailure, WorkspaceUsage } from './types.js';
+
+const NO_HELPER = 'the workspace has a leased uid but no identity helper is configured';
+
+/** A helper refusal as a workspace failure: a turn holding the uid is busy, anything else unavailable. */
+export function helperFailure(what: string, failure: { reason: HelperFailureReason; detail: string }) {
+  if (failure.reason === 'workspace_busy') return fail('workspace_busy' as const, `${what}: ${failure.detail}`);
+  return fail(
+    'workspaces_unavailable' as const,
+    `${what}: the identity helper refused (${failure.reason}): ${failure.detail}`,
+  );
+}
+
+/** Shared mode's own measure: every entry beneath, never following a link (apparent sizes). */
+export function measureTree(dir: string): Result<WorkspaceUsage> {
+  const root = openRoot(dir);
+  if (!root.ok) return fail(root.reason, root.detail);
+  let bytes = 0;
+  let files = 0;
+  const errors = new WalkErrors();
+  try {
+    walkTree(
+      root.fd,
+      {
+        entry: (entry) => {
+          bytes += entry.stat.size;
+          files += 1;
+        },
+      },
+      errors,
+    );
+  } finally {
+    closeRoot(root);
+  }
+  if (errors.count > 0) return fail('walk_failed', errors.recorded.join('; '));
+  return ok({ bytes, files });
+}
+
+/** What a workspace holds now. */
+export async function measureWorkspace(
+  record: WorkspaceRecord,
+  helper: HelperLocation | null,
+): Promise<Result<WorkspaceUsage, WorkspaceFailure>> {
+  if (record.identity === 'separate_uid') {
+    if (!helper) return fail('workspaces_unavailable', NO_HELPER);
+    const measured = await runHelperUsage(helper, { lease: record.id, workspace: record.path });
+    return measured.ok ? ok({ bytes: measured.bytes, files: measured.files }) : helperFailure('usage', measured);
+  }
+  const measured = measureTree(record.path);
+  return measured.ok
+    ? ok({ bytes: measured.bytes, files: measured.files })
+    : fail('workspaces_unavailable', `usage of ${record.id}: ${measured.detail}`);
+}
+
+/** Leases a uid to the workspace and has the helper make its directory as that uid. */
+export async function leaseWorkspace(
+  record: WorkspaceRecord,
+  helper: HelperLocation,
+  uidSearchStart: number,
+): Promise<Result<{ uid: number }, WorkspaceFailure>> {
+  const leased = await runHelperLease(helper, { lease: record.id, workspace: record.path, uid: uidSearchStart });
+  if (leased.ok) return ok({ uid: leased.uid });
+  if (leased.reason === 'uid_in_use')
+    return fail('workspaces_unavailable', `no free worker uid for a workspace: ${leased.detail}`);
+  return helperFailure('lease', leased);
+}
+
+/** Shared mode: the supervisor's own directory; only the view keeps other turns out. */
+export function makeSharedDirectory(record: WorkspaceRecord): Result<{}, WorkspaceFailure> {
+  try {
+    fs.mkdirSync(record.path, { mode: 0o700 });
+    return ok({});
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'EEXIST') return fail('workspace_exists', `workspace directory ${record.id} already exists`);
+    return fail('workspaces_unavailable', `creating ${record.id}: ${(error as Error).message}`);
+  }
+}
+
+/** Removes the directory and the lease of a workspace; answers what it held. The row is the caller's. */
+export async function removeWorkspaceTree(
+  record: WorkspaceRecord,
+  helper: HelperLocation | null,
+): Promise<Result<WorkspaceUsage, WorkspaceFailure>> {
+  if (record.identity === 'separate_uid') {
+    if (!helper) return fail('workspaces_unavailable', NO_HELPER);
+    const released = await runHelperRelease(helper, { lease: record.id, workspace: record.path });
+    if (released.ok) return ok({ bytes: released.removedBytes, files: released.removedFiles });
+    // No lease (a create that died before the helper wrote it, or a release that finished
+    // before the row went): nothing of the helper's remains; only an empty directory might.
+    if (released.reason !== 'lease_refused' || hasLeftovers(record.path)) return helperFailure('release', released);
+    return ok({ bytes: 0, files: 0 });
+  }
+  const measured = measureTree(record.path);
+  const removed = measured.ok ? measured : { bytes: 0, files: 0 };
+  try {
+    // rm never follows a symlink: a link in the tree is removed, not its target.
+    fs.rmSync(record.path, { recursive: true, force: true });
+  } catch (error) {
+    return fail('workspaces_unavailable', `removing ${record.id}: ${(error as Error).message}`);
+  }
+  return ok({ bytes: removed.bytes, files: removed.files });
+}
+
+/** Whether a directory holds anything (a missing one holds nothing). */
+function hasLeftovers(dir: string): boolean {
+  try {
+    return fs.readdirSync(dir).length > 0;
+  } catch {
+    return false;
+  }
+}
