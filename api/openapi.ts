@@ -45,7 +45,7 @@ import {
 } from './schema/index.js';
 
 /** Named schemas: each appears once under components and is referenced by `title`. */
-export const COMPONENTS: TSchema[] = [
+const COMPONENTS: TSchema[] = [
   ErrorBody,
   FieldError,
   Health,

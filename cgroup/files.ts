@@ -134,7 +134,7 @@ export function ensureDirectory(
 }
 
 /** Parses "key value" lines (cpu.stat, memory.events, pids.events, memory.oom_control). */
-export function parseKeyedCounters(text: string): Map<string, number> {
+function parseKeyedCounters(text: string): Map<string, number> {
   const counters = new Map<string, number>();
   for (const line of text.split('\n')) {
     const [key, value, extra] = line.trim().split(/\s+/);

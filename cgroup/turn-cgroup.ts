@@ -65,7 +65,7 @@ function validateLimits(limits: ResolvedLimits): Result<{ requested: CgroupLimit
   return ok({ requested });
 }
 
-export function limitHitsFrom(counters: TurnCgroupCounters): LimitHit[] {
+function limitHitsFrom(counters: TurnCgroupCounters): LimitHit[] {
   const hits: LimitHit[] = [];
   if ((counters.oomKills ?? 0) > 0) hits.push('memory_oom');
   if ((counters.pidsMaxEvents ?? 0) > 0) hits.push('pids_max');

@@ -58,7 +58,7 @@ export interface CgroupLayout {
   backendFor: Partial<Record<CgroupController, 'cgroup_v2' | 'cgroup_v1'>>;
 }
 
-export type CgroupBackend = 'cgroup_v2' | 'cgroup_v1';
+type CgroupBackend = 'cgroup_v2' | 'cgroup_v1';
 export type CgroupLimits = Partial<Record<CgroupController, number>>;
 export type ControllerReasons = Partial<Record<CgroupController, string>>;
 

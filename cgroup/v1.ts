@@ -144,7 +144,7 @@ export function createV1Leaves(
   return ok({ leaves });
 }
 
-export function readV1Counters(cgfs: CgroupFs, leafOf: (c: V1HierarchyName) => string | undefined): TurnCgroupCounters {
+function readV1Counters(cgfs: CgroupFs, leafOf: (c: V1HierarchyName) => string | undefined): TurnCgroupCounters {
   const file = (controller: V1HierarchyName, name: string): string | undefined => {
     const dir = leafOf(controller);
     return dir === undefined ? undefined : path.join(dir, name);

@@ -146,7 +146,7 @@ function populated(cgfs: CgroupFs, dir: string): boolean {
   return events.get('populated') !== 0;
 }
 
-export function readV2Counters(cgfs: CgroupFs, dir: string): TurnCgroupCounters {
+function readV2Counters(cgfs: CgroupFs, dir: string): TurnCgroupCounters {
   const cpu = readCounters(cgfs, path.join(dir, 'cpu.stat'));
   const memoryEvents = readCounters(cgfs, path.join(dir, 'memory.events'));
   const pidsEvents = readCounters(cgfs, path.join(dir, 'pids.events'));

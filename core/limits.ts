@@ -5,7 +5,7 @@
 export type RlimitName = 'processes' | 'data' | 'file_size' | 'open_files';
 export type CgroupLimitName = 'memory' | 'pids' | 'cpu';
 /** The size of the turn's own /tmp (also its /var/tmp) and /dev/shm tmpfs, each. */
-export type TmpfsLimitName = 'tmp_size';
+type TmpfsLimitName = 'tmp_size';
 /**
  * The turn's /tmp size when none is configured. The supervisor always sends a size, so the
  * status reports the bound the helper actually mounts.

@@ -22,7 +22,6 @@ export const O_NOFOLLOW = 0o400000;
 export const O_CLOEXEC = 0o2000000;
 export const AT_FDCWD = -100;
 export const AT_SYMLINK_NOFOLLOW = 0x100;
-export const AT_REMOVEDIR = 0x200;
 export const RENAME_NOREPLACE = 1;
 export const RESOLVE_NO_SYMLINKS = 0x04;
 export const RESOLVE_BENEATH = 0x08;
@@ -97,28 +96,28 @@ export const SYS_LANDLOCK_CREATE_RULESET = 444;
 
 // errno values.
 export const EPERM = 1;
-export const ENOENT = 2;
-export const ESRCH = 3;
+const ENOENT = 2;
+const ESRCH = 3;
 export const EINTR = 4;
-export const EIO = 5;
-export const EBADF = 9;
+const EIO = 5;
+const EBADF = 9;
 export const EAGAIN = 11;
-export const ENOMEM = 12;
-export const EACCES = 13;
-export const EBUSY = 16;
-export const EEXIST = 17;
-export const EXDEV = 18;
-export const ENOTDIR = 20;
-export const EISDIR = 21;
-export const EINVAL = 22;
-export const EMFILE = 24;
-export const EFBIG = 27;
-export const ENOSPC = 28;
-export const EROFS = 30;
-export const ENAMETOOLONG = 36;
+const ENOMEM = 12;
+const EACCES = 13;
+const EBUSY = 16;
+const EEXIST = 17;
+const EXDEV = 18;
+const ENOTDIR = 20;
+const EISDIR = 21;
+const EINVAL = 22;
+const EMFILE = 24;
+const EFBIG = 27;
+const ENOSPC = 28;
+const EROFS = 30;
+const ENAMETOOLONG = 36;
 export const ENOSYS = 38;
-export const ENOTEMPTY = 39;
-export const ELOOP = 40;
+const ENOTEMPTY = 39;
+const ELOOP = 40;
 export const EMSGSIZE = 90;
 export const EOPNOTSUPP = 95;
 
@@ -162,7 +161,7 @@ export function lastErrno(): number {
 
 let lib: LibraryHandle | undefined;
 
-export function libc(): LibraryHandle {
+function libc(): LibraryHandle {
   lib ??= koffi.load('libc.so.6');
   return lib;
 }

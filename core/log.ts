@@ -14,7 +14,7 @@ export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
 
 const RANK: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40 };
 /** syslog priorities (RFC 5424): error 3, warning 4, informational 6, debug 7. */
-export const SYSLOG_PRIORITY: Record<LogLevel, number> = { debug: 7, info: 6, warn: 4, error: 3 };
+const SYSLOG_PRIORITY: Record<LogLevel, number> = { debug: 7, info: 6, warn: 4, error: 3 };
 
 export interface Logger {
   debug(msg: string, fields?: Record<string, unknown>): void;

@@ -27,7 +27,7 @@ import {
 } from './linux-abi.js';
 import { fail, ok, type Result } from './result.js';
 
-export const MAX_PAYLOAD = 32;
+const MAX_PAYLOAD = 32;
 const SIZE = 144;
 const IOV_OFFSET = 64;
 const PAYLOAD_OFFSET = 80;

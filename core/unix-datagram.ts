@@ -25,7 +25,7 @@ import {
 import { fail, ok, type Result } from './result.js';
 
 /** sizeof(struct sockaddr_un): sa_family_t, then sun_path[108]. */
-export const SOCKADDR_UN_SIZE = 110;
+const SOCKADDR_UN_SIZE = 110;
 
 type SendTo = (
   fd: number,

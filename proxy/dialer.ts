@@ -31,8 +31,6 @@ export const systemResolver: Resolver = async (host) => {
 /** More answers than this is refused rather than checked one by one forever. */
 const MAX_ADDRESSES = 64;
 
-export type DialFailure = 'resolve_failed' | 'denied_address_class' | 'self_connection' | 'connect_failed';
-
 /** Whether an address, on the port being dialled, is one of the supervisor's own listeners (self-connection.ts). */
 export type OwnListenerCheck = (address: IpAddress) => boolean;
 
@@ -167,19 +165,4 @@ export async function dialChecked(
     }
   }
   return fail('connect_failed', `no address accepted the connection (${errors.join('; ')})`);
-}
-
-export async function resolveAndDial(
-  host: CanonicalHost,
-  port: number,
-  options: {
-    allowRanges: readonly Cidr[];
-    resolver: Resolver;
-    connectTimeoutMs: number;
-    ownListener?: OwnListenerCheck;
-  },
-): Promise<Result<{ socket: net.Socket; address: string }, DialFailure>> {
-  const resolved = await resolveAndCheck(host, options.allowRanges, options.resolver, options.ownListener);
-  if (!resolved.ok) return resolved;
-  return dialChecked(resolved.addresses, port, options.connectTimeoutMs);
 }

@@ -63,7 +63,7 @@ function printable(raw: string, maxLength: number): string {
 }
 
 /** A refused raw host made safe to store: non-printable bytes escaped, length bounded. */
-export function printableHost(raw: string): string {
+function printableHost(raw: string): string {
   return printable(raw, MAX_RECORDED_HOST);
 }
 

@@ -7,12 +7,12 @@
 import { fail, ok, type Result } from '../core/result.js';
 import { formatAddress, parseIpv6, unmapIpv4, type IpAddress } from './ip-class.js';
 
-export const MAX_NAME_LENGTH = 253;
-export const MAX_LABEL_LENGTH = 63;
+const MAX_NAME_LENGTH = 253;
+const MAX_LABEL_LENGTH = 63;
 /** Longest raw input looked at: a maximal name, brackets, a trailing dot and a port. */
 const MAX_RAW_LENGTH = 300;
 
-export type HostKind = 'name' | 'ipv4' | 'ipv6';
+type HostKind = 'name' | 'ipv4' | 'ipv6';
 
 export interface CanonicalHost {
   host: string;

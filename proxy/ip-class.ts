@@ -37,7 +37,7 @@ const HEX_GROUP = /^[0-9a-f]{1,4}$/i;
 const MAX_ADDRESS_TEXT = 45;
 
 /** Strict dotted quad: four decimal octets, no leading zeros. */
-export function parseIpv4(text: string): IpAddress | null {
+function parseIpv4(text: string): IpAddress | null {
   const parts = text.split('.');
   if (parts.length !== 4) return null;
   const bytes = new Uint8Array(4);

@@ -23,7 +23,7 @@ export const DEFAULT_INFERENCE_HOSTS: readonly string[] = [
 ];
 
 /** Ports an allow entry without `:port` allows: plain HTTP and TLS through CONNECT. A deny entry without `:port` refuses every port. */
-export const DEFAULT_PORTS: readonly number[] = [80, 443];
+const DEFAULT_PORTS: readonly number[] = [80, 443];
 
 /** The port rules side by side, as `turnhost check` and the docs state them. */
 export const PORTLESS_ENTRY_RULES =
@@ -74,7 +74,7 @@ export function parsePattern(entry: string): Result<{ pattern: HostPattern }, 'i
   return ok({ pattern: { kind: wildcard ? 'suffix' : 'exact', host: host.host, port, text: entry } });
 }
 
-export function parsePatterns(
+function parsePatterns(
   entries: readonly string[],
   field: string,
 ): Result<{ patterns: HostPattern[] }, 'invalid_pattern'> {

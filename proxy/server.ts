@@ -81,7 +81,7 @@ export interface TurnProxyOptions {
 
 export type SocketOwnership = 'owner' | 'peer-cred-only';
 
-export interface TurnProxyStats {
+interface TurnProxyStats {
   clientConnections: number;
   /** Open upstream connections, idle pooled ones included (each holds a slot of the cap). */
   upstreamConnections: number;

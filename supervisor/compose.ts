@@ -21,7 +21,7 @@ export interface TurnServices {
  * Only where the helper's search for a workspace uid starts: the first uid of the range the
  * probe verified, probed once and then remembered. The helper itself decides which uid is free.
  */
-export function verifiedUidSearchStart(probeContext: ProbeContext): () => Promise<Result<{ uid: number }>> {
+function verifiedUidSearchStart(probeContext: ProbeContext): () => Promise<Result<{ uid: number }>> {
   let first: number | null = null;
   return async () => {
     if (first !== null) return ok({ uid: first });

@@ -39,9 +39,9 @@ import { createJournalEventSink, type JournalEventSink } from './systemd/journal
 import { createServiceNotifier, type ServiceNotifier } from './systemd/notify.js';
 import { OwnListeners } from '../proxy/self-connection.js';
 
-export const DATABASE_FILE = 'turnhost.db';
-export const FALLBACK_LOG_FILE = 'events-fallback.log';
-export const PRUNE_INTERVAL_MS = 60 * 60 * 1000;
+const DATABASE_FILE = 'turnhost.db';
+const FALLBACK_LOG_FILE = 'events-fallback.log';
+const PRUNE_INTERVAL_MS = 60 * 60 * 1000;
 /** Said at boot (and in status) when the probes could not produce a warning of their own. */
 const ROOT_WARNING_FALLBACK =
   'the supervisor runs as uid 0: without an identity helper its workers run as uid 0 too and can read root-owned files and connect to root-owned and abstract unix sockets';
@@ -61,7 +61,7 @@ export interface DaemonOptions {
 }
 
 /** What a reload did: the keys applied live and those that wait for a restart, or why nothing was applied. */
-export type ReloadOutcome =
+type ReloadOutcome =
   { ok: true; applied: string[]; needsRestart: string[] } | { ok: false; reason: 'config_invalid'; detail: string };
 
 export interface DaemonHandle {
@@ -143,7 +143,7 @@ export function openStore(config: TurnhostConfig, logger: Logger): Result<{ stor
 }
 
 /** The compiled worker next to this module (dist/), or dist/ of the checkout when running under tsx. */
-export function workerEntry(): string {
+function workerEntry(): string {
   const sibling = fileURLToPath(new URL('../worker/main.js', import.meta.url));
   return fs.existsSync(sibling) ? sibling : path.join(packageRoot(), 'dist', 'worker', 'main.js');
 }
@@ -186,7 +186,7 @@ function isRoot(): boolean {
  * port): where this configuration's `turnhost serve` listens, which `run --local` must not reach
  * either. `serve` adds the bound address once it listens.
  */
-export function supervisorListeners(config: TurnhostConfig): OwnListeners {
+function supervisorListeners(config: TurnhostConfig): OwnListeners {
   const listeners = new OwnListeners();
   const configured = config.listen.tcp === null ? null : parseHostPort(config.listen.tcp);
   if (configured !== null) listeners.add(configured);
@@ -641,7 +641,7 @@ export async function startDaemon(
 }
 
 /** One line for systemd's STATUS=: per mode available or its requirement. */
-export function probeSummary(status: WorkerHostStatus | null): string {
+function probeSummary(status: WorkerHostStatus | null): string {
   if (status === null) return 'worker host unknown (the boot probe failed; run turnhost check)';
   const mode = (name: 'ordinary' | 'restricted'): string => {
     const availability = status[name];

@@ -25,7 +25,7 @@ export interface CommandSpec {
   tty: TtySize | null;
 }
 
-export interface CommandExit {
+interface CommandExit {
   exitCode: number | null;
   signal: string | null;
 }

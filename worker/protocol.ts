@@ -7,7 +7,7 @@
  */
 import { fail, ok, type Result } from '../core/result.js';
 
-export const PROTOCOL_VERSION = 1;
+const PROTOCOL_VERSION = 1;
 
 /** The worker's fds beyond stdio: this protocol's socket, and the listener channel. */
 export const PROTOCOL_FD = 3;
@@ -16,11 +16,11 @@ export const LISTENER_CHANNEL_FD = 4;
 export const LISTENER_HANDOVER_PAYLOAD = Buffer.from('egress-listener');
 /** Bounds a launch message: argv+env are capped well below the kernel's execve limit. */
 export const MAX_LINE_BYTES = 1024 * 1024;
-export const MAX_ARGV_ENTRIES = 4096;
-export const MAX_ENV_ENTRIES = 4096;
+const MAX_ARGV_ENTRIES = 4096;
+const MAX_ENV_ENTRIES = 4096;
 
 /** Signals the supervisor may forward to the command's process group. */
-export const FORWARDABLE_SIGNALS = [
+const FORWARDABLE_SIGNALS = [
   'SIGHUP',
   'SIGINT',
   'SIGQUIT',
@@ -50,12 +50,12 @@ export interface LaunchMessage {
   /** True: the supervisor took the worker's egress listener and its proxy serves it; the command gets the proxy variables. */
   egress: boolean;
 }
-export interface ResizeMessage {
+interface ResizeMessage {
   type: 'resize';
   cols: number;
   rows: number;
 }
-export interface SignalMessage {
+interface SignalMessage {
   type: 'signal';
   signal: ForwardableSignal;
 }
@@ -70,10 +70,10 @@ export interface Rusage {
  * The worker is booted, its fds checked, its seccomp filter installed and its egress listener
  * handed to the supervisor (fd 4, worker/egress-listener.ts); it waits for `launch`.
  */
-export interface ReadyMessage {
+interface ReadyMessage {
   type: 'ready';
 }
-export interface StartedMessage {
+interface StartedMessage {
   type: 'started';
   pid: number;
 }
@@ -87,7 +87,7 @@ export interface ExitMessage {
   detail?: string;
 }
 /** Stable codes of the worker's `error` message; see docs/worker-protocol.md. */
-export const WORKER_ERROR_CODES = [
+const WORKER_ERROR_CODES = [
   'protocol_invalid',
   'protocol_closed',
   'unexpected_fds',
@@ -97,7 +97,7 @@ export const WORKER_ERROR_CODES = [
   'undumpable_failed',
 ] as const;
 export type WorkerErrorCode = (typeof WORKER_ERROR_CODES)[number];
-export interface ErrorMessage {
+interface ErrorMessage {
   type: 'error';
   code: WorkerErrorCode;
   detail: string;

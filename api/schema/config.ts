@@ -27,7 +27,7 @@ export const CONFIG_LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const;
 export const PROTECTED_PATH_MODES = ['read_only', 'mask_file', 'mask_directory'] as const;
 
 /** Keys an earlier release read, by key path, each with why it went and what replaces it. */
-export const RETIRED_CONFIG_KEYS: Readonly<Record<string, string>> = {
+const RETIRED_CONFIG_KEYS: Readonly<Record<string, string>> = {
   'turns.tempRoot': "each turn's /tmp is a tmpfs of its own in its view, sized by limits.tmp_size",
 };
 
@@ -58,10 +58,10 @@ export const CIDR_PATTERN = `^(?:${IPV4}/(?:3[0-2]|[12]?[0-9])|${IPV6}/(?:12[0-8
 const PORT = '(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[0-5][0-9]{4}|[0-9]{1,4})';
 /** "HOST:PORT": a name or IPv4 address, or a bracketed IPv6 address; port 0-65535. */
 export const HOST_PORT_PATTERN = `^(?:\\[${IPV6}\\]|[A-Za-z0-9.-]+):${PORT}$`;
-export const HOST_PATTERN_PATTERN = '^(?:\\*\\.)?[A-Za-z0-9.:\\[\\]_-]{1,255}$';
-export const ENV_NAME_PATTERN = '^[A-Za-z_][A-Za-z0-9_]{0,127}$';
+const HOST_PATTERN_PATTERN = '^(?:\\*\\.)?[A-Za-z0-9.:\\[\\]_-]{1,255}$';
+const ENV_NAME_PATTERN = '^[A-Za-z_][A-Za-z0-9_]{0,127}$';
 /** A limit written as a string: a number with an optional K, M, G or T. */
-export const LIMIT_STRING_PATTERN = '^[0-9]+(?:\\.[0-9]+)?[KMGTkmgt]?$';
+const LIMIT_STRING_PATTERN = '^[0-9]+(?:\\.[0-9]+)?[KMGTkmgt]?$';
 const RELATIVE_RULE_PATH_PATTERN = '^(?!/)(?!(?:.*/)?\\.\\.(?:/|$))[^\\u0000]+$';
 
 const section = { additionalProperties: false, 'x-detail': 'expected an object', 'x-unknown': 'unknown key' };
@@ -139,7 +139,7 @@ export const LimitSettings = Type.Object(
 );
 export type LimitSettings = Static<typeof LimitSettings>;
 
-export const ProtectedPathRule = Type.Object(
+const ProtectedPathRule = Type.Object(
   {
     root: absolutePath('The workspace root the rule applies to.'),
     path: Type.String({
@@ -158,7 +158,7 @@ export const ProtectedPathRule = Type.Object(
   },
   { ...section, 'x-required': 'missing', title: 'ProtectedPathRule' },
 );
-export type ProtectedPathRule = Static<typeof ProtectedPathRule>;
+type ProtectedPathRule = Static<typeof ProtectedPathRule>;
 
 /** Every key present: what the loader answers after merging defaults, file, environment and flags. */
 export const TurnhostConfig = Type.Object(

@@ -15,7 +15,7 @@ export const ID_DETAIL = `expected ${ID_SHAPE}`;
 const ID_RULE = new RegExp(ID_PATTERN);
 
 /** Session ids. */
-export const SESSION_ID_MAX_LENGTH = 128;
+const SESSION_ID_MAX_LENGTH = 128;
 export const SESSION_ID_PATTERN = `^[A-Za-z0-9_.:-]{1,${SESSION_ID_MAX_LENGTH}}$`;
 export const SESSION_ID_DETAIL = `expected 1-${SESSION_ID_MAX_LENGTH} characters of [A-Za-z0-9_.:-]`;
 const SESSION_ID_RULE = new RegExp(SESSION_ID_PATTERN);

@@ -14,7 +14,7 @@ export const EventStreamMessage = Type.Union(
 );
 export type EventStreamMessage = Static<typeof EventStreamMessage>;
 
-export const SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const;
+const SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const;
 export type TurnSignal = (typeof SIGNALS)[number];
 
 export const AttachServerMessage = Type.Union(

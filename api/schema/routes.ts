@@ -13,15 +13,15 @@ import { HostWriteAnswer, SessionDeletion, TurnAnswer, TurnCreateRequest, TurnLi
 import { WorkspaceAnswer, WorkspaceCreateRequest, WorkspaceDeletion, WorkspaceList } from './workspaces.js';
 import { WorkerHostStatus } from './worker-host.js';
 
-export type HttpMethod = 'get' | 'post' | 'put' | 'delete' | 'patch';
+type HttpMethod = 'get' | 'post' | 'put' | 'delete' | 'patch';
 
-export interface QueryParameter {
+interface QueryParameter {
   schema: TSchema;
   description: string;
   required?: boolean;
 }
 
-export interface SuccessResponse {
+interface SuccessResponse {
   description: string;
   /** JSON body; absent with `contentType` for non-JSON answers. */
   schema?: TSchema;
@@ -57,7 +57,6 @@ export const COMMON_ERRORS: ErrorCode[] = ['invalid_request', 'method_not_allowe
 // is routed, so a GET with an oversized body is refused with 413 like any other.
 export const AUTHENTICATED_ERRORS: ErrorCode[] = ['unauthenticated', 'body_too_large'];
 
-const TurnId = Type.String({ pattern: ID_PATTERN });
 const SessionId = Type.String({ pattern: SESSION_ID_PATTERN });
 const eventFilters = {
   session: { schema: SessionId, description: 'Only events of this session.' },
@@ -68,8 +67,6 @@ const eventFilters = {
     description: 'Only events with a larger id (resume from the last id seen).',
   },
 } satisfies Record<string, QueryParameter>;
-
-export const TURN_ID_PARAMETER = TurnId;
 
 export const ROUTES: ApiRoute[] = [
   {

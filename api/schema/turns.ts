@@ -12,13 +12,12 @@ import { Type, type Static } from '@sinclair/typebox';
 import { ID_DETAIL, ID_PATTERN, ID_SHAPE, SESSION_ID_DETAIL, SESSION_ID_PATTERN } from './ids.js';
 import { WorkerMode } from './worker-host.js';
 
-export { SESSION_ID_PATTERN } from './ids.js';
-export const TURN_ID_PATTERN = ID_PATTERN;
-export const MAX_ARGV = 4096;
-export const MAX_ENV = 256;
+const TURN_ID_PATTERN = ID_PATTERN;
+const MAX_ARGV = 4096;
+const MAX_ENV = 256;
 /** The most input a turn request may carry (decoded); larger input goes through attach. */
 export const MAX_REQUEST_STDIN_BYTES = 512 * 1024;
-export const LIMIT_NAMES = ['memory', 'pids', 'cpu', 'processes', 'open_files', 'file_size', 'data'] as const;
+const LIMIT_NAMES = ['memory', 'pids', 'cpu', 'processes', 'open_files', 'file_size', 'data'] as const;
 const NO_NUL = '^[^\\u0000]*$';
 
 const LimitValue = Type.Union([Type.Number(), Type.String()], {
@@ -109,7 +108,7 @@ export const TurnCreateRequest = Type.Object(
 );
 export type TurnCreateRequest = Static<typeof TurnCreateRequest>;
 
-export const TurnUsage = Type.Object({
+const TurnUsage = Type.Object({
   userCpuUsec: Type.Union([Type.Number(), Type.Null()]),
   systemCpuUsec: Type.Union([Type.Number(), Type.Null()]),
   maxRssKiB: Type.Union([Type.Number(), Type.Null()]),

@@ -68,7 +68,7 @@ function locate(root: TSchema, error: ErrorObject): FieldError {
  * Every refused field once, unknown fields first, then in the schema's property order; a
  * field's own refusal hides its container's (a union reports through both).
  */
-export function fieldErrors(schema: TSchema, errors: ErrorObject[]): FieldError[] {
+function fieldErrors(schema: TSchema, errors: ErrorObject[]): FieldError[] {
   const located = errors.map((e) => ({ ...locate(schema, e), unknown: e.keyword === 'additionalProperties' }));
   const order = Object.keys((schema as Node)['properties'] ?? {});
   const rank = (f: { field: string; unknown: boolean }): number => {

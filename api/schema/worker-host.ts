@@ -6,7 +6,7 @@
  */
 import { Type, type Static } from '@sinclair/typebox';
 
-export const IdentityMode = Type.Union([Type.Literal('separate_uid'), Type.Literal('shared_uid')]);
+const IdentityMode = Type.Union([Type.Literal('separate_uid'), Type.Literal('shared_uid')]);
 export const WorkerMode = Type.Union([Type.Literal('ordinary'), Type.Literal('restricted')]);
 
 export const ModeAvailability = Type.Object(
@@ -64,7 +64,7 @@ export type GovernedStatus = Static<typeof GovernedStatus>;
 
 const Facility = { available: Type.Boolean(), detail: Type.String() };
 
-export const BoundaryFacilities = Type.Object(
+const BoundaryFacilities = Type.Object(
   {
     seccomp: Type.Object({ ...Facility, actions: Type.Array(Type.String()) }),
     networkNamespaces: Type.Object(Facility),

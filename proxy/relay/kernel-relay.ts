@@ -45,7 +45,7 @@ export interface AdoptOptions {
   lengths?: [number, number];
 }
 
-export type AdoptFailure = 'relay_not_ready' | 'not_adoptable';
+type AdoptFailure = 'relay_not_ready' | 'not_adoptable';
 
 export interface KernelRelay {
   /** Side 0 is `a`, side 1 is `b`. On failure neither socket was touched. */
@@ -63,7 +63,7 @@ export interface KernelRelay {
   stop(): Promise<void>;
 }
 
-export type RelayState = 'starting' | 'ready' | 'failed' | 'stopped';
+type RelayState = 'starting' | 'ready' | 'failed' | 'stopped';
 
 /** What an operator sees of a relay (GET /api/status, `runtime.egressRelay`). */
 export interface RelayReport {

@@ -9,23 +9,21 @@ import { loadConfig, parseHostPort, type ConfigOverrides } from '../config/load.
 import { readTokenFile } from '../http/token.js';
 import { CliExit, EXIT } from './exit-codes.js';
 
-export type { ServerTarget } from '../../client/index.js';
-
 export interface Connection {
   target: ServerTarget;
   token: string;
 }
 
-export const START_HINT =
+const START_HINT =
   'start one with `turnhost serve` (or `make run` in a checkout), or point to it with --server URL and --data-dir DIR';
 
-export function describeTarget(target: ServerTarget): string {
+function describeTarget(target: ServerTarget): string {
   return target.kind === 'tcp'
     ? `http://${target.host.includes(':') ? `[${target.host}]` : target.host}:${target.port}`
     : `unix:${target.path}`;
 }
 
-export function parseServerUrl(value: string): ServerTarget | null {
+function parseServerUrl(value: string): ServerTarget | null {
   if (value.startsWith('unix:')) {
     const path = value.slice('unix:'.length);
     return path.startsWith('/') ? { kind: 'unix', path } : null;

@@ -43,7 +43,7 @@ function mode(availability: ModeAvailability | undefined, name: 'ordinary' | 're
     : `UNAVAILABLE: ${availability.requirement ?? 'no requirement named'} ${when}`;
 }
 
-export function workerHostRows(status: WorkerHostStatus | null): Array<[string, string]> {
+function workerHostRows(status: WorkerHostStatus | null): Array<[string, string]> {
   if (status === null) return [['worker host', 'UNKNOWN: the boot probe failed; run `turnhost check`']];
   const rows: Array<[string, string]> = [
     ['ordinary', mode(status.ordinary, 'ordinary')],

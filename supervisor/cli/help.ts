@@ -1,11 +1,11 @@
 /** The usage texts of `turnhost --help` and of each `turnhost <command> --help`. */
 
-export const CLIENT_OPTIONS_HELP = `client options:
+const CLIENT_OPTIONS_HELP = `client options:
   --server URL      http://HOST:PORT or unix:/PATH (default: the configured listener)
   --data-dir DIR    where the API token is read (default: the configured data directory)
   --config FILE     the configuration that names the listener and data directory`;
 
-export const EXIT_CODES_HELP = `exit codes: 0 ok, 1 failed, 2 usage, 3 not found, 4 unavailable/unauthenticated, 5 no server,
+const EXIT_CODES_HELP = `exit codes: 0 ok, 1 failed, 2 usage, 3 not found, 4 unavailable/unauthenticated, 5 no server,
             6 refused, 7 capacity, 8 conflict; run: the command's code, 128+signal, 124 timeout, 125 cancelled`;
 
 export const USAGE = `usage: turnhost <command> [options]

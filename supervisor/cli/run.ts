@@ -15,7 +15,7 @@ import { CliExit, EXIT } from './exit-codes.js';
 
 const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
 
-export function exitCodeFor(result: TurnResult): number {
+function exitCodeFor(result: TurnResult): number {
   switch (result.status) {
     case 'ok':
       return EXIT.ok;

@@ -22,19 +22,19 @@ function turnQuery(query: TurnListQuery): TurnQuery {
   return out;
 }
 
-export async function fetchTurnPage(connection: Connection, query: TurnQuery): Promise<TurnList> {
+async function fetchTurnPage(connection: Connection, query: TurnQuery): Promise<TurnList> {
   return call(connection, 'turns list', (client) => client.listTurns(query));
 }
 
-export async function fetchTurn(connection: Connection, id: string): Promise<TurnRecord> {
+async function fetchTurn(connection: Connection, id: string): Promise<TurnRecord> {
   return call(connection, 'turns show', (client) => client.getTurn(id));
 }
 
-export async function cancelTurn(connection: Connection, id: string): Promise<TurnRecord> {
+async function cancelTurn(connection: Connection, id: string): Promise<TurnRecord> {
   return call(connection, 'turns cancel', (client) => client.cancelTurn(id));
 }
 
-export async function deleteSessionRemote(connection: Connection, id: string): Promise<SessionDeletion['deleted']> {
+async function deleteSessionRemote(connection: Connection, id: string): Promise<SessionDeletion['deleted']> {
   return call(connection, 'session delete', (client) => client.deleteSession(id));
 }
 
@@ -45,13 +45,13 @@ function outcome(turn: TurnRecord): string {
 }
 
 /** One line per turn: id, session, state, result, created. */
-export function formatTurnLines(turns: TurnRecord[]): string {
+function formatTurnLines(turns: TurnRecord[]): string {
   return turns
     .map((turn) => [turn.id, turn.sessionId, turn.state, outcome(turn), turn.createdAt].join('  ') + '\n')
     .join('');
 }
 
-export function formatTurn(turn: TurnRecord): string {
+function formatTurn(turn: TurnRecord): string {
   const rows: Array<[string, string]> = [
     ['id', turn.id],
     ['session', turn.sessionId],

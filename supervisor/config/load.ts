@@ -13,13 +13,13 @@ import type { FieldError } from '../../api/schema/errors.js';
 import { compileValidator, createAjv } from '../../api/schema/validate.js';
 import type { TurnhostConfig } from './types.js';
 
-export const INSTALLED_CODE_ROOT = '/usr/lib/turnhost';
-export const INSTALLED_CONFIG_PATH = '/etc/turnhost/turnhost.json';
-export const INSTALLED_DATA_DIR = '/var/lib/turnhost';
+const INSTALLED_CODE_ROOT = '/usr/lib/turnhost';
+const INSTALLED_CONFIG_PATH = '/etc/turnhost/turnhost.json';
+const INSTALLED_DATA_DIR = '/var/lib/turnhost';
 /** Outside the data directory: every turn's view hides the data directory whole. */
-export const INSTALLED_WORKSPACES_ROOT = '/var/lib/turnhost-workspaces';
-export const DEV_DATA_DIR_NAME = '.turnhost-dev';
-export const DEFAULT_LISTEN = '127.0.0.1:7707';
+const INSTALLED_WORKSPACES_ROOT = '/var/lib/turnhost-workspaces';
+const DEV_DATA_DIR_NAME = '.turnhost-dev';
+const DEFAULT_LISTEN = '127.0.0.1:7707';
 const MAX_CONFIG_FILE_BYTES = 1024 * 1024;
 
 /** Flags of `turnhost serve` (and of client commands that read the configuration). */
@@ -149,7 +149,7 @@ export function parseHostPort(value: string): { host: string; port: number } | n
   return { host, port };
 }
 
-export function isLoopbackHost(host: string): boolean {
+function isLoopbackHost(host: string): boolean {
   if (host === 'localhost') return true;
   if (net.isIPv4(host)) return host.split('.')[0] === '127';
   return host === '::1';
@@ -196,7 +196,7 @@ const asInteger: EnvParser = (raw) =>
 const asPathList: EnvParser = (raw) => ({ value: raw === '' ? [] : raw.split(':') });
 
 /** Every environment override. TURNHOST_WORKER_LIMITS is deliberately absent: the limits code reads and reports it. */
-export const ENV_OVERRIDES: ReadonlyArray<{ name: string; key: string; parse: EnvParser }> = [
+const ENV_OVERRIDES: ReadonlyArray<{ name: string; key: string; parse: EnvParser }> = [
   { name: 'TURNHOST_DATA_DIR', key: 'dataDir', parse: asString },
   { name: 'TURNHOST_LISTEN', key: 'listen.tcp', parse: asNullableString },
   { name: 'TURNHOST_SOCKET', key: 'listen.socket', parse: asNullableString },

@@ -6,7 +6,7 @@
  */
 import path from 'node:path';
 
-export const TOKEN_FILE_NAME = 'api-token';
+const TOKEN_FILE_NAME = 'api-token';
 
 export function tokenFilePath(dataDir: string): string {
   return path.join(dataDir, TOKEN_FILE_NAME);

@@ -8,7 +8,7 @@ import Database from 'better-sqlite3';
 import { fail, ok, type Result } from '../../core/result.js';
 import { MIGRATIONS, type Migration } from './migrations.js';
 
-export const DEFAULT_BUSY_TIMEOUT_MS = 2000;
+const DEFAULT_BUSY_TIMEOUT_MS = 2000;
 
 export interface OpenDatabaseOptions {
   /** How long a write waits for another connection's lock before failing. */

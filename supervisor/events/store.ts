@@ -30,9 +30,9 @@ export interface EventStoreOptions {
   kinds?: EventKindRegistry;
 }
 
-export const DEFAULT_QUERY_LIMIT = 100;
-export const MAX_QUERY_LIMIT = 1000;
-export const MAX_BATCH_EVENTS = 10_000;
+const DEFAULT_QUERY_LIMIT = 100;
+const MAX_QUERY_LIMIT = 1000;
+const MAX_BATCH_EVENTS = 10_000;
 const MAX_ID_LENGTH = 256;
 const MAX_PAYLOAD_BYTES = 64 * 1024;
 const ACTORS: readonly EventActor[] = ['server', 'worker', 'user', 'operator'];

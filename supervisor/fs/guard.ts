@@ -52,9 +52,9 @@ export type FsRefusal =
   | 'too_large'
   | 'io_error';
 
-export const MAX_PATH_BYTES = 4096;
-export const MAX_COMPONENT_BYTES = 255;
-export const MAX_PATH_DEPTH = 64;
+const MAX_PATH_BYTES = 4096;
+const MAX_COMPONENT_BYTES = 255;
+const MAX_PATH_DEPTH = 64;
 const DEFAULT_FILE_MODE = 0o644;
 const DEFAULT_DIR_MODE = 0o755;
 const HASH_CHUNK_BYTES = 64 * 1024;

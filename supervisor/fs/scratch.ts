@@ -23,7 +23,7 @@ export interface ScratchPruneOptions {
 }
 
 /** The `scratch_overage` event payload. */
-export interface ScratchOveragePayload {
+interface ScratchOveragePayload {
   bytes: number;
   pinnedFiles: number;
   pinnedBytes: number;
@@ -202,7 +202,7 @@ function recordOverage(payload: ScratchOveragePayload, options: ScratchPruneOpti
 }
 
 /** Files whose name ends in this suffix are pinned by the daemon's pruner. */
-export const PINNED_SUFFIX = '.pin';
+const PINNED_SUFFIX = '.pin';
 
 /** The daemon's pinning rule: a file whose last path component ends in `.pin` is never pruned. */
 export function isPinnedScratchName(rel: string): boolean {

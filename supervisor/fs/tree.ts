@@ -8,7 +8,7 @@
 import { closeQuietly, listEntries, openDirBeneath } from './dirs.js';
 import { cName, fileType, fstat, lstatat, sameIdentity, type FileStat } from './sys.js';
 
-export const MAX_TREE_DEPTH = 256;
+const MAX_TREE_DEPTH = 256;
 const MAX_RECORDED_ERRORS = 20;
 
 export interface TreeEntry {

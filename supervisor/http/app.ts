@@ -28,7 +28,7 @@ import type { UiSessions } from './ui-session.js';
 import { requestIds, requestLogger } from './request-id.js';
 import { renderOpenApi } from '../../api/openapi.js';
 
-export interface SoftwareIdentity {
+interface SoftwareIdentity {
   release: string;
   sourceCommit: string;
 }
@@ -107,7 +107,7 @@ function errorHandler(logger: Logger): ErrorRequestHandler {
 }
 
 /** Ready means: the latest probe found mode `ordinary` available. */
-export function readiness(
+function readiness(
   status: WorkerHostStatus | null,
 ): { ok: true; checkedAt: string } | { ok: false; requirement: string } {
   if (status === null) return { ok: false, requirement: 'no worker host probe has completed yet' };

@@ -15,7 +15,7 @@ export function tokenMatches(presented: string, expected: string): boolean {
 }
 
 /** The token of an `Authorization: Bearer <token>` header, or null. */
-export function bearerToken(headers: IncomingHttpHeaders): string | null {
+function bearerToken(headers: IncomingHttpHeaders): string | null {
   const header = headers.authorization;
   if (typeof header !== 'string') return null;
   const match = /^Bearer ([\x21-\x7e]+)$/.exec(header);

@@ -9,7 +9,7 @@ import { withLogFields, type Logger } from '../../core/log.js';
 import { sendError } from './errors.js';
 
 export const REQUEST_ID_HEADER = 'X-Request-Id';
-export const REQUEST_ID_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/;
+const REQUEST_ID_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/;
 
 /**
  * The logger of the request `res` answers, falling back to `logger` outside a request. Code

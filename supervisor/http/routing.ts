@@ -26,7 +26,7 @@ export function route(router: Router, path: string, handlers: Partial<Record<Met
 }
 
 /** True when the request carries a body (a length above zero, or chunked). */
-export function hasBody(req: Request): boolean {
+function hasBody(req: Request): boolean {
   const length = req.headers['content-length'];
   return (length !== undefined && length !== '0') || req.headers['transfer-encoding'] !== undefined;
 }

@@ -11,7 +11,7 @@ import { parseHostPort } from '../config/load.js';
 import { createApp, type AppDeps } from './app.js';
 import { createUpgradeHandler } from './websocket.js';
 
-export const SOCKET_MODE = 0o660;
+const SOCKET_MODE = 0o660;
 
 export interface HttpListen {
   tcp: string | null;

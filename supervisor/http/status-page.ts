@@ -21,8 +21,7 @@ import { requestLogger } from './request-id.js';
 import { route } from './routing.js';
 import { clearedSessionCookie, sameOrigin, sessionCookie, sessionFromCookie, type UiSessions } from './ui-session.js';
 
-export const CONTENT_SECURITY_POLICY =
-  "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+const CONTENT_SECURITY_POLICY = "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 const ASSETS: Record<string, { file: string; type: string }> = {
   '/ui/': { file: 'index.html', type: 'text/html; charset=utf-8' },

@@ -14,8 +14,8 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 
-export const SESSION_COOKIE = 'turnhost_session';
-export const SESSION_TTL_SECONDS = 12 * 60 * 60;
+const SESSION_COOKIE = 'turnhost_session';
+const SESSION_TTL_SECONDS = 12 * 60 * 60;
 const MAX_SESSIONS = 1000;
 
 export interface UiSessions {

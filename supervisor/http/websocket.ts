@@ -25,7 +25,7 @@ import { ATTACH_CLIENT_MESSAGES, type AttachClientMessage } from '../../api/sche
 import { compileValidator, createAjv, fieldRefusal, type SchemaValidator } from '../../api/schema/validate.js';
 import type { FieldError } from '../../api/schema/errors.js';
 
-export const MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
+const MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
 /** An attached client's unsent output above which the turn's output is paused. */
 const ATTACH_HIGH_WATER_BYTES = 1024 * 1024;
 /** Live events that may queue while a replay is still being written. */

@@ -16,7 +16,8 @@ import { compileValidator, createAjv, fieldRefusal } from '../../api/schema/vali
 import { WorkspaceCreateRequest } from '../../api/schema/workspaces.js';
 import type { Logger } from '../../core/log.js';
 import type { TurnhostConfig } from '../config/types.js';
-import type { WorkspaceFileFailure, WorkspaceService, WorkspaceView } from '../workspaces/service.js';
+import type { WorkspaceService } from '../workspaces/service.js';
+import type { WorkspaceFileFailure, WorkspaceView } from '../workspaces/types.js';
 import { MAX_BODY_BYTES, sendError, type ErrorCode } from './errors.js';
 import { QueryCheck, requestQuery, sendQueryRefusal } from './query-params.js';
 import { requestLogger } from './request-id.js';

@@ -35,7 +35,7 @@ function launchLines(spec: SharedLauncherSpec): string[] {
   ];
 }
 
-export function renderHelperConfig(spec: HelperConfigSpec): string {
+function renderHelperConfig(spec: HelperConfigSpec): string {
   const lines = [
     '# turnhost identity helper configuration (root-owned, not group/other writable)',
     `uid_range ${spec.uidRange.first} ${spec.uidRange.count}`,
@@ -48,7 +48,7 @@ export function renderHelperConfig(spec: HelperConfigSpec): string {
   return lines.join('\n') + '\n';
 }
 
-export function renderSharedLauncherConfig(spec: SharedLauncherSpec): string {
+function renderSharedLauncherConfig(spec: SharedLauncherSpec): string {
   return (
     ["# turnhost shared-mode launcher configuration (the supervisor's own)", ...launchLines(spec)].join('\n') + '\n'
   );

@@ -23,10 +23,10 @@ export const DESCRIPTOR_LIMITS = {
   maxRlimitExclusive: 10n ** 18n,
 } as const;
 
-export type HelperOp = 'probe' | 'launch' | 'view' | 'kill' | 'lease' | 'release' | 'usage';
+type HelperOp = 'probe' | 'launch' | 'view' | 'kill' | 'lease' | 'release' | 'usage';
 export type HelperRlimitName = 'nproc' | 'data' | 'fsize' | 'nofile';
 export type HelperProfile = 'governed' | 'strict';
-export type HelperProtectMode = 'read_only' | 'mask_file' | 'mask_directory';
+type HelperProtectMode = 'read_only' | 'mask_file' | 'mask_directory';
 
 /** A protected path inside the workspace (docs/filesystem-view.md). */
 export interface HelperProtectRule {
@@ -131,7 +131,7 @@ function checkId(field: string, value: unknown): number {
   return value;
 }
 
-export function isCanonicalAbsolutePath(path: string): boolean {
+function isCanonicalAbsolutePath(path: string): boolean {
   if (!path.startsWith('/') || Buffer.byteLength(path) >= 4096) return false;
   if (path === '/') return true;
   return path

@@ -39,7 +39,7 @@ export const HELPER_EXIT_CODES = {
   workspace_busy: 82,
 } as const;
 
-export type HelperRefusalReason = keyof typeof HELPER_EXIT_CODES;
+type HelperRefusalReason = keyof typeof HELPER_EXIT_CODES;
 export type HelperFailureReason =
   | HelperRefusalReason
   | 'descriptor_invalid'

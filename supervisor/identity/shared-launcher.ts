@@ -13,7 +13,7 @@ import { writeSharedLauncherConfig, type SharedLauncherSpec } from './helper-con
 import type { HelperLocation } from './helper-process.js';
 
 /** The helper binary of this installation: the deb's, or the one `make` built in a checkout. */
-export function bundledHelperPath(): string {
+function bundledHelperPath(): string {
   const root = packageRoot();
   const packaged = path.join(root, 'identity-helper');
   return fs.existsSync(packaged) && fs.statSync(packaged).isFile()

@@ -10,7 +10,7 @@ import type { ResolvedLimits } from '../../core/limits.js';
 
 type LimitUnit = 'bytes' | 'cpus' | 'count';
 
-export const LIMIT_UNITS: Readonly<Record<LimitName, LimitUnit>> = {
+const LIMIT_UNITS: Readonly<Record<LimitName, LimitUnit>> = {
   memory: 'bytes',
   data: 'bytes',
   file_size: 'bytes',

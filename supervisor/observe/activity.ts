@@ -7,7 +7,7 @@
  */
 import type { EventStore, GovernanceEvent } from '../events/types.js';
 
-export interface RunningTurnView {
+interface RunningTurnView {
   turnId: string;
   sessionId: string | null;
   mode: string;
@@ -30,8 +30,8 @@ export interface Activity {
   close(): void;
 }
 
-export const RECENT_DENIALS_KEPT = 50;
-export const RECENT_EVENTS_KEPT = 100;
+const RECENT_DENIALS_KEPT = 50;
+const RECENT_EVENTS_KEPT = 100;
 
 /** A bounded list that drops its oldest entries. */
 function keepLast<T>(list: T[], item: T, max: number): void {

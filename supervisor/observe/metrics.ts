@@ -11,7 +11,7 @@ import type { EventStore, GovernanceEvent } from '../events/types.js';
 import type { WorkerHostStatus } from '../probes/types.js';
 import type { Activity } from './activity.js';
 
-export interface PreparedWorkerCounts {
+interface PreparedWorkerCounts {
   preparedWorkers(): { ready: number; starting: number };
 }
 
@@ -27,7 +27,7 @@ export interface MetricsSources {
 }
 
 /** Launch latency buckets, seconds: a prepared worker is claimed in ~20 ms, a fresh start takes ~120 ms (docs/launch-performance.md), a loaded or slow host seconds. */
-export const LAUNCH_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+const LAUNCH_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 /** Label values come from the supervisor's own fixed vocabularies; anything else is folded into "other". */
 const labelValue = (value: unknown): string =>
   typeof value === 'string' && /^[A-Za-z0-9_]{1,48}$/.test(value) ? value : 'other';

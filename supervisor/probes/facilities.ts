@@ -16,7 +16,7 @@ import {
 import type { BoundaryFacilities } from './types.js';
 
 /** The filter compiled by worker/seccomp answers with these actions. */
-export const REQUIRED_SECCOMP_ACTIONS = ['errno', 'kill_process', 'allow'] as const;
+const REQUIRED_SECCOMP_ACTIONS = ['errno', 'kill_process', 'allow'] as const;
 
 export function probeSeccomp(procRoot: string): BoundaryFacilities['seccomp'] {
   const file = path.join(procRoot, 'sys/kernel/seccomp/actions_avail');

@@ -20,7 +20,7 @@ export interface SupervisorIds {
   euid: number;
 }
 
-export interface HelperReceipt {
+interface HelperReceipt {
   workerUid: number;
   uidRange: { first: number; count: number };
   helperVersion: string;
@@ -28,7 +28,7 @@ export interface HelperReceipt {
 
 export type HelperProbe = () => Promise<Result<HelperReceipt>>;
 
-export interface SharedReceipt {
+interface SharedReceipt {
   workerUid: number;
   userNamespace: boolean;
   helperVersion: string;

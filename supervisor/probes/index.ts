@@ -164,7 +164,7 @@ function firstMissingRequirement(facts: BoundaryFacts, mode: WorkerMode): string
  */
 let boundaryProvenInProcess = false;
 
-export const RESTRICTED_DISABLED_REQUIREMENT =
+const RESTRICTED_DISABLED_REQUIREMENT =
   'restricted mode is disabled in the configuration (modes.restricted.enabled is false)';
 
 function modeAvailability(
@@ -284,6 +284,3 @@ export async function runWorkerHostProbes(ctx: ProbeContext, trigger: ProbeTrigg
   if (trigger === 'boot') logBootProbe(ctx.logger, status);
   return status;
 }
-
-export type { HelperProbe, HelperReceipt, SupervisorIds } from './identity.js';
-export type { HelperViewProbe } from './view.js';

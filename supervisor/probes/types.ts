@@ -17,7 +17,7 @@ export interface ModeAvailability {
   requirement?: string;
 }
 
-export interface LimitEnforced {
+interface LimitEnforced {
   limit: LimitName;
   source: LimitSource;
   /** bytes for data, file_size, memory and tmp_size; CPUs for cpu; a count otherwise. */
@@ -26,7 +26,7 @@ export interface LimitEnforced {
   backend?: 'cgroup_v2' | 'cgroup_v1';
 }
 
-export interface LimitAbsent {
+interface LimitAbsent {
   limit: LimitName;
   source: LimitSource;
   reason: string;
@@ -37,7 +37,7 @@ export interface WorkerLimitsStatus {
   absent: LimitAbsent[];
 }
 
-export interface ProtectedPath {
+interface ProtectedPath {
   path: string;
   mode: ProtectedPathMode;
   reason: string;

@@ -24,13 +24,13 @@ import {
 } from '../../core/unix-datagram.js';
 import type { GovernanceEvent } from '../events/types.js';
 
-export const JOURNAL_SOCKET = '/run/systemd/journal/socket';
+const JOURNAL_SOCKET = '/run/systemd/journal/socket';
 
 /** Kinds that record a refusal or a limit: filed as warnings (PRIORITY=4), the rest as notices (5) or info (6). */
 const WARNING_KINDS = new Set(['egress_denial', 'worker_host_refusal', 'host_write_refused', 'scratch_overage']);
 const NOTICE_KINDS = new Set(['worker_recovered']);
 
-export function journalPriority(event: GovernanceEvent): number {
+function journalPriority(event: GovernanceEvent): number {
   if (WARNING_KINDS.has(event.kind)) return 4;
   if (NOTICE_KINDS.has(event.kind)) return 5;
   if (
@@ -61,10 +61,7 @@ function eventMessage(event: GovernanceEvent): string {
 }
 
 /** The fields of one event's entry, in order. */
-export function journalFields(
-  event: GovernanceEvent,
-  options: { omitPayload?: boolean } = {},
-): Array<[string, string]> {
+function journalFields(event: GovernanceEvent, options: { omitPayload?: boolean } = {}): Array<[string, string]> {
   const fields: Array<[string, string]> = [
     ['MESSAGE', eventMessage(event)],
     ['PRIORITY', String(journalPriority(event))],

@@ -33,7 +33,7 @@ export interface ServiceNotifier {
 }
 
 /** Status texts are one line: systemd shows them in `systemctl status`. */
-export function statusLine(text: string): string {
+function statusLine(text: string): string {
   return text.replace(/[\r\n]+/g, ' ').slice(0, 1024);
 }
 

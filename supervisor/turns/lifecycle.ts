@@ -97,7 +97,7 @@ export interface Worker {
   retire(): Promise<void>;
 }
 
-export function startWorker(
+function startWorker(
   env: LaunchEnvironment,
   spec: WorkerSpec,
   name: string,

@@ -135,7 +135,7 @@ function unavailable(deps: SessionDeps, error: unknown): Fail<'store_unavailable
  * Ended sessions (no turn running or unfinished) whose last activity is older than
  * `retentionDays` before `now`. `retentionDays` 0 keeps every session.
  */
-export function sessionsPastRetention(db: Database.Database, now: Date, retentionDays: number): string[] {
+function sessionsPastRetention(db: Database.Database, now: Date, retentionDays: number): string[] {
   if (retentionDays <= 0) return [];
   const cutoff = new Date(now.getTime() - retentionDays * 86_400_000).toISOString();
   return prepared(db)

@@ -6,7 +6,7 @@ import type Database from 'better-sqlite3';
 import type { TurnFilter, TurnPage, TurnPageQuery, TurnRecord, TurnResult } from './types.js';
 
 export const TURN_STATES: ReadonlyArray<TurnRecord['state']> = ['starting', 'running', 'finished'];
-export const DEFAULT_TURN_PAGE = 100;
+const DEFAULT_TURN_PAGE = 100;
 export const MAX_TURN_PAGE = 1000;
 
 /**

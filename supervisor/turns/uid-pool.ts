@@ -10,7 +10,7 @@ export interface UidPool {
   inUse(): number[];
 }
 
-export function createUidPool(range: { first: number; count: number }): UidPool {
+function createUidPool(range: { first: number; count: number }): UidPool {
   const held = new Set<number>();
   let cursor = 0;
   return {

@@ -8,7 +8,6 @@
 import path from 'node:path';
 import type { Fail } from '../../core/result.js';
 import { compileValidator, createAjv, fieldRefusal } from '../../api/schema/validate.js';
-import { SESSION_ID_PATTERN as SESSION_ID_SOURCE } from '../../api/schema/ids.js';
 import { MAX_REQUEST_STDIN_BYTES, TurnCreateRequest, type FieldError } from '../../api/schema/index.js';
 import type { TurnhostConfig } from '../config/types.js';
 import { PREPARED_WORKER_PREFIX } from './prepared-workers.js';
@@ -16,8 +15,6 @@ import type { TurnRequest } from './types.js';
 
 export type RequestFailure = Fail<'invalid_request'> & { field: string; errors: FieldError[] };
 
-export const SESSION_ID_PATTERN = new RegExp(SESSION_ID_SOURCE);
-export { MAX_REQUEST_STDIN_BYTES };
 const MAX_ARG_BYTES = 128 * 1024;
 
 const structure = compileValidator<TurnCreateRequest>(createAjv(), TurnCreateRequest);

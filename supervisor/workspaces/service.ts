@@ -11,7 +11,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
-import { ID_DETAIL, ID_PATTERN, isValidId } from '../../api/schema/ids.js';
+import { ID_DETAIL, isValidId } from '../../api/schema/ids.js';
 import type { Logger } from '../../core/log.js';
 import { fail, ok, type Result } from '../../core/result.js';
 import { validateRelativePath, type ReadReceipt, type WriteReceipt } from '../fs/guard.js';
@@ -26,19 +26,6 @@ import type {
   WorkspaceUsage,
   WorkspaceView,
 } from './types.js';
-
-export type {
-  WorkspaceFailure,
-  WorkspaceFileFailure,
-  WorkspaceRecord,
-  WorkspaceServiceDeps,
-  WorkspaceTurns,
-  WorkspaceUsage,
-  WorkspaceView,
-} from './types.js';
-
-/** Workspace ids follow the one id rule (api/schema/ids.ts). */
-export const WORKSPACE_ID_PATTERN = new RegExp(ID_PATTERN);
 
 type Deletion = Promise<Result<WorkspaceUsage, WorkspaceFailure>>;
 

@@ -16,7 +16,7 @@ import type { WorkspaceFailure, WorkspaceUsage } from './types.js';
 const NO_HELPER = 'the workspace has a leased uid but no identity helper is configured';
 
 /** A helper refusal as a workspace failure: a turn holding the uid is busy, anything else unavailable. */
-export function helperFailure(what: string, failure: { reason: HelperFailureReason; detail: string }) {
+function helperFailure(what: string, failure: { reason: HelperFailureReason; detail: string }) {
   if (failure.reason === 'workspace_busy') return fail('workspace_busy' as const, `${what}: ${failure.detail}`);
   return fail(
     'workspaces_unavailable' as const,
@@ -25,7 +25,7 @@ export function helperFailure(what: string, failure: { reason: HelperFailureReas
 }
 
 /** Shared mode's own measure: every entry beneath, never following a link (apparent sizes). */
-export function measureTree(dir: string): Result<WorkspaceUsage> {
+function measureTree(dir: string): Result<WorkspaceUsage> {
   const root = openRoot(dir);
   if (!root.ok) return fail(root.reason, root.detail);
   let bytes = 0;

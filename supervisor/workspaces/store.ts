@@ -5,7 +5,7 @@
  */
 import type Database from 'better-sqlite3';
 
-export type WorkspaceState = 'creating' | 'ready' | 'deleting';
+type WorkspaceState = 'creating' | 'ready' | 'deleting';
 
 export interface WorkspaceRecord {
   id: string;

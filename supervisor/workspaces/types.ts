@@ -12,8 +12,6 @@ import type { FsRefusal } from '../fs/guard.js';
 import type { HelperLocation } from '../identity/helper-process.js';
 import type { WorkspaceRecord } from './store.js';
 
-export type { WorkspaceRecord } from './store.js';
-
 export type WorkspaceFailure =
   | 'invalid_request'
   | 'workspace_not_found'
@@ -36,7 +34,7 @@ export interface WorkspaceView extends WorkspaceRecord {
 }
 
 /** What the service needs of the turns: which run on a workspace, and how to end them. */
-export interface WorkspaceTurns {
+interface WorkspaceTurns {
   running(workspaceId: string): string[];
   /** Cancels the turn and resolves when it has ended. */
   cancelAndWait(turnId: string): Promise<void>;

@@ -67,7 +67,7 @@ export function buildProbeTree(spec: ProbeTreeSpec): ProbeTree {
   };
 }
 
-export const ALL_SECCOMP_ACTIONS = 'kill_process kill_thread trap errno user_notif trace log allow';
+const ALL_SECCOMP_ACTIONS = 'kill_process kill_thread trap errno user_notif trace log allow';
 
 /** A systemd-style delegated v2 subtree with memory, pids and cpu. */
 export function v2DelegatedTree(superOptions = 'rw,nsdelegate,memory_recursiveprot'): ProbeTree {

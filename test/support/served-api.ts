@@ -103,7 +103,7 @@ export interface ServedApi {
   attach(turnId: string): Promise<Attached>;
 }
 
-export interface AttachMessage {
+interface AttachMessage {
   type: string;
   stream?: string;
   data?: string;
@@ -112,7 +112,7 @@ export interface AttachMessage {
   result?: { status: string; exitCode: number | null };
 }
 
-export interface Attached {
+interface Attached {
   messages: AttachMessage[];
   send(message: object): void;
   /** Everything output so far, decoded. */

@@ -15,9 +15,9 @@ import { fail, ok, type Result } from '../../core/result.js';
 /** The kernel's limit on classic BPF program length (include/uapi/linux/bpf_common.h). */
 export const BPF_MAXINSNS = 4096;
 /** jt/jf are u8 instruction counts relative to the next instruction. */
-export const BPF_MAX_JUMP = 255;
+const BPF_MAX_JUMP = 255;
 /** sizeof(struct seccomp_data): nr(4) arch(4) instruction_pointer(8) args(6 * 8). */
-export const SECCOMP_DATA_SIZE = 64;
+const SECCOMP_DATA_SIZE = 64;
 export const SOCK_FILTER_SIZE = 8;
 
 const BPF_LD_W_ABS = 0x20; // BPF_LD | BPF_W | BPF_ABS

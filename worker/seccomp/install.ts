@@ -70,7 +70,7 @@ function statusField(status: string, name: string): string | undefined {
 }
 
 /** Every thread of this process must be in filter mode with no_new_privs set. */
-export function verifySeccompOnAllTasks(): Result<{ tasks: number }, 'verify_failed'> {
+function verifySeccompOnAllTasks(): Result<{ tasks: number }, 'verify_failed'> {
   let tids: string[];
   try {
     tids = fs.readdirSync('/proc/self/task');

@@ -17,23 +17,23 @@ import { fail, ok, type Result } from '../../core/result.js';
 import { assemble, jeq, jset, label, load, NEXT, ret, serialise, type Instruction } from './bpf.js';
 import { SYSCALLS_X86_64, type SyscallName } from './syscalls-x86_64.js';
 
-export const AUDIT_ARCH_X86_64 = 0xc000003e;
-export const X32_SYSCALL_BIT = 0x40000000;
+const AUDIT_ARCH_X86_64 = 0xc000003e;
+const X32_SYSCALL_BIT = 0x40000000;
 
-export const SECCOMP_RET_KILL_PROCESS = 0x80000000;
-export const SECCOMP_RET_ERRNO = 0x00050000;
-export const SECCOMP_RET_ALLOW = 0x7fff0000;
+const SECCOMP_RET_KILL_PROCESS = 0x80000000;
+const SECCOMP_RET_ERRNO = 0x00050000;
+const SECCOMP_RET_ALLOW = 0x7fff0000;
 
 const SECCOMP_DATA_NR = 0;
 const SECCOMP_DATA_ARCH = 4;
 /** Low word of args[i] on a little-endian machine. */
 const argLowWord = (index: ArgIndex): number => 16 + 8 * index;
 
-export type ArgIndex = 0 | 1 | 2 | 3 | 4 | 5;
-export type Action = 'eperm' | 'enosys';
+type ArgIndex = 0 | 1 | 2 | 3 | 4 | 5;
+type Action = 'eperm' | 'enosys';
 
 /** When the action applies; without a condition it applies to every call of the syscall. */
-export type ArgCondition =
+type ArgCondition =
   | { arg: ArgIndex; anyBitOf: number }
   | { arg: ArgIndex; oneOf: readonly number[] }
   | { arg: ArgIndex; noneOf: readonly number[] };
@@ -57,11 +57,11 @@ const CLONE_NEWNET = 0x40000000;
  * (the exit signal) and the kernel strips it from the flags, so clone() cannot create a time
  * namespace; only clone3 (ENOSYS here) and unshare (EPERM here) can.
  */
-export const CLONE_NAMESPACE_FLAGS =
+const CLONE_NAMESPACE_FLAGS =
   CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET;
 
-export const TIOCSTI = 0x5412;
-export const TIOCLINUX = 0x541c;
+const TIOCSTI = 0x5412;
+const TIOCLINUX = 0x541c;
 const PER_LINUX = 0x0000;
 const PERSONALITY_QUERY = 0xffffffff;
 

@@ -115,7 +115,7 @@ export async function leaseWorkspace(
 }
 
 /** This process's v1 pids cgroup directory (never a sibling owned by other software). */
-export function ownPidsCgroupDir(): string {
+function ownPidsCgroupDir(): string {
   const line = fs
     .readFileSync('/proc/self/cgroup', 'utf8')
     .split('\n')

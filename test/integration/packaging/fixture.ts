@@ -27,7 +27,7 @@ const SOURCES = [
 ];
 const BUILD_LOCK = path.join(os.tmpdir(), 'turnhost-deb-build.lock');
 
-export function expectedDebPath(): string {
+function expectedDebPath(): string {
   const version = (JSON.parse(fs.readFileSync(path.join(repoRoot, 'package.json'), 'utf8')) as { version: string })
     .version;
   const arch = execFileSync('dpkg', ['--print-architecture'], { encoding: 'utf8' }).trim();
