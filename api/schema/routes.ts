@@ -53,9 +53,10 @@ export interface ApiRoute {
 
 /** Codes any route may answer: request id and auth refusals, wrong method, internal failures. */
 export const COMMON_ERRORS: ErrorCode[] = ['invalid_request', 'method_not_allowed', 'internal_error'];
-// Every authenticated request passes the 1 MiB body cap (or a route's own byte cap) before it
-// is routed, so a GET with an oversized body is refused with 413 like any other.
-export const AUTHENTICATED_ERRORS: ErrorCode[] = ['unauthenticated', 'body_too_large'];
+// Every authenticated request passes the 1 MiB body cap (or a route's own byte cap) and the
+// refusal of encoded bodies before it is routed, so a GET with an oversized or encoded body is
+// refused with 413 or 415 like any other.
+export const AUTHENTICATED_ERRORS: ErrorCode[] = ['unauthenticated', 'body_too_large', 'unsupported_media_type'];
 
 const SessionId = Type.String({ pattern: SESSION_ID_PATTERN });
 const eventFilters = {

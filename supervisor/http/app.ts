@@ -3,7 +3,15 @@
  * Dependencies are parameters so tests can inject fakes (a throwing probe, a fake turn manager);
  * the daemon passes the real ones. Each group of routes is registered by a function of its own.
  */
-import express, { type ErrorRequestHandler, type Express, type RequestHandler, type Router } from 'express';
+import express, {
+  type ErrorRequestHandler,
+  type Express,
+  type NextFunction,
+  type Request,
+  type RequestHandler,
+  type Response,
+  type Router,
+} from 'express';
 import type { Logger } from '../../core/log.js';
 import type { TurnhostConfig } from '../config/types.js';
 import type { EventStore } from '../events/types.js';
@@ -87,6 +95,20 @@ function accessLog(logger: Logger): RequestHandler {
   };
 }
 
+/**
+ * No route takes an encoded body: JSON bodies are small, and host writes take the raw bytes.
+ * Refusing every encoding here, before any parser, means a body that does not decode can never
+ * reach a parser's error path (a broken brotli stream was once a 500).
+ */
+function refuseContentEncoding(req: Request, res: Response, next: NextFunction): void {
+  const encoding = req.headers['content-encoding'];
+  if (encoding === undefined || encoding.trim().toLowerCase() === 'identity') return next();
+  res.setHeader('Connection', 'close');
+  sendError(res, 415, 'unsupported_media_type', 'content-encoding: bodies are taken as sent, without an encoding', {
+    field: 'content-encoding',
+  });
+}
+
 function errorHandler(logger: Logger): ErrorRequestHandler {
   return (error, req, res, _next) => {
     const type = (error as { type?: unknown }).type;
@@ -129,6 +151,7 @@ export function createApp(deps: AppDeps): Express {
   if (deps.statusPage !== undefined)
     registerStatusPage(app, { ...deps.statusPage, token: deps.token, logger: deps.logger });
   app.use(authentication(deps));
+  app.use(refuseContentEncoding);
   registerUncappedRoutes(app, deps);
   app.use(bodyCap);
   app.use(apiRoutes(deps));

@@ -148,14 +148,6 @@ export function registerHostWriteRoute(router: Router, deps: HostWriteRouteDeps)
         return sendError(res, 400, 'invalid_path', parsed.detail, { field: 'path' });
       }
       const { params } = parsed;
-      const encoding = req.headers['content-encoding'];
-      if (encoding !== undefined && encoding !== 'identity')
-        return sendError(
-          res,
-          415,
-          'unsupported_media_type',
-          'content-encoding: host writes take the raw bytes, no encoding',
-        );
       if (Number(req.headers['content-length'] ?? 0) > deps.maxBytes) {
         recordHostWriteRefusal(deps.events, turn, params.rel, 'too_large');
         return sendTooLarge(res, deps.maxBytes);

@@ -187,3 +187,30 @@ t.test('GET /api/openapi.json serves the generated document, with the token', as
   t.same(res.json, JSON.parse(renderOpenApi('0.1.0')));
   t.equal((await s.request('GET', '/api/openapi.json', { token: null })).status, 401);
 });
+
+t.test('a content-encoded body is refused 415 naming the header on every route, never a 500', async (t) => {
+  // The fixture checks every answer against the document.
+  const s = await startTestServer();
+  t.teardown(() => s.close());
+  const garbage = Buffer.from('definitely not brotli, gzip or deflate');
+  for (const encoding of ['br', 'gzip', 'deflate', 'x-unknown']) {
+    for (const [method, path] of [
+      ['POST', '/api/status/worker-host'],
+      ['GET', '/api/status'],
+      ['GET', '/api/governance/events'],
+    ] as const) {
+      const res = await s.request(method, path, { body: garbage, headers: { 'content-encoding': encoding } });
+      t.equal(res.status, 415, `${method} ${path} with ${encoding}`);
+      t.equal(res.json.code, 'unsupported_media_type');
+      t.equal(res.json.field, 'content-encoding');
+    }
+  }
+  const identity = await s.request('GET', '/api/status', { headers: { 'content-encoding': 'identity' } });
+  t.equal(identity.status, 200, 'identity is no encoding');
+  const unauthenticated = await s.request('GET', '/api/status', { token: null, headers: { 'content-encoding': 'br' } });
+  t.equal(unauthenticated.status, 401, 'authentication comes first');
+  t.notOk(
+    logLines(s.lines).some((l) => l['msg'] === 'request failed'),
+    'no request failed inside the server',
+  );
+});
