@@ -48,7 +48,7 @@ module.exports = {
       severity: 'error',
       comment: 'core/ holds the contract every layer shares; it depends on no other layer.',
       from: { path: '^core/' },
-      to: { path: '^(cgroup|proxy|worker|supervisor|bench|test)/' },
+      to: { path: '^(api|client|examples|cgroup|proxy|worker|supervisor|bench|test)/' },
     },
     {
       name: 'mechanisms-import-core-only',

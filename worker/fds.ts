@@ -1,7 +1,7 @@
 /**
- * The worker's inherited-fd check. The identity helper closes every fd but 0-4 before exec,
- * and the supervisor opens everything close-on-exec, so any other host fd here is a leak
- * (an open directory fd alone defeats the filesystem view). Node has already opened its own
+ * The worker's inherited-fd check. The identity helper keeps only 0-3 and the listener channel
+ * at 4 before exec, and the supervisor opens everything close-on-exec, so any other host fd
+ * here is a leak (an open directory fd alone defeats the filesystem view). Node has already opened its own
  * fds when the first line of JS runs, and it even marks some inherited fds close-on-exec,
  * so neither fd numbers nor FD_CLOEXEC tell its fds from inherited ones. The rule is by kind:
  *

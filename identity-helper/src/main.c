@@ -4,25 +4,31 @@
  * -------------------
  * Who runs it: the supervisor, as user `turnhost` through the setuid-root bit (4750
  * root:turnhost), or directly when the supervisor itself is root. The caller is trusted for
- * nothing: it may ask, and the root-owned config (uid range, cgroup roots, temp roots, view
+ * nothing: it may ask, and the root-owned config (uid range, cgroup roots, workspace roots, view
  * paths, the worker program, the caller group) decides. No environment variable is read.
+ * `--shared --config PATH` is accepted from anyone: the setuid identity is given up first, and
+ * the caller's own config (uid: the caller's own) builds the same boundary with no privilege.
  *
  * Its fds: 0-2 become the worker's stdio; 3 carries the descriptor (`key value` lines up to
  * `end`), read one byte at a time so the rest of the socket stays unread for the worker's
  * protocol; 4, when it is a unix SOCK_SEQPACKET socket, is the worker's listener channel.
  *
- * Every run, in this order: fds 0-3 open → argv (none, or `--config PATH` from real uid 0)
- * → config loaded and validated → caller in `caller_group` → descriptor parsed (every key
- * checked for the op) → one operation:
+ * Every run, in this order: fds 0-3 open → argv (none, `--config PATH` from real uid 0, or
+ * `--shared --config PATH`) → config loaded and validated → caller in `caller_group` (not in
+ * shared mode) → descriptor parsed (every key checked for the op) → one operation:
  *
  *   probe    fork a child that takes the worker identity, report what it holds (ids, groups,
  *            capabilities, no_new_privs): the receipt of a separate uid.
- *   launch   (launch.c) the worker uid from the range → join the turn cgroup leaves → lower
- *            the rlimits → hand the turn temp to the worker uid → new net/ipc/uts/mount
- *            namespaces, the filesystem view (view.c), lo up, the hostname → drop to the worker
- *            uid/gid with no groups, no capabilities (bounding set too), no_new_privs → close
- *            every fd but 0-4 → reset signals → chdir → execve the configured worker. From the
- *            exec on the process is the worker and nothing of the helper remains.
+ *   launch   `launch_worker` (launch.c), one named step each: the worker uid (a lease of the
+ *            range, or the workspace's) → join the turn cgroup leaves → lower the rlimits →
+ *            (shared mode, non-root caller) a user namespace → fork into a new pid namespace,
+ *            this process staying outside as the monitor (sandbox.c) → in pid 1: new cgroup,
+ *            net, ipc, uts and mount namespaces, the filesystem view (view.c, sys-view.c), lo
+ *            up, the hostname → the launch report on fd 4 (the uid, the turn's /tmp) → fork
+ *            the worker → drop to the worker uid/gid with no groups, no capabilities (bounding
+ *            set too), no_new_privs → keep fds 0-3, and 4 only when it is the listener
+ *            channel → reset signals → chdir → execve the configured worker. From the exec on
+ *            the process is the worker and nothing of the helper remains.
  *   view     the same view in a forked child, then access(2) as the worker for each path: the
  *            probe's proof that the view holds.
  *   kill     SIGKILL every process whose real uid is the worker uid (a fallback; the cgroup

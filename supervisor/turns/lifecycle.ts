@@ -9,7 +9,7 @@
  *   helper      identity-helper/, setuid root (run directly by a root supervisor). Trusts
  *               only its own root-owned config: the supervisor may ask, the config decides.
  *   worker      worker/main.ts, as the worker uid, no capabilities, no_new_privs, in new
- *               net/ipc/uts/mount/pid namespaces with the filesystem view. Our code, trusted
+ *               cgroup/net/ipc/uts/mount/pid namespaces with the filesystem view. Our code, trusted
  *               until the command exists; after that only what the supervisor can read for
  *               itself (/proc, the cgroup) is believed over what the worker reports.
  *   command     the turn's program, as the worker uid, under the worker's seccomp filter.
@@ -20,7 +20,8 @@
  *   supervisor → helper   0-2 the worker's stdio (pipes), 3 the protocol socket (the launch
  *                         descriptor is written there first), 4 the listener channel (a unix
  *                         SOCK_SEQPACKET pair; the supervisor keeps the other end). Empty env.
- *   helper → worker       the helper closes every fd but 0-4 and clears FD_CLOEXEC on them,
+ *   helper → worker       the helper keeps 0-3, and 4 only when it is the listener channel,
+ *                         closes every other fd and clears FD_CLOEXEC on what it keeps,
  *                         drops to the worker uid and execs the worker with the descriptor's env.
  *   worker                refuses any fd outside that rule, marks 3 close-on-exec, installs
  *                         seccomp, opens its egress listener (127.0.0.1 in its namespace), sends
