@@ -581,9 +581,10 @@ class TurnProxyServer implements TurnProxy {
     for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) {
       if (req.rawHeaders[i]!.toLowerCase() === 'host') hostHeaders.push(req.rawHeaders[i + 1]!);
     }
-    // HTTP/1.1 requires Host on every request, CONNECT included (RFC 9112, section 3.2);
-    // HTTP/1.0 predates it, and its target alone names the host.
-    if (hostHeaders.length === 0 && req.httpVersion !== '1.0')
+    // HTTP/1.1 requires Host on every request (RFC 9112, section 3.2), and an origin may route
+    // a forwarded request by it. HTTP/1.0 predates it; a CONNECT's authority-form target names
+    // the host itself and the tunnel's bytes are never parsed, so many clients send none.
+    if (hostHeaders.length === 0 && req.httpVersion !== '1.0' && req.method !== 'CONNECT')
       return fail('invalid_request', `an HTTP/${req.httpVersion} request without a Host header`);
     if (hostHeaders.length === 0) return ok({});
     if (hostHeaders.length > 1) return fail('host_mismatch', 'more than one Host header');
