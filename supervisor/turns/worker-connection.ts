@@ -39,6 +39,9 @@ export interface WorkerReport {
 
 type Phase = 'booting' | 'waiting' | 'launched' | 'started' | 'reported';
 
+/** How long a refusal waits for the rest of the helper's stderr after its exit. */
+const STDERR_DRAIN_MS = 2000;
+
 export class WorkerConnection {
   readonly child: ChildProcess;
   private readonly protocol: net.Socket;
@@ -55,6 +58,8 @@ export class WorkerConnection {
   private readonly phaseWaiters: Array<() => void> = [];
   private readonly exitPromise: Promise<number | null>;
   private readonly closePromise: Promise<void>;
+  /** The helper's refusal line can arrive after its exit: `exit` may fire before stderr is read. */
+  private readonly stderrEnded: Promise<unknown>;
   private processExited = false;
   /** Attached readers that asked to stop reading output (backpressure); see holdOutput. */
   private outputHolds = 0;
@@ -78,6 +83,14 @@ export class WorkerConnection {
       }),
     );
     this.closePromise = new Promise((resolve) => this.child.on('close', () => resolve()));
+    const stderr = this.child.stderr;
+    this.stderrEnded =
+      stderr && !stderr.readableEnded
+        ? new Promise((resolve) => {
+            stderr.once('end', resolve);
+            stderr.once('close', resolve);
+          })
+        : Promise.resolve();
     this.child.on('error', (error) => this.noteError(`spawn: ${error.message}`));
     this.protocol.on('data', (chunk: Buffer) => this.receive(chunk));
     this.protocol.on('error', () => undefined);
@@ -111,7 +124,8 @@ export class WorkerConnection {
     if (this.phase === 'waiting') return ok({});
     if (this.ended) {
       const code = await this.exitPromise;
-      return fail('worker_exited', this.helperRefusal(code) ?? `the worker exited (code ${code}) before it was ready`);
+      const refusal = await this.helperRefusal(code);
+      return fail('worker_exited', refusal ?? `the worker exited (code ${code}) before it was ready`);
     }
     return fail('worker_not_ready', `no ready within ${timeoutMs / 1000} s`);
   }
@@ -137,7 +151,7 @@ export class WorkerConnection {
       exit: this.exitMessage,
       error: this.firstError,
       processExitCode: code,
-      helperRefusal: commandRan || this.exitMessage ? null : this.helperRefusal(code),
+      helperRefusal: commandRan || this.exitMessage ? null : await this.helperRefusal(code),
     };
   }
 
@@ -217,7 +231,18 @@ export class WorkerConnection {
     if (!this.ended && (euid === 0 || euid === this.ownerUid)) this.child.kill('SIGKILL');
   }
 
-  private helperRefusal(code: number | null): string | null {
+  /**
+   * The helper's refusal for exit `code`, its own line once stderr has been read to its end (or
+   * after a short bound: a process that kept the pipe cannot hold the turn's result back).
+   */
+  private async helperRefusal(code: number | null): Promise<string | null> {
+    if (parseHelperRefusal(code, '') === null) return null;
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      this.stderrEnded,
+      new Promise<void>((resolve) => (timer = setTimeout(resolve, STDERR_DRAIN_MS))),
+    ]);
+    clearTimeout(timer);
     return parseHelperRefusal(code, this.stderrTail.toString('utf8'))?.detail ?? null;
   }
 
