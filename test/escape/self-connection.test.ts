@@ -23,7 +23,7 @@ import {
   startHarness,
   startHttpOrigin,
 } from '../integration/proxy/fixtures/harness.js';
-import { fakeStatus } from '../integration/supervisor/http/fixtures/server.js';
+import { fakeStatus } from '../support/app-server.js';
 import { createTurnHarness, runTurn } from '../support/turn-harness.js';
 
 const base = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-self-connection-'));

@@ -11,7 +11,7 @@ import { createMemoryLogger } from '../../../../core/log.js';
 import { startDaemon } from '../../../../supervisor/daemon.js';
 import { isPinnedScratchName } from '../../../../supervisor/fs/scratch.js';
 import { apiRequest } from '../../../support/served-api.js';
-import { fakeStatus } from '../http/fixtures/server.js';
+import { fakeStatus } from '../../../support/app-server.js';
 
 t.test('the pinning rule: a last component ending in .pin', async (t) => {
   t.ok(isPinnedScratchName('mask.png.pin'));
