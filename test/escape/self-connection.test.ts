@@ -12,7 +12,6 @@ import t from 'tap';
 import { createMemoryLogger } from '../../core/log.js';
 import { formatAddress, parseAddress } from '../../proxy/ip-class.js';
 import { interfaceAddresses } from '../../proxy/self-connection.js';
-import { startDaemon } from '../../supervisor/daemon.js';
 import { openEgressListener } from '../../worker/egress-listener.js';
 import {
   exchange,
@@ -23,21 +22,19 @@ import {
   startHarness,
   startHttpOrigin,
 } from '../integration/proxy/fixtures/harness.js';
-import { fakeStatus } from '../integration/supervisor/http/fixtures/server.js';
+import { fakeProbes, startTestDaemon } from '../support/app-server.js';
 import { createTurnHarness, runTurn } from '../support/turn-harness.js';
 
 const base = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-self-connection-'));
 const apiSocket = path.join(base, 'api.sock');
 const { logger } = createMemoryLogger('debug');
-const started = await startDaemon({
+const daemon = await startTestDaemon({
   env: {},
   overrides: { dataDir: path.join(base, 'data'), listen: '127.0.0.1:0', socket: apiSocket },
   logger,
-  runProbes: async (_ctx, trigger) => fakeStatus(trigger),
+  runProbes: fakeProbes,
   turns: false,
 });
-if (!started.ok) throw new Error(started.detail);
-const daemon = started.daemon;
 const apiPort = daemon.http.tcp!.port;
 const origin = await startHttpOrigin();
 t.teardown(async () => {

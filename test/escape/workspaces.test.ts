@@ -10,36 +10,17 @@ import t from 'tap';
 import { stopTapInjectingIntoChildren } from '../support/no-tap-inject.js';
 import fs from 'node:fs';
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import { createMemoryLogger } from '../../core/log.js';
-import { createApp } from '../../supervisor/http/app.js';
 import Database from 'better-sqlite3';
 import { contractProblems } from '../support/api-contract.js';
+import { serveHarnessApp } from '../support/app-server.js';
 import { createTurnHarness, type TurnHarness } from '../support/turn-harness.js';
 
 stopTapInjectingIntoChildren();
 const TOKEN = 'workspaces-test-token-0123456789';
 
 async function serve(harness: TurnHarness) {
-  const { logger } = createMemoryLogger('debug');
-  const app = createApp({
-    config: harness.config,
-    logger,
-    store: harness.events,
-    probes: async () => {
-      throw new Error('not used');
-    },
-    latestStatus: () => null,
-    turns: harness.turns,
-    workspaces: harness.workspaces,
-    software: { release: 'test', sourceCommit: 'test' },
-    host: { kernel: 'test', distro: 'test', cpus: 1, memoryBytes: 1 },
-    token: TOKEN,
-  });
-  const server = http.createServer(app);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as AddressInfo).port;
+  const { port, close } = await serveHarnessApp(harness, TOKEN);
   // Every answer is checked against the OpenAPI document; the test asserts none mismatched.
   const problems: string[] = [];
   const request = (method: string, url: string, body?: unknown, raw?: Buffer) =>
@@ -76,7 +57,7 @@ async function serve(harness: TurnHarness) {
       req.on('error', reject);
       req.end(data);
     });
-  return { request, problems, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+  return { request, problems, close };
 }
 
 type Api = Awaited<ReturnType<typeof serve>>['request'];

@@ -4,9 +4,7 @@
  * that collects what the server sends and sends anything, so tests can also send what no
  * client would. `apiRequest` serves any test that holds a connection (an in-process daemon's).
  */
-import fs from 'node:fs';
 import http from 'node:http';
-import path from 'node:path';
 import WebSocket from 'ws';
 import { AttachServerMessage } from '../../api/schema/index.js';
 import { compileValidator, createAjv } from '../../api/schema/validate.js';
@@ -126,7 +124,7 @@ export function servedApi(supervisor: ServedSupervisor): ServedApi {
   // Straight to the server: every answer is checked here, without the proxy's help.
   const connection: Connection = {
     target: { kind: 'unix', path: supervisor.serverSocket },
-    token: fs.readFileSync(path.join(supervisor.dataDir, 'api-token'), 'utf8').trim(),
+    token: supervisor.token,
   };
   return {
     connection,

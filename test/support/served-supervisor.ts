@@ -66,6 +66,8 @@ export interface ServedSupervisor {
   socket: string;
   /** The API's own unix socket, where the supervisor listens. */
   serverSocket: string;
+  /** The API token the supervisor wrote into its data directory. */
+  token: string;
   /** Every answer so far that broke the API contract, as the proxy found them. */
   contractProblems: string[];
   /** The checkout as this supervisor's processes see it. */
@@ -297,6 +299,7 @@ export async function startSupervisor(options: SupervisorOptions): Promise<Serve
     configPath,
     socket: proxySocket,
     serverSocket: socket,
+    token: fs.readFileSync(path.join(dataDir, 'api-token'), 'utf8').trim(),
     contractProblems: proxy.problems,
     codeRoot,
     pid: child.pid ?? -1,
@@ -318,6 +321,19 @@ export async function startSupervisor(options: SupervisorOptions): Promise<Serve
       proxy.assertConforming(options.name);
     },
   };
+}
+
+/**
+ * A served supervisor that stops when `t` ends; the stop fails the test when an answer broke the
+ * API contract.
+ */
+export async function serveForTest(
+  t: { teardown(fn: () => Promise<void>): void },
+  options: SupervisorOptions,
+): Promise<ServedSupervisor> {
+  const served = await startSupervisor(options);
+  t.teardown(() => served.stop());
+  return served;
 }
 
 /** Stops every supervisor, each whatever the others' stops threw; then throws what they threw. */

@@ -10,7 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
 import { createMemoryLogger } from '../../../core/log.js';
-import { startDaemon } from '../../../supervisor/daemon.js';
+import { daemonConnection, startTestDaemon } from '../../support/app-server.js';
 import { stopTapInjectingIntoChildren } from '../../support/no-tap-inject.js';
 import { apiRequest } from '../../support/served-api.js';
 import { until } from '../../support/until.js';
@@ -42,17 +42,13 @@ function writeConfig(egress: Record<string, unknown>, extra: Record<string, unkn
 
 writeConfig({ allowlist: [] });
 const { logger, lines } = createMemoryLogger('info');
-const started = await startDaemon({ configPath: configFile, env: {}, logger });
-if (!started.ok) throw new Error(started.detail);
-const daemon = started.daemon;
+const daemon = await startTestDaemon({ configPath: configFile, env: {}, logger });
 t.teardown(async () => {
   await daemon.close();
   origin.close();
   fs.rmSync(dir, { recursive: true, force: true });
 });
-const token = fs.readFileSync(path.join(dir, 'data', 'api-token'), 'utf8').trim();
-
-const connection = { target: { kind: 'unix' as const, path: apiSocket }, token };
+const connection = daemonConnection(daemon);
 
 /** A request whose answer is checked against the API contract (a mismatch rejects). */
 async function api(method: string, urlPath: string, body?: unknown): Promise<{ status: number; json: any }> {

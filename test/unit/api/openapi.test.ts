@@ -6,8 +6,8 @@ import { buildOpenApi, renderOpenApi, routeErrorCodes } from '../../../api/opena
 import { ERROR_CODES, ERROR_STATUS, ROUTES } from '../../../api/schema/index.js';
 import { createMemoryLogger } from '../../../core/log.js';
 import { defaultConfig } from '../../../supervisor/config/load.js';
-import { createApp } from '../../../supervisor/http/app.js';
 import { contractProblems } from '../../support/api-contract.js';
+import { testApp } from '../../support/app-server.js';
 import { REPO_ROOT } from '../../support/turn-harness.js';
 
 const pkg = JSON.parse(fs.readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string };
@@ -36,21 +36,14 @@ function servedRoutes(app: Express): string[] {
 function fullApp(): Express {
   const { logger } = createMemoryLogger();
   const stub = {} as never;
-  return createApp({
+  return testApp({
     config: defaultConfig({ installed: false, cwd: '/tmp' }),
     logger,
     store: stub,
-    probes: async () => {
-      throw new Error('not called');
-    },
-    latestStatus: () => null,
     turns: stub,
     workspaces: stub,
     metrics: stub,
     activity: stub,
-    software: { release: '0.1.0', sourceCommit: 'x' },
-    host: { kernel: 'k', distro: 'd', cpus: 1, memoryBytes: 1 },
-    token: 'token-0123456789',
   });
 }
 

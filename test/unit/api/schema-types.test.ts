@@ -14,7 +14,7 @@ import { compileValidator, createAjv } from '../../../api/schema/validate.js';
 import type { GovernanceEvent } from '../../../supervisor/events/types.js';
 import type { WorkerHostStatus } from '../../../supervisor/probes/types.js';
 import type { TurnRecord } from '../../../supervisor/turns/types.js';
-import { fakeStatus } from '../../integration/supervisor/http/fixtures/server.js';
+import { fakeStatus } from '../../support/app-server.js';
 
 type Assignable<From, To> = [From] extends [To] ? true : false;
 const checks: [

@@ -8,10 +8,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createMemoryLogger } from '../../../../core/log.js';
-import { startDaemon } from '../../../../supervisor/daemon.js';
 import { isPinnedScratchName } from '../../../../supervisor/fs/scratch.js';
 import { apiRequest } from '../../../support/served-api.js';
-import { fakeStatus } from '../http/fixtures/server.js';
+import { daemonConnection, fakeProbes, startTestDaemon } from '../../../support/app-server.js';
 
 t.test('the pinning rule: a last component ending in .pin', async (t) => {
   t.ok(isPinnedScratchName('mask.png.pin'));
@@ -42,16 +41,14 @@ t.test('the daemon prunes the scratch area and keeps pinned files', async (t) =>
     JSON.stringify({ fs: { scratch: { dir: scratch, capBytes: 100, pruneIntervalSeconds: 3600 } } }),
   );
   const { logger } = createMemoryLogger('debug');
-  const started = await startDaemon({
+  const daemon = await startTestDaemon({
     configPath,
     env: {},
     overrides: { dataDir: path.join(base, 'data'), listen: '127.0.0.1:0', socket: null },
     logger,
-    runProbes: async (_ctx, trigger) => fakeStatus(trigger),
+    runProbes: fakeProbes,
     turns: false,
   });
-  if (!started.ok) throw new Error(started.detail);
-  const { daemon } = started;
   t.teardown(() => daemon.close());
 
   // The first prune runs right after start; wait for its effect (bounded, not timed).
@@ -62,9 +59,7 @@ t.test('the daemon prunes the scratch area and keeps pinned files', async (t) =>
     'the oldest unpinned file went, the pinned one stayed',
   );
 
-  const token = fs.readFileSync(path.join(base, 'data', 'api-token'), 'utf8').trim();
-  const connection = { target: { kind: 'tcp' as const, host: '127.0.0.1', port: daemon.http.tcp!.port }, token };
-  const res = await apiRequest(connection, 'GET', '/api/governance/events?kind=scratch_overage');
+  const res = await apiRequest(daemonConnection(daemon), 'GET', '/api/governance/events?kind=scratch_overage');
   const body = res.body as { events: Array<{ payload: unknown; actor: string; sessionId: unknown }> };
   t.equal(body.events.length, 1);
   t.same(body.events[0]?.payload, { bytes: 150, pinnedFiles: 1, pinnedBytes: 60, overageBytes: 50 });

@@ -1,6 +1,14 @@
 import net from 'node:net';
 import t from 'tap';
-import { event, fakeStatus, nextMessages, opened, startTestServer, TOKEN, upgradeRefusal } from './fixtures/server.js';
+import {
+  event,
+  fakeStatus,
+  nextMessages,
+  opened,
+  startTestServer,
+  TOKEN,
+  upgradeRefusal,
+} from '../../../support/app-server.js';
 
 t.test('auth: health is public; everything else needs the right bearer token', async (t) => {
   const s = await startTestServer();

@@ -8,12 +8,10 @@ import { stopTapInjectingIntoChildren } from '../../../support/no-tap-inject.js'
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { createMemoryLogger } from '../../../../core/log.js';
-import { createApp } from '../../../../supervisor/http/app.js';
 import { assertContract } from '../../../support/api-contract.js';
+import { serveHarnessApp } from '../../../support/app-server.js';
 import { createTurnHarness, runTurn, type TurnHarness } from '../../../support/turn-harness.js';
 import { until } from '../../../support/until.js';
 
@@ -30,26 +28,9 @@ const harness = await createTurnHarness({
   },
 });
 const outside = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-hw-outside-'));
-const { logger } = createMemoryLogger('debug');
-const app = createApp({
-  config: harness.config,
-  logger,
-  store: harness.events,
-  probes: async () => {
-    throw new Error('not used');
-  },
-  latestStatus: () => null,
-  turns: harness.turns,
-  workspaces: harness.workspaces,
-  software: { release: 'test', sourceCommit: 'test' },
-  host: { kernel: 'test', distro: 'test', cpus: 1, memoryBytes: 1 },
-  token: TOKEN,
-});
-const server = http.createServer(app);
-await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-const port = (server.address() as AddressInfo).port;
+const { port, close } = await serveHarnessApp(harness, TOKEN);
 t.teardown(async () => {
-  await new Promise<void>((resolve) => server.close(() => resolve()));
+  await close();
   await harness.close();
   fs.rmSync(outside, { recursive: true, force: true });
 });

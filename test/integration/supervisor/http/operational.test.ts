@@ -3,7 +3,7 @@ import t from 'tap';
 import WebSocket from 'ws';
 import { renderOpenApi } from '../../../../api/openapi.js';
 import { contractProblems } from '../../../support/api-contract.js';
-import { fakeStatus, startTestServer, TOKEN } from './fixtures/server.js';
+import { fakeStatus, startTestServer, TOKEN } from '../../../support/app-server.js';
 
 const logLines = (lines: string[]): Record<string, unknown>[] => lines.map((l) => JSON.parse(l));
 

@@ -10,8 +10,9 @@ import path from 'node:path';
 import t from 'tap';
 import { chromium, type BrowserContext, type Page, type Request } from 'playwright-core';
 import { createMemoryLogger } from '../../../../core/log.js';
-import { startDaemon, type DaemonHandle } from '../../../../supervisor/daemon.js';
+import type { DaemonHandle } from '../../../../supervisor/daemon.js';
 import { contractProblems, documented, messageProblems } from '../../../support/api-contract.js';
+import { startTestDaemon } from '../../../support/app-server.js';
 import { stopTapInjectingIntoChildren } from '../../../support/no-tap-inject.js';
 import { apiRequest } from '../../../support/served-api.js';
 
@@ -47,10 +48,12 @@ async function daemon(name: string, config: Record<string, unknown>, turns: bool
       ...config,
     }),
   );
-  const started = await startDaemon({ configPath: file, env: {}, logger: createMemoryLogger('warn').logger, turns });
-  if (!started.ok) throw new Error(`${name}: ${started.detail}`);
-  t.teardown(() => started.daemon.close());
-  return started.daemon;
+  const daemon = await startTestDaemon(
+    { configPath: file, env: {}, logger: createMemoryLogger('warn').logger, turns },
+    name,
+  );
+  t.teardown(() => daemon.close());
+  return daemon;
 }
 
 const base = (d: DaemonHandle): string => `http://127.0.0.1:${d.http.tcp!.port}`;

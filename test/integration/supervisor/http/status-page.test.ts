@@ -11,7 +11,7 @@ import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { createActivity } from '../../../../supervisor/observe/activity.js';
 import { createMetrics } from '../../../../supervisor/observe/metrics.js';
 import { createUiSessions } from '../../../../supervisor/http/ui-session.js';
-import { event, nextMessages, opened, startTestServer, TOKEN, upgradeRefusal } from './fixtures/server.js';
+import { event, nextMessages, opened, startTestServer, TOKEN, upgradeRefusal } from '../../../support/app-server.js';
 
 const UI_DIR = path.resolve(import.meta.dirname, '../../../../ui');
 

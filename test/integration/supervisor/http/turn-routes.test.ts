@@ -4,7 +4,7 @@ import { defaultConfig } from '../../../../supervisor/config/load.js';
 import { createOutputChannel, type OutputChannel } from '../../../../supervisor/turns/output.js';
 import type { TurnAttachment, TurnManager, TurnRecord, TurnResult } from '../../../../supervisor/turns/types.js';
 import { validateTurnRequest } from '../../../../supervisor/turns/validate.js';
-import { nextMessages, opened, startTestServer, upgradeRefusal } from './fixtures/server.js';
+import { nextMessages, opened, startTestServer, upgradeRefusal } from '../../../support/app-server.js';
 
 const RESULT: TurnResult = {
   status: 'nonzero_exit',

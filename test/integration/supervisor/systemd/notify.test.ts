@@ -10,8 +10,8 @@ import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
 import { createMemoryLogger } from '../../../../core/log.js';
-import { startDaemon } from '../../../../supervisor/daemon.js';
 import { createServiceNotifier } from '../../../../supervisor/systemd/notify.js';
+import { startTestDaemon } from '../../../support/app-server.js';
 import { bindDatagramReceiver } from '../../../support/datagram-receiver.js';
 
 const fields = (datagram: Buffer): Record<string, string> =>
@@ -37,14 +37,13 @@ t.test('the daemon says READY=1 after its listener answers, with the probe summa
   const apiSocket = path.join(dir, 'api.sock');
   let listenerUpAtReady: boolean | null = null;
   const { logger } = createMemoryLogger();
-  const started = await startDaemon({
+  const daemon = await startTestDaemon({
     env: { NOTIFY_SOCKET: socketPath, WATCHDOG_USEC: '200000' },
     overrides: { dataDir: path.join(dir, 'data'), listen: null, socket: apiSocket },
     logger,
     turns: false,
   });
-  if (!started.ok) throw new Error(started.detail);
-  t.teardown(() => started.daemon.close());
+  t.teardown(() => daemon.close());
 
   const messages = systemd.drain().map(fields);
   const readyIndex = messages.findIndex((m) => m['READY'] === '1');
@@ -68,7 +67,7 @@ t.test('the daemon says READY=1 after its listener answers, with the probe summa
   const ping = fields(await systemd.next('WATCHDOG=1'));
   t.same(ping, { WATCHDOG: '1' }, 'watchdog pings arrive (every 100 ms for WATCHDOG_USEC=200000)');
 
-  const reload = await started.daemon.reload();
+  const reload = await daemon.reload();
   t.ok(reload.ok);
   const around = systemd
     .drain()
@@ -78,7 +77,7 @@ t.test('the daemon says READY=1 after its listener answers, with the probe summa
   t.match(around[0]?.['MONOTONIC_USEC'], /^[0-9]+$/);
   t.equal(around[around.length - 1]?.['READY'], '1', 'READY=1 when the reload is done');
 
-  await started.daemon.close();
+  await daemon.close();
   const last = systemd.drain().map(fields);
   t.ok(
     last.some((m) => m['STOPPING'] === '1'),

@@ -18,7 +18,7 @@ import type { EventPage } from '../../../../supervisor/events/types.js';
 import type { TurnPage } from '../../../../supervisor/turns/types.js';
 import { stopTapInjectingIntoChildren } from '../../../support/no-tap-inject.js';
 import { servedApi } from '../../../support/served-api.js';
-import { startSupervisor } from '../../../support/served-supervisor.js';
+import { serveForTest } from '../../../support/served-supervisor.js';
 import { createTurnHarness, runTurn } from '../../../support/turn-harness.js';
 
 stopTapInjectingIntoChildren();
@@ -26,8 +26,7 @@ stopTapInjectingIntoChildren();
 const quiet = createLogger({ level: 'error', fields: {} });
 
 t.test('DELETE /api/sessions/:id on a served supervisor', async (t) => {
-  const served = await startSupervisor({ name: 'sessions' });
-  t.teardown(() => served.stop());
+  const served = await serveForTest(t, { name: 'sessions' });
   const api = servedApi(served);
   const finished = async (sessionId: string): Promise<string> => {
     const created = await api.createTurn(sessionId, ['/bin/true']);

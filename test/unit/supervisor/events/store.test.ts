@@ -11,7 +11,7 @@ import { MIGRATIONS } from '../../../../supervisor/db/migrations.js';
 import { EVENT_KINDS, type EventKind } from '../../../../supervisor/events/kinds.js';
 import { eventQuerySql } from '../../../../supervisor/events/store.js';
 import type { GovernanceEvent } from '../../../../supervisor/events/types.js';
-import { denial, storeIn, tempDir } from '../../../fixtures/events/helpers.js';
+import { denial, storeIn, tempDir } from './fixtures/helpers.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 
@@ -402,7 +402,7 @@ t.test(
 t.test('two processes appending to one database: every event stored once with a unique id', async (t) => {
   const dir = tempDir(t);
   const dbPath = path.join(dir, 'events.db');
-  const child = path.join(here, '../../../fixtures/events/writer-child.ts');
+  const child = path.join(here, './fixtures/writer-child.ts');
   const run = (writer: string) =>
     promisify(execFile)(process.execPath, [
       '--import',

@@ -9,7 +9,7 @@ import net from 'node:net';
 import t, { type Test } from 'tap';
 import { createClient, TurnhostApiError, type GovernanceEvent } from '../../../client/index.js';
 import { startContractProxy } from '../../support/contract-proxy.js';
-import { event, startTestServer, TOKEN, type TestServer } from '../supervisor/http/fixtures/server.js';
+import { event, startTestServer, TOKEN, type TestServer } from '../../support/app-server.js';
 
 interface Relay {
   port: number;

@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
 import { createClient, TurnhostApiError, type AttachError, type GovernanceEvent } from '../../../client/index.js';
-import { startSupervisor } from '../../support/served-supervisor.js';
+import { serveForTest } from '../../support/served-supervisor.js';
 import { REPO_ROOT } from '../../support/turn-harness.js';
 
 t.test('the compiled client imports only itself, the schema and node builtins or ws', async (t) => {
@@ -37,9 +37,8 @@ t.test('the compiled client imports only itself, the schema and node builtins or
 });
 
 t.test('every method against a real supervisor', async (t) => {
-  const served = await startSupervisor({ name: 'client', workspaces: true });
-  t.teardown(() => served.stop());
-  const token = fs.readFileSync(path.join(served.dataDir, 'api-token'), 'utf8').trim();
+  const served = await serveForTest(t, { name: 'client', workspaces: true });
+  const { token } = served;
   let n = 0;
   const client = createClient({ target: { kind: 'unix', path: served.socket }, token, requestId: () => `c-${++n}` });
 

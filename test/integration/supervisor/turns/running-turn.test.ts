@@ -10,13 +10,12 @@ import fs from 'node:fs';
 import t from 'tap';
 import { stopTapInjectingIntoChildren } from '../../../support/no-tap-inject.js';
 import { servedApi } from '../../../support/served-api.js';
-import { startSupervisor, type CliResult } from '../../../support/served-supervisor.js';
+import { serveForTest, type CliResult } from '../../../support/served-supervisor.js';
 import { REPO_ROOT } from '../../../support/turn-harness.js';
 
 stopTapInjectingIntoChildren();
 
-const served = await startSupervisor({ name: 'input' });
-t.teardown(() => served.stop());
+const served = await serveForTest(t, { name: 'input' });
 const api = servedApi(served);
 const b64 = (text: string): string => Buffer.from(text).toString('base64');
 const turnId = (answer: { body: unknown }): string => (answer.body as { turn: { id: string } }).turn.id;

@@ -9,9 +9,14 @@ import net from 'node:net';
 import path from 'node:path';
 import { Ajv } from 'ajv';
 import t from 'tap';
-import { ABSOLUTE_PATH_PATTERN, CIDR_PATTERN, HOST_PORT_PATTERN, TurnhostConfig } from '../../../api/schema/config.js';
-import { defaultConfig, parseHostPort, publishedConfigSchema } from '../../../supervisor/config/load.js';
-import { REPO_ROOT } from '../../support/turn-harness.js';
+import {
+  ABSOLUTE_PATH_PATTERN,
+  CIDR_PATTERN,
+  HOST_PORT_PATTERN,
+  TurnhostConfig,
+} from '../../../../api/schema/config.js';
+import { defaultConfig, parseHostPort, publishedConfigSchema } from '../../../../supervisor/config/load.js';
+import { REPO_ROOT } from '../../../support/turn-harness.js';
 
 const published = fs.readFileSync(path.join(REPO_ROOT, 'docs/config.schema.json'), 'utf8');
 

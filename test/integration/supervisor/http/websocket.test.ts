@@ -6,7 +6,7 @@
 import net from 'node:net';
 import t from 'tap';
 import { contractProblems } from '../../../support/api-contract.js';
-import { startTestServer, TOKEN } from './fixtures/server.js';
+import { startTestServer, TOKEN } from '../../../support/app-server.js';
 
 interface RawAnswer {
   status: number;

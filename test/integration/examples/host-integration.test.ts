@@ -1,15 +1,13 @@
 /** examples/host-integration.ts, compiled, against a real supervisor: output, events, result. */
 import { spawn } from 'node:child_process';
-import fs from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
-import { startSupervisor } from '../../support/served-supervisor.js';
+import { serveForTest } from '../../support/served-supervisor.js';
 import { REPO_ROOT } from '../../support/turn-harness.js';
 
 t.test('the host integration example runs a turn end to end', async (t) => {
-  const served = await startSupervisor({ name: 'example' });
-  t.teardown(() => served.stop());
-  const token = fs.readFileSync(path.join(served.dataDir, 'api-token'), 'utf8').trim();
+  const served = await serveForTest(t, { name: 'example' });
+  const { token } = served;
   const child = spawn(
     process.execPath,
     [

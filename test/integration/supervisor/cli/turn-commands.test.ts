@@ -7,13 +7,12 @@ import { spawn } from 'node:child_process';
 import t from 'tap';
 import { stopTapInjectingIntoChildren } from '../../../support/no-tap-inject.js';
 import { servedApi } from '../../../support/served-api.js';
-import { startSupervisor, type CliResult } from '../../../support/served-supervisor.js';
+import { serveForTest, type CliResult } from '../../../support/served-supervisor.js';
 import { REPO_ROOT } from '../../../support/turn-harness.js';
 
 stopTapInjectingIntoChildren();
 
-const served = await startSupervisor({ name: 'turnscli' });
-t.teardown(() => served.stop());
+const served = await serveForTest(t, { name: 'turnscli' });
 const api = servedApi(served);
 
 /** The served supervisor's --config after the command (and subcommand), before any `--`. */

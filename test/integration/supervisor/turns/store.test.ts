@@ -6,13 +6,12 @@
 import t from 'tap';
 import { stopTapInjectingIntoChildren } from '../../../support/no-tap-inject.js';
 import { servedApi } from '../../../support/served-api.js';
-import { startSupervisor } from '../../../support/served-supervisor.js';
+import { serveForTest } from '../../../support/served-supervisor.js';
 import type { TurnPage } from '../../../../supervisor/turns/types.js';
 
 stopTapInjectingIntoChildren();
 
-const served = await startSupervisor({ name: 'listing' });
-t.teardown(() => served.stop());
+const served = await serveForTest(t, { name: 'listing' });
 const api = servedApi(served);
 
 async function finishedTurn(sessionId: string): Promise<string> {

@@ -6,7 +6,7 @@
  */
 import t from 'tap';
 import { createTurnHarness, runTurn } from '../../support/turn-harness.js';
-import { startHttpOrigin } from './fixtures/harness.js';
+import { startHttpOrigin } from '../proxy/fixtures/harness.js';
 
 const origin = await startHttpOrigin();
 const target = `127.0.0.1:${origin.port}`;

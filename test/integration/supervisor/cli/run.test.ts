@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
 import { REPO_ROOT } from '../../../support/turn-harness.js';
-import { startSupervisor, writeSupervisorConfig } from '../../../support/served-supervisor.js';
+import { serveForTest, writeSupervisorConfig } from '../../../support/served-supervisor.js';
 import { stopTapInjectingIntoChildren } from '../../../support/no-tap-inject.js';
 
 stopTapInjectingIntoChildren();
@@ -65,8 +65,7 @@ t.test('run --local: a slow reader slows the command, not the CLI memory', async
 });
 
 t.test('run through the server: the same, end to end over the attach socket', async (t) => {
-  const served = await startSupervisor({ name: 'bp-remote' });
-  t.teardown(() => served.stop());
+  const served = await serveForTest(t, { name: 'bp-remote' });
   const common = ['run', '--config', served.configPath, '--cwd', served.workspace, '--'];
   const idle = await runPaced([...common, '/bin/true'], 0);
   t.equal(idle.code, 0, idle.stderr);
