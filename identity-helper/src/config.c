@@ -66,7 +66,7 @@ static int apply_config_line(struct helper_config *c, const char *key, const cha
   }
   bool separate_only = strcmp(key, "uid_range") == 0 || strcmp(key, "uid_range_subuid") == 0 ||
                        strcmp(key, "caller_group") == 0 || strcmp(key, "uid_lock_dir") == 0 ||
-                       strcmp(key, "uid_lease_dir") == 0 || strcmp(key, "workspace_root") == 0;
+                       strcmp(key, "uid_lease_dir") == 0;
   if (c->shared && separate_only) {
     return fail_with(f, EXIT_CONFIG_INVALID,
                      "config line %zu: %s is a separate-uid key, not valid in shared mode", line,

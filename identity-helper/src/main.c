@@ -38,6 +38,8 @@
  *   release  remove a leased workspace's tree (no link followed, no mount crossed), then its
  *            lease; refused while a turn or a process holds its uid.
  *   usage    measure a leased workspace's tree (no link followed).
+ *   In shared mode release and usage act on the caller's own `<workspace_root>/<lease>`
+ *   (shared-tree.c): no lease, no uid lock, the caller's privilege only.
  *
  * Any refusal prints one `identity-helper: <reason>` line on stderr and exits with the code
  * of its reason (failure.h); nothing is half-done that outlives the process. */
@@ -54,6 +56,7 @@
 #include "launch.h"
 #include "operations.h"
 #include "policy.h"
+#include "shared-tree.h"
 #include "workspace-lease.h"
 
 #define PROTOCOL_FD 3
@@ -124,9 +127,9 @@ static int dispatch(const struct descriptor *d, struct failure *f) {
     case OP_LEASE:
       return run_lease(&config, d, f);
     case OP_RELEASE:
-      return run_release(&config, d, f);
+      return config.shared ? run_shared_release(&config, d, f) : run_release(&config, d, f);
     case OP_USAGE:
-      return run_usage(&config, d, f);
+      return config.shared ? run_shared_usage(&config, d, f) : run_usage(&config, d, f);
     case OP_NONE:
       break;
   }

@@ -4,8 +4,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Who a directory is, to check that ".." leads back to the directory the walk came from. */
@@ -89,10 +91,85 @@ struct walk {
   enum tree_walk_mode mode;
   struct node top;
   struct tree_totals *totals;
+  struct tree_walk_options *options;
+  uint64_t entries;
+  bool stopped; /* a measure's bound was reached */
   DIR *dir;
   size_t depth;
   bool saw_entry; /* remove: this pass over the directory found something (rewind, read again) */
 };
+
+/* The deadline is read every this many entries: a clock read per entry would cost more than
+ * the statx it guards. */
+#define DEADLINE_CHECK_EVERY 1024
+
+static uint64_t monotonic_ns(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+}
+
+/* A measure past one of its bounds stops with what it counted so far. */
+static bool past_bound(struct walk *w) {
+  const struct tree_walk_options *o = w->options;
+  w->entries++;
+  if (w->mode != TREE_MEASURE) {
+    return false;
+  }
+  bool past = (o->max_entries != 0 && w->entries > o->max_entries) ||
+              (o->deadline_ns != 0 && w->entries % DEADLINE_CHECK_EVERY == 0 &&
+               monotonic_ns() >= o->deadline_ns);
+  if (past) {
+    w->stopped = true;
+    w->options->incomplete = true;
+  }
+  return past;
+}
+
+/* A measure skips what the caller may not read (shared mode: a turn's chmod 000) and says its
+ * totals are a lower bound; anything else fails the walk. */
+static bool skipped_unreadable(struct walk *w, int error) {
+  if (w->mode != TREE_MEASURE || (error != EACCES && error != EPERM)) {
+    return false;
+  }
+  w->options->incomplete = true;
+  return true;
+}
+
+int tree_walk_restore_owner_access(int dirfd, const char *name, struct failure *f) {
+  struct statx stx;
+  struct node expected = {0, 0, 0, 0, false};
+  int error = node_at(dirfd, name, 0, &stx, &expected);
+  if (error != 0) {
+    return error == ENOENT ? 0 : fail_with(f, EXIT_INTERNAL, "statx: %s", strerror(error));
+  }
+  if (!S_ISDIR(stx.stx_mode) || stx.stx_uid != geteuid() || (stx.stx_mode & S_IRWXU) == S_IRWXU) {
+    return 0;
+  }
+  /* O_PATH needs no permission on the directory itself; the chmod then goes through that fd's
+   * /proc link, so a rename between the check and the change cannot redirect it. */
+  int fd = openat(dirfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    return errno == ENOENT
+               ? 0
+               : fail_with(f, EXIT_INTERNAL, "opening a directory to restore access: %s",
+                           strerror(errno));
+  }
+  struct node held = {0, 0, 0, 0, false};
+  char link[64];
+  int code = 0;
+  if (node_at(fd, "", AT_EMPTY_PATH, &stx, &held) != 0 || !same_node(&held, &expected)) {
+    code = fail_with(f, EXIT_INTERNAL, "the tree changed under the walk (a directory replaced)");
+  } else {
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    if (chmod(link, (mode_t)((stx.stx_mode & 07777) | S_IRWXU)) != 0) {
+      code =
+          fail_with(f, EXIT_INTERNAL, "restoring a directory's owner access: %s", strerror(errno));
+    }
+  }
+  close(fd);
+  return code;
+}
 
 static int open_directory_stream(struct walk *w, int fd, struct failure *f) {
   w->dir = fdopendir(fd);
@@ -142,7 +219,7 @@ static int walk_down(struct walk *w, const char *name, const struct node *expect
   long cookie = telldir(w->dir);
   int child = openat(dirfd(w->dir), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (child < 0) {
-    return errno == ENOENT
+    return errno == ENOENT || skipped_unreadable(w, errno)
                ? 0
                : fail_with(f, EXIT_INTERNAL, "opening a directory: %s", strerror(errno));
   }
@@ -164,11 +241,14 @@ static int visit_entry(struct walk *w, const char *name, struct failure *f) {
   struct statx stx;
   struct node node = {0, 0, 0, 0, false};
   int error = node_at(dirfd(w->dir), name, 0, &stx, &node);
-  if (error == ENOENT) {
-    return 0; /* gone since it was listed */
+  if (error == ENOENT || skipped_unreadable(w, error)) {
+    return 0; /* gone since it was listed, or not the caller's to read */
   }
   if (error != 0) {
     return fail_with(f, EXIT_INTERNAL, "statx: %s", strerror(error));
+  }
+  if (past_bound(w)) {
+    return 0;
   }
   if (!same_mount(&w->top, &node)) {
     if (w->mode == TREE_REMOVE) {
@@ -179,7 +259,10 @@ static int visit_entry(struct walk *w, const char *name, struct failure *f) {
   }
   w->totals->bytes += stx.stx_blocks * 512;
   if (S_ISDIR(stx.stx_mode)) {
-    return walk_down(w, name, &node, f);
+    int code = w->mode == TREE_REMOVE && w->options->restore_owner_access
+                   ? tree_walk_restore_owner_access(dirfd(w->dir), name, f)
+                   : 0;
+    return code != 0 ? code : walk_down(w, name, &node, f);
   }
   w->totals->files++;
   if (w->mode == TREE_REMOVE && unlinkat(dirfd(w->dir), name, 0) != 0 && errno != ENOENT) {
@@ -215,10 +298,18 @@ static int walk_step(struct walk *w, bool *done, struct failure *f) {
 }
 
 int tree_walk(int top, enum tree_walk_mode mode, struct tree_totals *totals, struct failure *f) {
+  struct tree_walk_options none;
+  memset(&none, 0, sizeof none);
+  return tree_walk_bounded(top, mode, &none, totals, f);
+}
+
+int tree_walk_bounded(int top, enum tree_walk_mode mode, struct tree_walk_options *options,
+                      struct tree_totals *totals, struct failure *f) {
   struct walk w;
   memset(&w, 0, sizeof w);
   w.mode = mode;
   w.totals = totals;
+  w.options = options;
   struct statx stx;
   if (node_at(top, "", AT_EMPTY_PATH, &stx, &w.top) != 0 || !S_ISDIR(stx.stx_mode)) {
     return fail_with(f, EXIT_INTERNAL, "the walk's top is not a directory");
@@ -232,7 +323,7 @@ int tree_walk(int top, enum tree_walk_mode mode, struct tree_totals *totals, str
   }
   int code = open_directory_stream(&w, fd, f);
   bool done = false;
-  while (code == 0 && !done) {
+  while (code == 0 && !done && !w.stopped) {
     code = walk_step(&w, &done, f);
   }
   if (w.dir != NULL) {

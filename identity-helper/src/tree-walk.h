@@ -21,6 +21,20 @@ enum tree_walk_mode {
   TREE_REMOVE
 };
 
+/* What a bounded walk may do beyond its mode, and what it found. */
+struct tree_walk_options {
+  /* remove: a directory the caller owns but may not read, search or change is given u+rwx
+   * before it is entered (the caller owns the tree; nothing else it could not do itself) */
+  bool restore_owner_access;
+  /* measure: stop after this many entries (0: no bound) */
+  uint64_t max_entries;
+  /* measure: stop at this CLOCK_MONOTONIC time in nanoseconds (0: no deadline) */
+  uint64_t deadline_ns;
+  /* measure, out: a bound stopped the walk, or a directory could not be read: the totals are
+   * a lower bound */
+  bool incomplete;
+};
+
 struct tree_totals {
   uint64_t bytes; /* st_blocks * 512 of every entry */
   uint64_t files; /* entries that are not directories */
@@ -30,6 +44,16 @@ struct tree_totals {
  * everything beneath it. Exit code 82 for a mount point inside in TREE_REMOVE; 76 when the tree
  * changes under the walk in a way it cannot follow safely, or on an I/O error. */
 int tree_walk(int top, enum tree_walk_mode mode, struct tree_totals *totals, struct failure *f);
+
+/* tree_walk with `options`; a bound or an unreadable directory in a measure ends or skips
+ * the walk with `options->incomplete` set and exit code 0. */
+int tree_walk_bounded(int top, enum tree_walk_mode mode, struct tree_walk_options *options,
+                      struct tree_totals *totals, struct failure *f);
+
+/* Gives the directory `name` beneath `dirfd` u+rwx when the caller owns it and lacks any of
+ * them: found without following a link, changed through an fd of exactly that directory.
+ * Exit code 76 when it cannot. */
+int tree_walk_restore_owner_access(int dirfd, const char *name, struct failure *f);
 
 /* Whether two open directories lie on one mount (device, and mount id where the kernel gives
  * one): a directory on another mount than its parent is a mount point. */

@@ -21,10 +21,8 @@ export interface HelperConfigSpec {
   workspaceRoots?: string[];
 }
 
-export type SharedLauncherSpec = Omit<
-  HelperConfigSpec,
-  'uidRange' | 'callerGroup' | 'uidLockDir' | 'uidLeaseDir' | 'workspaceRoots'
->;
+/** `workspaceRoots`: whose `<root>/<id>` directories its usage and release ops may walk. */
+export type SharedLauncherSpec = Omit<HelperConfigSpec, 'uidRange' | 'callerGroup' | 'uidLockDir' | 'uidLeaseDir'>;
 
 function launchLines(spec: SharedLauncherSpec): string[] {
   return [
@@ -32,6 +30,7 @@ function launchLines(spec: SharedLauncherSpec): string[] {
     `worker_exec ${spec.workerExec}`,
     ...spec.workerArgs.map((arg) => `worker_arg ${arg}`),
     ...(spec.viewPaths ?? []).map((viewPath) => `view_path ${viewPath}`),
+    ...(spec.workspaceRoots ?? []).map((root) => `workspace_root ${root}`),
   ];
 }
 
@@ -42,7 +41,6 @@ function renderHelperConfig(spec: HelperConfigSpec): string {
     `caller_group ${spec.callerGroup}`,
     ...(spec.uidLockDir === undefined ? [] : [`uid_lock_dir ${spec.uidLockDir}`]),
     ...(spec.uidLeaseDir === undefined ? [] : [`uid_lease_dir ${spec.uidLeaseDir}`]),
-    ...(spec.workspaceRoots ?? []).map((root) => `workspace_root ${root}`),
     ...launchLines(spec),
   ];
   return lines.join('\n') + '\n';

@@ -65,6 +65,7 @@ export function prepareLaunchEnvironment(deps: TurnManagerDeps, records: TurnRec
       workerExec: deps.worker.node,
       workerArgs: [deps.worker.entry],
       viewPaths: deps.sharedViewPaths ?? [packageRoot()],
+      workspaceRoots: deps.config.workspaces.root === null ? [] : [deps.config.workspaces.root],
     },
     deps.sharedLauncherBinary,
   );

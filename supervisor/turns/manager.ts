@@ -97,6 +97,7 @@ export class TurnManager implements TurnManagerSurface {
     const launchEnv = prepareLaunchEnvironment(deps, records);
     recoverInterruptedTurns(launchEnv);
     launchEnv.workspaceUsage = (id) => workspaces.usage(id);
+    workspaces.useSharedLauncher(launchEnv.sharedLauncher, launchEnv.sharedLauncherProblem);
     // Before any turn: a workspace half made or half removed by a crash is settled first.
     await workspaces.recover();
     return new TurnManager(deps, workspaces, records, launchEnv);

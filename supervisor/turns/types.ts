@@ -12,6 +12,7 @@ import type { Result } from '../../core/result.js';
 import type { LimitSettings, TurnhostConfig } from '../config/types.js';
 import type { ProbeContext } from '../probes/index.js';
 import type { HostWriteRoots, HostWriteTurn } from '../fs/host-write.js';
+import type { HelperLocation } from '../identity/helper-process.js';
 import type { RelayReport } from '../../proxy/relay/kernel-relay.js';
 import type { OwnListeners } from '../../proxy/self-connection.js';
 import type { SessionDeleteFailure, SessionDeletion } from './sessions.js';
@@ -212,6 +213,8 @@ export interface TurnWorkspaces {
   deleteForSession(sessionId: string): Promise<Result<{ deleted: string[] }>>;
   /** Finishes the creates and deletes a crash left half done; runs before any turn starts. */
   recover(): Promise<void>;
+  /** The shared_uid launcher, which also measures and removes shared_uid workspace trees. */
+  useSharedLauncher(launcher: HelperLocation | null, problem: string | null): void;
 }
 
 /** What the turn manager is built from. */

@@ -17,7 +17,14 @@ import { fail, ok, type Result } from '../../core/result.js';
 import { validateRelativePath, type ReadReceipt, type WriteReceipt } from '../fs/guard.js';
 import type { HelperLocation } from '../identity/helper-process.js';
 import { readTreeFile, writeTreeFile } from './files.js';
-import { leaseWorkspace, makeSharedDirectory, measureWorkspace, removeWorkspaceTree } from './storage.js';
+import {
+  leaseWorkspace,
+  makeSharedDirectory,
+  measureWorkspace,
+  removeWorkspaceTree,
+  type SharedLauncherState,
+} from './storage.js';
+import { UsageCache } from './usage-cache.js';
 import { createWorkspaceStore, type WorkspaceRecord, type WorkspaceStore } from './store.js';
 import type {
   WorkspaceFailure,
@@ -40,6 +47,8 @@ export class WorkspaceService {
   private readonly log: Logger;
   /** One delete per workspace at a time (see `delete`). */
   private readonly inFlight = new Map<string, Deletion>();
+  private readonly usageCache = new UsageCache();
+  private shared: SharedLauncherState = { launcher: null, problem: 'the shared_uid launcher is not ready yet' };
 
   constructor(private readonly deps: WorkspaceServiceDeps) {
     this.store = createWorkspaceStore(deps.db);
@@ -98,10 +107,23 @@ export class WorkspaceService {
     return ok({ workspace: found });
   }
 
+  /**
+   * What the workspace holds: measured in a helper process, never on the event loop. A
+   * measurement is reused until a host write, a turn or a delete may have changed the tree, and
+   * concurrent callers share one in flight (usage-cache.ts).
+   */
   async usage(id: string): Promise<Result<WorkspaceUsage, WorkspaceFailure>> {
     const record = this.store.get(id);
     if (!record || record.state !== 'ready') return fail('workspace_not_found', `no workspace ${id}`);
-    return measureWorkspace(record, this.deps.helper());
+    const turnRuns = () => this.deps.turns.running(id).length > 0;
+    return this.usageCache.measure(id, turnRuns, () => measureWorkspace(record, this.deps.helper(), this.shared));
+  }
+
+  /** The shared_uid launcher (turns/launch-environment.ts) that measures and removes shared_uid trees. */
+  useSharedLauncher(launcher: HelperLocation | null, problem: string | null): void {
+    this.shared = launcher
+      ? { launcher }
+      : { launcher: null, problem: problem ?? 'the shared_uid launcher is unavailable' };
   }
 
   /** Refused (workspace_busy) while a turn runs on it, unless `cancel`: then its turns end first. */
@@ -194,6 +216,7 @@ export class WorkspaceService {
     // the write nothing yields, so the write never lands in a tree being removed.
     if (this.store.get(workspace.id)?.state !== 'ready')
       return fail('workspace_not_found', `no workspace ${workspace.id} (being deleted)`);
+    this.usageCache.invalidate(workspace.id);
     const written = writeTreeFile(workspace.path, rel, data, { mode, maxBytes: config.fs.hostWriteMaxBytes });
     if (!written.ok) return written;
     this.event('host_write', workspace.sessionId, {
@@ -252,7 +275,8 @@ export class WorkspaceService {
 
   /** Removes the directory and lease of a record in `creating` or `deleting` state, then its row. */
   private async remove(record: WorkspaceRecord): Deletion {
-    const removed = await removeWorkspaceTree(record, this.deps.helper());
+    this.usageCache.forget(record.id);
+    const removed = await removeWorkspaceTree(record, this.deps.helper(), this.shared);
     if (removed.ok) this.store.remove(record.id);
     return removed;
   }

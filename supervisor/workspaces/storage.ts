@@ -1,15 +1,16 @@
 /**
  * A workspace's tree on disk: making it, measuring it, removing it. With a leased uid
  * (separate_uid) the identity helper does each (the tree belongs to the uid it leases); in
- * shared_uid mode the directory is the supervisor's own and it walks and removes it itself.
+ * shared_uid mode the directory is the supervisor's own, made here, and measured and removed by
+ * the shared launcher (the helper in shared mode): an fd-relative walk in a process of its own,
+ * which no path length, unreadable directory or file count a turn leaves can defeat or stall.
  */
 import fs from 'node:fs';
 import { fail, ok, type Result } from '../../core/result.js';
-import { closeRoot, openRoot } from '../fs/guard.js';
-import { WalkErrors, walkTree } from '../fs/tree.js';
 import { runHelperLease } from '../identity/helper-lease.js';
 import type { HelperFailureReason, HelperLocation } from '../identity/helper-process.js';
 import { runHelperRelease, runHelperUsage } from '../identity/helper-workspace-tree.js';
+import { runSharedRelease, runSharedUsage } from '../identity/shared-workspace-tree.js';
 import type { WorkspaceRecord } from './store.js';
 import type { WorkspaceFailure, WorkspaceUsage } from './types.js';
 
@@ -24,45 +25,30 @@ function helperFailure(what: string, failure: { reason: HelperFailureReason; det
   );
 }
 
-/** Shared mode's own measure: every entry beneath, never following a link (apparent sizes). */
-function measureTree(dir: string): Result<WorkspaceUsage> {
-  const root = openRoot(dir);
-  if (!root.ok) return fail(root.reason, root.detail);
-  let bytes = 0;
-  let files = 0;
-  const errors = new WalkErrors();
-  try {
-    walkTree(
-      root.fd,
-      {
-        entry: (entry) => {
-          bytes += entry.stat.size;
-          files += 1;
-        },
-      },
-      errors,
-    );
-  } finally {
-    closeRoot(root);
-  }
-  if (errors.count > 0) return fail('walk_failed', errors.recorded.join('; '));
-  return ok({ bytes, files });
-}
+/** The shared launcher that walks shared_uid trees, or why there is none. */
+export type SharedLauncherState = { launcher: HelperLocation } | { launcher: null; problem: string };
 
 /** What a workspace holds now. */
 export async function measureWorkspace(
   record: WorkspaceRecord,
   helper: HelperLocation | null,
+  shared: SharedLauncherState,
 ): Promise<Result<WorkspaceUsage, WorkspaceFailure>> {
   if (record.identity === 'separate_uid') {
     if (!helper) return fail('workspaces_unavailable', NO_HELPER);
     const measured = await runHelperUsage(helper, { lease: record.id, workspace: record.path });
     return measured.ok ? ok({ bytes: measured.bytes, files: measured.files }) : helperFailure('usage', measured);
   }
-  const measured = measureTree(record.path);
-  return measured.ok
-    ? ok({ bytes: measured.bytes, files: measured.files })
-    : fail('workspaces_unavailable', `usage of ${record.id}: ${measured.detail}`);
+  if (!shared.launcher) return fail('workspaces_unavailable', `usage of ${record.id}: ${shared.problem}`);
+  const measured = await runSharedUsage(shared.launcher, { lease: record.id, workspace: record.path });
+  if (!measured.ok) return helperFailure('usage', measured);
+  // A lower bound is no measure: every cap check would pass on it.
+  if (!measured.complete)
+    return fail(
+      'workspaces_unavailable',
+      `usage of ${record.id}: the measurement stopped at its bound or at a directory it may not read (at least ${measured.files} files, ${measured.bytes} bytes)`,
+    );
+  return ok({ bytes: measured.bytes, files: measured.files });
 }
 
 /** Leases a uid to the workspace and has the helper make its directory as that uid. */
@@ -94,6 +80,7 @@ export function makeSharedDirectory(record: WorkspaceRecord): Result<{}, Workspa
 export async function removeWorkspaceTree(
   record: WorkspaceRecord,
   helper: HelperLocation | null,
+  shared: SharedLauncherState,
 ): Promise<Result<WorkspaceUsage, WorkspaceFailure>> {
   if (record.identity === 'separate_uid') {
     if (!helper) return fail('workspaces_unavailable', NO_HELPER);
@@ -104,15 +91,11 @@ export async function removeWorkspaceTree(
     if (released.reason !== 'lease_refused' || hasLeftovers(record.path)) return helperFailure('release', released);
     return ok({ bytes: 0, files: 0 });
   }
-  const measured = measureTree(record.path);
-  const removed = measured.ok ? measured : { bytes: 0, files: 0 };
-  try {
-    // rm never follows a symlink: a link in the tree is removed, not its target.
-    fs.rmSync(record.path, { recursive: true, force: true });
-  } catch (error) {
-    return fail('workspaces_unavailable', `removing ${record.id}: ${(error as Error).message}`);
-  }
-  return ok({ bytes: removed.bytes, files: removed.files });
+  if (!shared.launcher) return fail('workspaces_unavailable', `removing ${record.id}: ${shared.problem}`);
+  const removed = await runSharedRelease(shared.launcher, { lease: record.id, workspace: record.path });
+  return removed.ok
+    ? ok({ bytes: removed.removedBytes, files: removed.removedFiles })
+    : helperFailure('release', removed);
 }
 
 /** Whether a directory holds anything (a missing one holds nothing). */

@@ -188,15 +188,28 @@ t.test('a helper config without workspace_root leases nothing', async (t) => {
   t.match(refused.ok ? '' : refused.detail, /none is configured/);
 });
 
-t.test('shared mode refuses every lease op (67)', async (t) => {
+t.test('shared mode refuses a lease (67) and walks no tree outside a workspace_root (81)', async (t) => {
   const sharedConfig = path.join(dir, 'shared.conf');
   writeSharedLauncherConfig(sharedConfig, { cgroupRoots: [], workerExec: reportSelf, workerArgs: [] });
-  for (const op of ['lease', 'release', 'usage']) {
+  const lease = runWithDescriptor(
+    [asanHelper, '--shared', '--config', sharedConfig],
+    descriptorText([
+      'op lease',
+      `uid ${process.getuid?.() ?? 0}`,
+      'lease anything',
+      `workspace ${workspaceOf('anything')}`,
+    ]),
+    dir,
+  );
+  t.equal(lease.code, HELPER_EXIT_CODES.caller_not_permitted, 'lease');
+  t.match(lease.stderr, /shared mode lends no privilege/);
+  // Shared mode's release and usage walk only the caller's own <workspace_root>/<id>, and this
+  // config names no workspace_root.
+  for (const op of ['release', 'usage']) {
     const lines = [`op ${op}`, 'lease anything', `workspace ${workspaceOf('anything')}`];
-    if (op === 'lease') lines.splice(1, 0, `uid ${process.getuid?.() ?? 0}`);
     const run = runWithDescriptor([asanHelper, '--shared', '--config', sharedConfig], descriptorText(lines), dir);
-    t.equal(run.code, HELPER_EXIT_CODES.caller_not_permitted, op);
-    t.match(run.stderr, /shared mode lends no privilege/);
+    t.equal(run.code, HELPER_EXIT_CODES.lease_refused, op);
+    t.match(run.stderr, /none is configured/);
   }
   const launch = runWithDescriptor(
     [asanHelper, '--shared', '--config', sharedConfig],
@@ -213,10 +226,12 @@ t.test('shared mode refuses every lease op (67)', async (t) => {
   t.match(launch.stderr, /shared mode has no workspace leases/);
 });
 
-t.test('shared mode config may not carry the lease keys', async (t) => {
+t.test('shared mode config may not carry the uid lease keys', async (t) => {
   const sharedConfig = path.join(dir, 'shared-with-lease.conf');
-  fs.writeFileSync(sharedConfig, `worker_exec ${reportSelf}\nworkspace_root ${workspaceRoot}\n`, { mode: 0o600 });
+  fs.writeFileSync(sharedConfig, `worker_exec ${reportSelf}\nuid_lease_dir ${path.join(dir, 'leases')}\n`, {
+    mode: 0o600,
+  });
   const run = runWithDescriptor([asanHelper, '--shared', '--config', sharedConfig], descriptorText(['op probe']), dir);
   t.equal(run.code, HELPER_EXIT_CODES.config_invalid);
-  t.match(run.stderr, /workspace_root is a separate-uid key/);
+  t.match(run.stderr, /uid_lease_dir is a separate-uid key/);
 });

@@ -1,0 +1,117 @@
+#include "shared-tree.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "private-dir.h"
+#include "tree-walk.h"
+
+/* Opens the configured workspace_root that `workspace` is `<root>/<lease>` of (no symlink in
+ * its path). Exit code 81 otherwise. */
+static int open_root_of(const struct helper_config *c, const struct descriptor *d, int *root_fd,
+                        struct failure *f) {
+  size_t lease_len = strlen(d->lease);
+  size_t workspace_len = strlen(d->workspace);
+  for (size_t i = 0; i < c->workspace_root_count; i++) {
+    const char *root = c->workspace_roots[i];
+    size_t root_len = strlen(root);
+    if (root_len + 1 + lease_len != workspace_len || strncmp(d->workspace, root, root_len) != 0 ||
+        d->workspace[root_len] != '/' || strcmp(d->workspace + root_len + 1, d->lease) != 0) {
+      continue;
+    }
+    int error = private_dir_open_no_symlinks(root, root_fd);
+    return error == 0 ? 0
+                      : fail_with(f, EXIT_LEASE_REFUSED,
+                                  "workspace_root %.128s: must be a directory reached through no "
+                                  "symlink: %s",
+                                  root, strerror(error));
+  }
+  return fail_with(f, EXIT_LEASE_REFUSED,
+                   "workspace %.128s must be <workspace_root>/%s for a configured "
+                   "workspace_root%s",
+                   d->workspace, d->lease,
+                   c->workspace_root_count == 0 ? " (none is configured)" : "");
+}
+
+/* The workspace directory beneath its root: no symlink, not a mount point. `*top` is -1 when it
+ * does not exist. */
+static int open_workspace(int root, const struct descriptor *d, int *top, struct failure *f) {
+  *top = openat(root, d->lease, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (*top < 0 && errno == ENOENT) {
+    return 0;
+  }
+  if (*top < 0) {
+    return fail_with(f, EXIT_LEASE_REFUSED,
+                     "workspace %.128s: must be a directory, not a symlink: %s", d->workspace,
+                     strerror(errno));
+  }
+  if (!tree_walk_same_mount(root, *top)) {
+    close(*top);
+    *top = -1;
+    return fail_with(f, EXIT_WORKSPACE_BUSY,
+                     "workspace %.128s is a mount point: it is never entered nor unmounted",
+                     d->workspace);
+  }
+  return 0;
+}
+
+static uint64_t deadline_from_now(unsigned seconds) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return ((uint64_t)now.tv_sec + seconds) * 1000000000u + (uint64_t)now.tv_nsec;
+}
+
+int run_shared_usage(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
+  int root = -1;
+  int top = -1;
+  int code = open_root_of(c, d, &root, f);
+  if (code == 0) code = open_workspace(root, d, &top, f);
+  if (code == 0 && top < 0) {
+    code = fail_with(f, EXIT_LEASE_REFUSED, "usage: workspace %.128s does not exist", d->workspace);
+  }
+  struct tree_totals totals = {0, 0};
+  struct tree_walk_options options;
+  memset(&options, 0, sizeof options);
+  options.max_entries = SHARED_USAGE_MAX_ENTRIES;
+  options.deadline_ns = deadline_from_now(SHARED_USAGE_MAX_SECONDS);
+  if (code == 0) code = tree_walk_bounded(top, TREE_MEASURE, &options, &totals, f);
+  if (code == 0) {
+    printf("bytes %llu\nfiles %llu\ncomplete %s\n", (unsigned long long)totals.bytes,
+           (unsigned long long)totals.files, options.incomplete ? "no" : "yes");
+    fflush(stdout);
+  }
+  if (top >= 0) close(top);
+  if (root >= 0) close(root);
+  return code;
+}
+
+int run_shared_release(const struct helper_config *c, const struct descriptor *d,
+                       struct failure *f) {
+  int root = -1;
+  int top = -1;
+  int code = open_root_of(c, d, &root, f);
+  /* The workspace itself may be the one a turn made unreadable. */
+  if (code == 0) code = tree_walk_restore_owner_access(root, d->lease, f);
+  if (code == 0) code = open_workspace(root, d, &top, f);
+  struct tree_totals totals = {0, 0};
+  struct tree_walk_options options;
+  memset(&options, 0, sizeof options);
+  options.restore_owner_access = true;
+  if (code == 0 && top >= 0) code = tree_walk_bounded(top, TREE_REMOVE, &options, &totals, f);
+  if (code == 0 && top >= 0 && unlinkat(root, d->lease, AT_REMOVEDIR) != 0 && errno != ENOENT) {
+    code =
+        fail_with(f, EXIT_INTERNAL, "workspace %.128s: rmdir: %s", d->workspace, strerror(errno));
+  }
+  if (code == 0) {
+    printf("removed_bytes %llu\nremoved_files %llu\n", (unsigned long long)totals.bytes,
+           (unsigned long long)totals.files);
+    fflush(stdout);
+  }
+  if (top >= 0) close(top);
+  if (root >= 0) close(root);
+  return code;
+}

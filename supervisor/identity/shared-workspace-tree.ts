@@ -1,0 +1,55 @@
+/**
+ * A shared_uid workspace's tree, measured and removed by the shared launcher (the identity
+ * helper in shared mode, identity-helper/src/shared-tree.c): the same fd-relative walk as a
+ * leased workspace's, in a process of its own with the supervisor's own privilege. Removal
+ * never depends on a path (no PATH_MAX) and gives back to the owner a directory a turn made
+ * unreadable; measurement never blocks the supervisor's event loop and is bounded in entries
+ * and time.
+ */
+import { fail, ok, type Result } from '../../core/result.js';
+import type { WorkspaceLeaseRequest } from './helper-lease.js';
+import {
+  countField,
+  parseReceipt,
+  runHelperOperation,
+  type HelperFailureReason,
+  type HelperLocation,
+} from './helper-process.js';
+
+/** What a shared workspace holds; `complete: false` when a bound stopped the walk (a lower bound). */
+export interface SharedTreeUsage {
+  bytes: number;
+  files: number;
+  complete: boolean;
+}
+
+/** Removes `<workspace_root>/<lease>` and everything beneath it; an absent one removes nothing. */
+export async function runSharedRelease(
+  launcher: HelperLocation,
+  request: WorkspaceLeaseRequest,
+): Promise<Result<{ removedBytes: number; removedFiles: number }, HelperFailureReason>> {
+  const run = await runHelperOperation(launcher, { op: 'release', ...request });
+  if (!run.ok) return run;
+  const receipt = parseReceipt(run.stdout);
+  const removedBytes = countField(receipt, 'removed_bytes');
+  const removedFiles = countField(receipt, 'removed_files');
+  if (removedBytes === null || removedFiles === null)
+    return fail('helper_output_invalid', 'shared release answer lacks removed_bytes or removed_files');
+  return ok({ removedBytes, removedFiles });
+}
+
+/** Allocated bytes and entries that are not directories of `<workspace_root>/<lease>`. */
+export async function runSharedUsage(
+  launcher: HelperLocation,
+  request: WorkspaceLeaseRequest,
+): Promise<Result<SharedTreeUsage, HelperFailureReason>> {
+  const run = await runHelperOperation(launcher, { op: 'usage', ...request });
+  if (!run.ok) return run;
+  const receipt = parseReceipt(run.stdout);
+  const bytes = countField(receipt, 'bytes');
+  const files = countField(receipt, 'files');
+  const complete = receipt['complete'];
+  if (bytes === null || files === null || (complete !== 'yes' && complete !== 'no'))
+    return fail('helper_output_invalid', 'shared usage answer lacks bytes, files or complete');
+  return ok({ bytes, files, complete: complete === 'yes' });
+}
