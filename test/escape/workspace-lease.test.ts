@@ -39,7 +39,7 @@ const configPath = writeConfig(dir, {
   uidLockDir: path.join(dir, 'locks'),
   uidLeaseDir: path.join(dir, 'leases'),
 });
-const helper: HelperLocation = { path: asanHelper, configPath };
+const helper: HelperLocation = { path: asanHelper, configPath, owner: 'own_escape' };
 const mounted: string[] = [];
 t.teardown(() => {
   for (const target of mounted) execFileSync('umount', ['-l', target]);
@@ -181,7 +181,7 @@ t.test('a helper config without workspace_root leases nothing', async (t) => {
     'bare.conf',
   );
   const refused = await runHelperLease(
-    { path: asanHelper, configPath: bare },
+    { path: asanHelper, configPath: bare, owner: 'own_escape' },
     { uid: uidRange.first, lease: 'bare', workspace: workspaceOf('bare') },
   );
   t.equal(refused.ok ? 'ok' : refused.reason, 'lease_refused');
@@ -192,7 +192,7 @@ t.test('shared mode refuses every lease op (67)', async (t) => {
   const sharedConfig = path.join(dir, 'shared.conf');
   writeSharedLauncherConfig(sharedConfig, { cgroupRoots: [], workerExec: reportSelf, workerArgs: [] });
   for (const op of ['lease', 'release', 'usage']) {
-    const lines = [`op ${op}`, 'lease anything', `workspace ${workspaceOf('anything')}`];
+    const lines = [`op ${op}`, 'lease anything', 'owner own_escape', `workspace ${workspaceOf('anything')}`];
     if (op === 'lease') lines.splice(1, 0, `uid ${process.getuid?.() ?? 0}`);
     const run = runWithDescriptor([asanHelper, '--shared', '--config', sharedConfig], descriptorText(lines), dir);
     t.equal(run.code, HELPER_EXIT_CODES.caller_not_permitted, op);
@@ -203,6 +203,7 @@ t.test('shared mode refuses every lease op (67)', async (t) => {
     descriptorText([
       'op launch',
       'lease anything',
+      'owner own_escape',
       'cwd /',
       'profile governed',
       `workspace ${workspaceOf('anything')}`,

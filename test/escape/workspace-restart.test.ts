@@ -11,6 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { runHelperLease } from '../../supervisor/identity/helper-lease.js';
+import { helperLocation } from '../../supervisor/turns/worker-process.js';
 import { createTurnHarness, harnessUidRange, runTurn, type TurnHarness } from '../support/turn-harness.js';
 
 const SLOT = 88;
@@ -36,7 +37,7 @@ t.test('workspaces and leases survive a restart; a crash is finished at boot', a
   t.equal(first.result.status, 'ok', first.stderr);
   // A crash between the helper's lease and the supervisor's own record: the lease exists, the row
   // says creating. And one in the middle of a delete.
-  const helper = { path: before.config.identityHelper.path!, configPath: before.config.identityHelper.configPath };
+  const helper = helperLocation(before.config)!;
   const half = await runHelperLease(helper, {
     lease: 'half',
     workspace: path.join(root, 'half'),
