@@ -6,6 +6,7 @@
  * one place both are built, for `serve`, `run --local` and the tests that run real turns.
  */
 import { fail, ok, type Result } from '../core/result.js';
+import { leaseOwner } from './identity/helper-owner.js';
 import { probeMode, type ProbeContext } from './probes/index.js';
 import { TurnManager } from './turns/manager.js';
 import type { TurnManagerDeps } from './turns/types.js';
@@ -41,6 +42,11 @@ function verifiedUidSearchStart(probeContext: ProbeContext): () => Promise<Resul
  * before any turn starts). Until the manager exists no turn runs, so the service sees none.
  */
 export async function composeTurnServices(deps: TurnManagerDeps): Promise<TurnServices> {
+  // A supervisor with a helper leases workspaces as its instance's owner: no owner, no start.
+  if (deps.config.identityHelper.path) {
+    const owner = leaseOwner(deps.config.dataDir);
+    if (!owner.ok) throw new Error(`the instance's lease owner: ${owner.detail}`);
+  }
   let turns: TurnManager | null = null;
   const workspaces = new WorkspaceService({
     config: () => deps.config,

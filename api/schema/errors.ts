@@ -25,6 +25,7 @@ export const ERROR_STATUS = {
   workspace_exists: 409,
   workspace_busy: 409,
   workspace_full: 409,
+  workspace_owned_elsewhere: 409,
   body_too_large: 413,
   unsupported_media_type: 415,
   upgrade_required: 426,

@@ -207,17 +207,35 @@ static bool is_lease_id_byte(char c) {
          c == '_';
 }
 
-static int handle_lease(struct descriptor_parser *p, const char *value, struct failure *f) {
+/* A lease id or a lease owner: 1-64 bytes of [A-Za-z0-9_-]. */
+static int store_lease_name(struct descriptor_parser *p, const char *key, const char *value,
+                            const char **slot, struct failure *f) {
   size_t len = strlen(value);
   bool valid = len >= 1 && len <= DESCRIPTOR_MAX_LEASE_ID;
   for (size_t i = 0; valid && i < len; i++) {
     valid = is_lease_id_byte(value[i]);
   }
   if (!valid) {
-    return fail_with(f, EXIT_DESCRIPTOR_MALFORMED, "descriptor: lease: 1-%d bytes of [A-Za-z0-9_-]",
-                     DESCRIPTOR_MAX_LEASE_ID);
+    return fail_with(f, EXIT_DESCRIPTOR_MALFORMED, "descriptor: %s: 1-%d bytes of [A-Za-z0-9_-]",
+                     key, DESCRIPTOR_MAX_LEASE_ID);
   }
-  return store_string(p, "lease", value, &p->result.lease, f);
+  return store_string(p, key, value, slot, f);
+}
+
+static int handle_lease(struct descriptor_parser *p, const char *value, struct failure *f) {
+  return store_lease_name(p, "lease", value, &p->result.lease, f);
+}
+
+static int handle_owner(struct descriptor_parser *p, const char *value, struct failure *f) {
+  return store_lease_name(p, "owner", value, &p->result.owner, f);
+}
+
+static int handle_adopt(struct descriptor_parser *p, const char *value, struct failure *f) {
+  if (strcmp(value, "yes") != 0) {
+    return fail_with(f, EXIT_DESCRIPTOR_MALFORMED, "descriptor: adopt: the only value is yes");
+  }
+  p->result.adopt = true;
+  return 0;
 }
 
 static int handle_tmp_size(struct descriptor_parser *p, const char *value, struct failure *f) {
@@ -364,6 +382,8 @@ static const struct key_rule key_rules[] = {
     {"workspace", false, WORKSPACE_OPS, handle_workspace},
     {"uid_search", false, LAUNCH_ONLY | OP_BIT(OP_LEASE), handle_uid_search},
     {"lease", false, LAUNCH_ONLY | LEASE_OPS, handle_lease},
+    {"owner", false, LAUNCH_ONLY | LEASE_OPS, handle_owner},
+    {"adopt", false, OP_BIT(OP_LEASE), handle_adopt},
     {"tmp_size", false, LAUNCH_OR_VIEW, handle_tmp_size},
     {"protect", true, LAUNCH_OR_VIEW, handle_protect},
     {"hide", true, LAUNCH_OR_VIEW, handle_hide},
@@ -376,9 +396,9 @@ static const char *const required_keys[][7] = {
     [OP_LAUNCH] = {"cwd", "profile", "workspace", NULL},
     [OP_VIEW] = {"profile", "path", NULL},
     [OP_KILL] = {"uid", NULL},
-    [OP_LEASE] = {"uid", "lease", "workspace", NULL},
-    [OP_RELEASE] = {"lease", "workspace", NULL},
-    [OP_USAGE] = {"lease", "workspace", NULL},
+    [OP_LEASE] = {"uid", "lease", "owner", "workspace", NULL},
+    [OP_RELEASE] = {"lease", "owner", "workspace", NULL},
+    [OP_USAGE] = {"lease", "owner", "workspace", NULL},
 };
 
 static int key_index(const char *name) {
@@ -473,6 +493,16 @@ static int finish(struct descriptor_parser *p, struct failure *f) {
   if (p->result.op == OP_LAUNCH && p->result.lease != NULL && p->result.uid_search) {
     return fail_with(f, EXIT_DESCRIPTOR_MALFORMED,
                      "descriptor: uid_search: a leased launch runs as its lease's uid");
+  }
+  if (p->result.op == OP_LAUNCH && (p->result.lease == NULL) != (p->result.owner == NULL)) {
+    return fail_with(f, EXIT_DESCRIPTOR_MALFORMED,
+                     "descriptor: a launch names lease and owner together or neither (missing "
+                     "required key '%s')",
+                     p->result.lease == NULL ? "lease" : "owner");
+  }
+  if (p->result.adopt && p->result.uid_search) {
+    return fail_with(f, EXIT_DESCRIPTOR_MALFORMED,
+                     "descriptor: adopt: names the record's exact uid, not with uid_search");
   }
   if (p->result.tmp_size == 0) {
     p->result.tmp_size = DESCRIPTOR_DEFAULT_TMP_SIZE;

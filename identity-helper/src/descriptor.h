@@ -66,6 +66,12 @@ struct descriptor {
   /* A workspace lease id ([A-Za-z0-9_-], 1-64): lease, release and usage name it; a launch
    * with it runs as the uid leased to it. */
   const char *lease;
+  /* Who holds the lease ([A-Za-z0-9_-], 1-64): the supervisor instance. Lease, release, usage and
+   * a leased launch must name the lease's own owner. */
+  const char *owner;
+  /* lease: a record without an owner (written by an older release) takes `owner`, when `uid` is
+   * exactly its uid. */
+  bool adopt;
   size_t cgroup_count;
   const char *cgroups[DESCRIPTOR_MAX_CGROUPS];
   bool has_rlimit[RLIMIT_SLOT_COUNT];

@@ -20,9 +20,10 @@ enum exit_code {
   EXIT_CWD_UNUSABLE = 77,
   EXIT_VIEW_REFUSED = 78, /* a view path: symlink, wrong kind or owner, absent */
   /* 79 was the host turn temp's refusal; the temp is a tmpfs in the view now */
-  EXIT_UID_IN_USE = 80,    /* the uid is leased to another worker, or has live processes */
-  EXIT_LEASE_REFUSED = 81, /* no such workspace lease, or its workspace is not acceptable */
-  EXIT_WORKSPACE_BUSY = 82 /* a turn or a process holds the workspace's uid, or a mount is inside */
+  EXIT_UID_IN_USE = 80,          /* the uid is leased to another worker, or has live processes */
+  EXIT_LEASE_REFUSED = 81,       /* no such workspace lease, or its workspace is not acceptable */
+  EXIT_WORKSPACE_BUSY = 82,      /* a turn or a process holds its uid, or a mount is inside */
+  EXIT_LEASE_OWNER_MISMATCH = 83 /* another owner's lease, or one without owner (older release) */
 };
 
 #define FAILURE_REASON_MAX 240

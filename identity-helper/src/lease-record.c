@@ -13,37 +13,64 @@
 #include "private-dir.h"
 #include "syntax.h"
 
-#define RECORD_HEADER "turnhost-uid-lease 1\n"
-#define RECORD_MAX_BYTES (PATH_MAX + 64)
+#define RECORD_HEADER_LEGACY "turnhost-uid-lease 1\n"
+#define RECORD_HEADER "turnhost-uid-lease 2\n"
+#define RECORD_MAX_BYTES (PATH_MAX + 160)
 
 int lease_dir_open(const struct helper_config *c, bool create, int *dir, struct failure *f) {
   return private_dir_open(c->uid_lease_dir, "uid_lease_dir", create, dir, f);
 }
 
-/* "turnhost-uid-lease 1\nuid N\nworkspace PATH\n", nothing else. */
+/* The value of line `key` at `*cursor` ("key VALUE\n"), NUL-terminated in place; the cursor moves
+ * past it. NULL when the line is not there. */
+static char *take_line(char **cursor, const char *key) {
+  size_t key_len = strlen(key);
+  if (strncmp(*cursor, key, key_len) != 0 || (*cursor)[key_len] != ' ') {
+    return NULL;
+  }
+  char *value = *cursor + key_len + 1;
+  char *end = strchr(value, '\n');
+  if (end == NULL) {
+    return NULL;
+  }
+  *end = '\0';
+  *cursor = end + 1;
+  return value;
+}
+
+static bool is_owner_text(const char *owner) {
+  size_t len = strlen(owner);
+  bool valid = len >= 1 && len <= LEASE_OWNER_MAX;
+  for (size_t i = 0; valid && i < len; i++) {
+    char c = owner[i];
+    valid = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+            c == '-' || c == '_';
+  }
+  return valid;
+}
+
+/* Format 2: "turnhost-uid-lease 2\nuid N\nowner O\nworkspace PATH\n"; format 1 (an older
+ * release's): the same without the owner line. Nothing else. */
 static bool parse_record(char *text, struct lease_record *record) {
-  size_t header_len = strlen(RECORD_HEADER);
-  if (strncmp(text, RECORD_HEADER, header_len) != 0 || strncmp(text + header_len, "uid ", 4) != 0) {
+  bool legacy = strncmp(text, RECORD_HEADER_LEGACY, strlen(RECORD_HEADER_LEGACY)) == 0;
+  if (!legacy && strncmp(text, RECORD_HEADER, strlen(RECORD_HEADER)) != 0) {
     return false;
   }
-  char *uid_text = text + header_len + 4;
-  char *uid_end = strchr(uid_text, '\n');
-  if (uid_end == NULL || strncmp(uid_end + 1, "workspace ", 10) != 0) {
+  static char no_owner[1];
+  char *cursor = text + strlen(RECORD_HEADER);
+  char *uid_text = take_line(&cursor, "uid");
+  char *owner = uid_text == NULL ? NULL : legacy ? no_owner : take_line(&cursor, "owner");
+  char *workspace = owner == NULL ? NULL : take_line(&cursor, "workspace");
+  if (workspace == NULL || *cursor != '\0' || (!legacy && !is_owner_text(owner))) {
     return false;
   }
-  *uid_end = '\0';
-  char *workspace = uid_end + 1 + 10;
-  char *workspace_end = strchr(workspace, '\n');
-  if (workspace_end == NULL || workspace_end[1] != '\0') {
-    return false;
-  }
-  *workspace_end = '\0';
   uint64_t uid = 0;
   if (!parse_decimal(uid_text, UINT32_MAX - 1, &uid) || uid == 0 ||
       !is_canonical_absolute_path(workspace) || strlen(workspace) >= sizeof record->workspace) {
     return false;
   }
   record->uid = (uint32_t)uid;
+  memcpy(record->owner, owner, strlen(owner) + 1);
   memcpy(record->workspace, workspace, strlen(workspace) + 1);
   return true;
 }
@@ -90,8 +117,11 @@ int lease_record_write(int dir, const char *id, const struct lease_record *recor
   char temp[96];
   /* A lease id never starts with '.', so a temp name never is a record. */
   snprintf(temp, sizeof temp, ".%s.%ld.tmp", id, (long)getpid());
-  int len = snprintf(text, sizeof text, RECORD_HEADER "uid %u\nworkspace %s\n", record->uid,
-                     record->workspace);
+  if (!is_owner_text(record->owner)) {
+    return fail_with(f, EXIT_INTERNAL, "lease record %.64s: no owner to write", id);
+  }
+  int len = snprintf(text, sizeof text, RECORD_HEADER "uid %u\nowner %s\nworkspace %s\n",
+                     record->uid, record->owner, record->workspace);
   if (len < 0 || (size_t)len >= sizeof text) {
     return fail_with(f, EXIT_INTERNAL, "lease record %.64s: too long", id);
   }

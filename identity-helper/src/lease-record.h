@@ -14,9 +14,13 @@
 #include "failure.h"
 
 #define LEASE_RECORD_MAX 65536
+#define LEASE_OWNER_MAX 64
 
+/* Format 2 names the owner (the supervisor instance the lease is held for); format 1, written
+ * by an older release, has none: `owner` is then empty and only an adoption may give it one. */
 struct lease_record {
   uint32_t uid;
+  char owner[LEASE_OWNER_MAX + 1];
   char workspace[PATH_MAX];
 };
 
@@ -29,7 +33,8 @@ int lease_dir_open(const struct helper_config *c, bool create, int *dir, struct 
 int lease_record_read(int dir, const char *id, struct lease_record *record, bool *found,
                       struct failure *f);
 
-/* Writes the record of `id` atomically (replacing any). Exit code 76 on failure. */
+/* Writes the record of `id` atomically (replacing any), always in format 2: `owner` must not be
+ * empty. Exit code 76 on failure. */
 int lease_record_write(int dir, const char *id, const struct lease_record *record,
                        struct failure *f);
 

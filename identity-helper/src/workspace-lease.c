@@ -123,11 +123,34 @@ static int take_guard(const struct helper_config *c, int operation, struct lease
   return code;
 }
 
-/* The lease of `d->lease`, which must name `d->workspace`. Exit code 81 otherwise. */
+/* The lease must be the descriptor's owner's: 83 for another owner's, and for one without an
+ * owner (an older release's) unless this is its adoption. Checked before anything else of the
+ * record is looked at or told: another supervisor's lease is not ours to learn about. */
+static int check_owner(const struct descriptor *d, const struct lease_record *record,
+                       struct failure *f) {
+  if (record->owner[0] == '\0' && !d->adopt) {
+    return fail_with(f, EXIT_LEASE_OWNER_MISMATCH,
+                     "lease %s has no owner (recorded by an older release): only the supervisor "
+                     "whose records hold it may adopt it (lease with adopt and its exact uid)",
+                     d->lease);
+  }
+  if (record->owner[0] != '\0' && strcmp(record->owner, d->owner) != 0) {
+    return fail_with(f, EXIT_LEASE_OWNER_MISMATCH,
+                     "lease %s is held by another owner (another supervisor instance): refused",
+                     d->lease);
+  }
+  return 0;
+}
+
+/* The lease of `d->lease`, which must be `d->owner`'s (83) and name `d->workspace` (81). */
 static int read_lease(const struct descriptor *d, struct lease_context *x,
                       struct lease_record *record, bool *found, struct failure *f) {
   int code = lease_record_read(x->lease_dir, d->lease, record, found, f);
   if (code != 0 || !*found) {
+    return code;
+  }
+  code = check_owner(d, record, f);
+  if (code != 0) {
     return code;
   }
   if (strcmp(record->workspace, d->workspace) != 0) {
@@ -135,6 +158,22 @@ static int read_lease(const struct descriptor *d, struct lease_context *x,
                      d->lease, record->workspace, d->workspace);
   }
   return 0;
+}
+
+/* An owner-less record (an older release's) takes the descriptor's owner when `uid` is exactly
+ * its uid: the uid the adopting supervisor's own records hold for the workspace. */
+static int adopt_record(const struct lease_context *x, const struct descriptor *d,
+                        struct lease_record *record, struct failure *f) {
+  if (record->owner[0] != '\0') {
+    return 0; /* already the descriptor's owner's (read_lease checked) */
+  }
+  if (d->uid != record->uid) {
+    return fail_with(f, EXIT_LEASE_OWNER_MISMATCH,
+                     "adopt: lease %s's uid is not %u: only its supervisor may adopt it", d->lease,
+                     d->uid);
+  }
+  snprintf(record->owner, sizeof record->owner, "%s", d->owner);
+  return lease_record_write(x->lease_dir, d->lease, record, f);
 }
 
 static bool directory_is_empty(int fd) {
@@ -233,11 +272,16 @@ static int lease_in_context(const struct helper_config *c, const struct descript
     return code;
   }
   if (found) {
-    code = make_workspace(x, d, record.uid, false, f);
+    if (d->adopt) code = adopt_record(x, d, &record, f);
+    if (code == 0) code = make_workspace(x, d, record.uid, false, f);
     if (code == 0) printf("leased %u\nlease existing\n", record.uid);
     return code;
   }
+  if (d->adopt) {
+    return fail_with(f, EXIT_LEASE_REFUSED, "adopt: no lease %s", d->lease);
+  }
   memset(&record, 0, sizeof record);
+  snprintf(record.owner, sizeof record.owner, "%s", d->owner);
   snprintf(record.workspace, sizeof record.workspace, "%s", d->workspace);
   code = check_workspace_entry(x, d, f);
   if (code == 0) code = pick_free_uid(c, d, x, &record.uid, f);
@@ -432,6 +476,7 @@ static int leased_launch_uid(const struct helper_config *c, const struct descrip
   if (code == 0 && !found) {
     code = fail_with(f, EXIT_LEASE_REFUSED, "launch: no lease %s", d->lease);
   }
+  if (code == 0) code = check_owner(d, &record, f);
   if (code != 0) {
     return code;
   }

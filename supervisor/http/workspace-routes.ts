@@ -37,6 +37,7 @@ const FAILURE_STATUS: Record<WorkspaceFileFailure, number> = {
   workspace_exists: 409,
   workspace_busy: 409,
   workspace_full: 409,
+  workspace_owned_elsewhere: 409,
   workspaces_unconfigured: 503,
   workspaces_unavailable: 503,
   // The fs guard's refusals of a host read or write.

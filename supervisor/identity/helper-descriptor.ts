@@ -4,8 +4,8 @@
  * helper would refuse on syntax, naming the field; the helper stays the authority on policy
  * (uid range, cgroup roots, caller group).
  */
-import { isValidId } from '../../api/schema/ids.js';
 import { CodedError } from '../../core/result.js';
+import { leaseKeyLines } from './helper-lease-keys.js';
 
 export const DESCRIPTOR_PROTOCOL_VERSION = 2;
 export const DESCRIPTOR_LIMITS = {
@@ -56,11 +56,12 @@ export interface HelperDescriptor {
   /** launch: `uid` is where the helper's search for a free uid of the range starts. */
   uidSearch?: boolean;
   protect?: HelperProtectRule[];
-  /**
-   * A workspace lease id ([A-Za-z0-9_-], 1-64): lease/release/usage name it; a launch with it
-   * runs as the uid leased to it (shared with the other turns on that workspace).
-   */
+  /** A workspace lease id: lease/release/usage name it; a launch with it runs as the lease's uid. */
   lease?: string;
+  /** Whose the lease is: this supervisor instance (helper-owner.ts); another's is refused. */
+  owner?: string;
+  /** lease: an owner-less record (an older release's) takes `owner` when `uid` is its uid. */
+  adopt?: boolean;
 }
 
 export type HelperLaunchDescriptor = Omit<HelperDescriptor, 'op' | 'paths'> & {
@@ -80,6 +81,7 @@ export class HelperDescriptorError extends CodedError {
   }
 }
 
+const LEASE_KEYS: ReadonlySet<string> = new Set(['lease', 'owner', 'workspace']);
 const OP_KEYS: Record<HelperOp, { allowed: ReadonlySet<string>; required: readonly string[] }> = {
   probe: { allowed: new Set(['uid']), required: [] },
   launch: {
@@ -98,6 +100,7 @@ const OP_KEYS: Record<HelperOp, { allowed: ReadonlySet<string>; required: readon
       'hide',
       'uidSearch',
       'lease',
+      'owner',
     ]),
     required: ['cwd', 'profile', 'workspace'],
   },
@@ -106,9 +109,12 @@ const OP_KEYS: Record<HelperOp, { allowed: ReadonlySet<string>; required: readon
     required: ['profile', 'paths'],
   },
   kill: { allowed: new Set(['uid']), required: ['uid'] },
-  lease: { allowed: new Set(['uid', 'uidSearch', 'lease', 'workspace']), required: ['uid', 'lease', 'workspace'] },
-  release: { allowed: new Set(['lease', 'workspace']), required: ['lease', 'workspace'] },
-  usage: { allowed: new Set(['lease', 'workspace']), required: ['lease', 'workspace'] },
+  lease: {
+    allowed: new Set(['uid', 'uidSearch', 'lease', 'owner', 'adopt', 'workspace']),
+    required: ['uid', 'lease', 'owner', 'workspace'],
+  },
+  release: { allowed: LEASE_KEYS, required: [...LEASE_KEYS] },
+  usage: { allowed: LEASE_KEYS, required: [...LEASE_KEYS] },
 };
 
 const RLIMIT_NAMES: readonly HelperRlimitName[] = ['nproc', 'data', 'fsize', 'nofile'];
@@ -263,11 +269,7 @@ function descriptorLines(d: HelperDescriptor): string[] {
     lines.push(`profile ${d.profile}`);
   }
   if (d.workspace !== undefined) lines.push(viewPathLine('workspace', d.workspace));
-  if (d.lease !== undefined) {
-    if (typeof d.lease !== 'string' || !isValidId(d.lease)) refuse('lease', '1-64 of [A-Za-z0-9_-]');
-    if (d.op === 'launch' && d.uidSearch === true) refuse('uidSearch', 'a leased launch runs as its lease uid');
-    lines.push(`lease ${d.lease}`);
-  }
+  lines.push(...leaseKeyLines(d, refuse));
   if (d.tmpSize !== undefined) lines.push(tmpSizeLine(d.tmpSize));
   if (d.protect !== undefined) lines.push(...protectLines(d.protect));
   if (d.hide !== undefined) lines.push(...hideLines(d.hide));

@@ -20,16 +20,24 @@ export interface WorkspaceLeaseRequest {
 }
 
 /**
- * Leases a uid of the range to a workspace for its whole life (searching from `uid`), and
- * creates its directory owned by that uid, group the caller's, mode 2770. Asking again for a
- * lease that exists answers its uid (`existing`): a supervisor that crashed between the
- * helper and its own record gets the same workspace back.
+ * Leases a uid of the range to a workspace for its whole life (searching from `uid`), held for
+ * `helper.owner`, and creates its directory owned by that uid, group the caller's, mode 2770.
+ * Asking again for a lease that exists answers its uid (`existing`): a supervisor that crashed
+ * between the helper and its own record gets the same workspace back. Another owner's lease is
+ * refused (lease_owner_mismatch). With `adopt`, a lease recorded without an owner by an older
+ * release becomes `helper.owner`'s, when `uid` is exactly its uid (no search).
  */
 export async function runHelperLease(
   helper: HelperLocation,
-  request: WorkspaceLeaseRequest & { uid: number },
+  request: WorkspaceLeaseRequest & { uid: number; adopt?: boolean },
 ): Promise<Result<{ uid: number; existing: boolean }, HelperFailureReason>> {
-  const run = await runHelperOperation(helper, { op: 'lease', uidSearch: true, ...request });
+  const { adopt, ...named } = request;
+  const run = await runHelperOperation(helper, {
+    op: 'lease',
+    ...(adopt === true ? { adopt: true } : { uidSearch: true }),
+    owner: helper.owner,
+    ...named,
+  });
   if (!run.ok) return run;
   const receipt = parseReceipt(run.stdout);
   const uid = decimalField(receipt, 'leased');

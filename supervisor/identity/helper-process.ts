@@ -15,6 +15,11 @@ export interface HelperLocation {
   configPath: string | null;
   /** Shared mode (`--shared`): workers keep the caller's own uid; the helper lends no privilege. */
   shared?: boolean;
+  /**
+   * Whom this supervisor's workspace leases are held for (separate uids): its instance's lease
+   * owner (helper-owner.ts). The helper refuses a lease op or leased launch of another owner's.
+   */
+  owner?: string;
 }
 
 /** Exit codes of the helper, by stable reason. */
@@ -37,6 +42,7 @@ export const HELPER_EXIT_CODES = {
   uid_in_use: 80,
   lease_refused: 81,
   workspace_busy: 82,
+  lease_owner_mismatch: 83,
 } as const;
 
 type HelperRefusalReason = keyof typeof HELPER_EXIT_CODES;

@@ -22,7 +22,7 @@ export async function runHelperRelease(
   helper: HelperLocation,
   request: WorkspaceLeaseRequest,
 ): Promise<Result<{ uid: number; removedBytes: number; removedFiles: number }, HelperFailureReason>> {
-  const run = await runHelperOperation(helper, { op: 'release', ...request });
+  const run = await runHelperOperation(helper, { op: 'release', owner: helper.owner, ...request });
   if (!run.ok) return run;
   const receipt = parseReceipt(run.stdout);
   const uid = decimalField(receipt, 'released');
@@ -38,7 +38,7 @@ export async function runHelperUsage(
   helper: HelperLocation,
   request: WorkspaceLeaseRequest,
 ): Promise<Result<{ bytes: number; files: number }, HelperFailureReason>> {
-  const run = await runHelperOperation(helper, { op: 'usage', ...request });
+  const run = await runHelperOperation(helper, { op: 'usage', owner: helper.owner, ...request });
   if (!run.ok) return run;
   const receipt = parseReceipt(run.stdout);
   const bytes = countField(receipt, 'bytes');

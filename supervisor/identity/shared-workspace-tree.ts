@@ -16,6 +16,14 @@ import {
   type HelperLocation,
 } from './helper-process.js';
 
+/**
+ * The descriptor names an owner for every tree op; shared mode keeps no lease records, so the
+ * helper compares none, and this instance's own id (when it has one) is what it sends.
+ */
+function ownerOf(launcher: HelperLocation): string {
+  return launcher.owner ?? 'shared_mode';
+}
+
 /** What a shared workspace holds; `complete: false` when a bound stopped the walk (a lower bound). */
 export interface SharedTreeUsage {
   bytes: number;
@@ -28,7 +36,7 @@ export async function runSharedRelease(
   launcher: HelperLocation,
   request: WorkspaceLeaseRequest,
 ): Promise<Result<{ removedBytes: number; removedFiles: number }, HelperFailureReason>> {
-  const run = await runHelperOperation(launcher, { op: 'release', ...request });
+  const run = await runHelperOperation(launcher, { op: 'release', owner: ownerOf(launcher), ...request });
   if (!run.ok) return run;
   const receipt = parseReceipt(run.stdout);
   const removedBytes = countField(receipt, 'removed_bytes');
@@ -43,7 +51,7 @@ export async function runSharedUsage(
   launcher: HelperLocation,
   request: WorkspaceLeaseRequest,
 ): Promise<Result<SharedTreeUsage, HelperFailureReason>> {
-  const run = await runHelperOperation(launcher, { op: 'usage', ...request });
+  const run = await runHelperOperation(launcher, { op: 'usage', owner: ownerOf(launcher), ...request });
   if (!run.ok) return run;
   const receipt = parseReceipt(run.stdout);
   const bytes = countField(receipt, 'bytes');

@@ -13,6 +13,7 @@ import type { WorkerProfile } from '../../core/modes.js';
 import { fail, ok, type Result } from '../../core/result.js';
 import type { HelperRlimitName } from '../identity/helper-descriptor.js';
 import { spawnHelperLaunch } from '../identity/helper-launch.js';
+import { leaseOwner } from '../identity/helper-owner.js';
 import type { HelperLocation } from '../identity/helper-process.js';
 import type { TurnhostConfig } from '../config/types.js';
 import type { TurnView } from '../view/descriptor.js';
@@ -34,7 +35,10 @@ const RLIMIT_FOR: Record<'processes' | 'data' | 'file_size' | 'open_files', Help
 
 export function helperLocation(config: TurnhostConfig): HelperLocation | null {
   const { path: helperPath, configPath } = config.identityHelper;
-  return helperPath ? { path: helperPath, configPath } : null;
+  if (!helperPath) return null;
+  // Without an owner the helper refuses every lease op and leased launch: fail closed.
+  const owner = leaseOwner(config.dataDir);
+  return { path: helperPath, configPath, ...(owner.ok ? { owner: owner.owner } : {}) };
 }
 
 /** Identifies the helper binary and its config: a worker is not used across a change of either. */
@@ -102,7 +106,7 @@ export function spawnWorker(launch: WorkerLaunch): Result<SpawnedWorker, 'spawn_
             ? {
                 uid: launch.uidHint ?? 0,
                 gid: launch.uidHint ?? 0,
-                ...(launch.lease ? { lease: launch.lease } : { uidSearch: true }),
+                ...(launch.lease ? { lease: launch.lease, owner: launch.helper.owner } : { uidSearch: true }),
               }
             : {}),
           cgroups: [...launch.cgroupPaths],

@@ -18,6 +18,7 @@ import { validateRelativePath, type ReadReceipt, type WriteReceipt } from '../fs
 import type { HelperLocation } from '../identity/helper-process.js';
 import { readTreeFile, writeTreeFile } from './files.js';
 import {
+  adoptWorkspaceLease,
   leaseWorkspace,
   makeSharedDirectory,
   measureWorkspace,
@@ -166,8 +167,9 @@ export class WorkspaceService {
     return ok({ workspace: { ...record, lastUsedAt: now } });
   }
 
-  /** Finishes what a crash left half done (boot). */
+  /** Finishes what a crash left half done, after adopting the leases an older release left without owner (boot). */
   async recover(): Promise<void> {
+    await this.adoptLegacyLeases();
     for (const record of this.store.unsettled()) {
       const removed = await this.remove(record);
       if (!removed.ok) {
@@ -176,6 +178,26 @@ export class WorkspaceService {
       }
       this.log.info('unfinished workspace removed', { workspaceId: record.id, state: record.state });
       if (record.state === 'deleting') this.deletedEvent(record, removed);
+    }
+  }
+
+  /**
+   * Leases recorded by an older release name no owner, and the helper refuses them to every
+   * owner; this instance's rows prove which are its own (the uid each row holds). A lease that
+   * is another instance's stays refused, and its workspace is reported.
+   */
+  private async adoptLegacyLeases(): Promise<void> {
+    const helper = this.deps.helper();
+    if (!helper) return;
+    for (const record of this.store.list()) {
+      if (record.identity !== 'separate_uid' || record.state === 'creating') continue;
+      const adopted = await adoptWorkspaceLease(record, helper);
+      if (!adopted.ok)
+        this.log.warn('workspace lease not adopted', {
+          workspaceId: record.id,
+          reason: adopted.reason,
+          detail: adopted.detail,
+        });
     }
   }
 

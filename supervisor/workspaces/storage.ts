@@ -16,9 +16,14 @@ import type { WorkspaceFailure, WorkspaceUsage } from './types.js';
 
 const NO_HELPER = 'the workspace has a leased uid but no identity helper is configured';
 
-/** A helper refusal as a workspace failure: a turn holding the uid is busy, anything else unavailable. */
+/**
+ * A helper refusal as a workspace failure: a turn holding the uid is busy, another supervisor
+ * instance's lease (one helper config, two supervisors) is owned elsewhere, anything else unavailable.
+ */
 function helperFailure(what: string, failure: { reason: HelperFailureReason; detail: string }) {
   if (failure.reason === 'workspace_busy') return fail('workspace_busy' as const, `${what}: ${failure.detail}`);
+  if (failure.reason === 'lease_owner_mismatch')
+    return fail('workspace_owned_elsewhere' as const, `${what}: ${failure.detail}`);
   return fail(
     'workspaces_unavailable' as const,
     `${what}: the identity helper refused (${failure.reason}): ${failure.detail}`,
@@ -64,6 +69,24 @@ export async function leaseWorkspace(
   return helperFailure('lease', leased);
 }
 
+/**
+ * Boot: a lease an older release recorded without an owner becomes this instance's, proven by
+ * the uid this instance's own row holds for it (a lease already ours answers the same).
+ */
+export async function adoptWorkspaceLease(
+  record: WorkspaceRecord,
+  helper: HelperLocation,
+): Promise<Result<{}, WorkspaceFailure>> {
+  if (record.uid === null) return ok({});
+  const adopted = await runHelperLease(helper, {
+    lease: record.id,
+    workspace: record.path,
+    uid: record.uid,
+    adopt: true,
+  });
+  return adopted.ok ? ok({}) : helperFailure('adopt', adopted);
+}
+
 /** Shared mode: the supervisor's own directory; only the view keeps other turns out. */
 export function makeSharedDirectory(record: WorkspaceRecord): Result<{}, WorkspaceFailure> {
   try {
@@ -86,6 +109,9 @@ export async function removeWorkspaceTree(
     if (!helper) return fail('workspaces_unavailable', NO_HELPER);
     const released = await runHelperRelease(helper, { lease: record.id, workspace: record.path });
     if (released.ok) return ok({ bytes: released.removedBytes, files: released.removedFiles });
+    // A create refused because the id's lease is another owner's made nothing of ours: its row
+    // goes, and the other owner's workspace is left as it is.
+    if (released.reason === 'lease_owner_mismatch' && record.state === 'creating') return ok({ bytes: 0, files: 0 });
     // No lease (a create that died before the helper wrote it, or a release that finished
     // before the row went): nothing of the helper's remains; only an empty directory might.
     if (released.reason !== 'lease_refused' || hasLeftovers(record.path)) return helperFailure('release', released);

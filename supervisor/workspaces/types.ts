@@ -18,6 +18,7 @@ export type WorkspaceFailure =
   | 'workspace_exists'
   | 'workspace_busy'
   | 'workspace_full'
+  | 'workspace_owned_elsewhere'
   | 'workspaces_unconfigured'
   | 'workspaces_unavailable';
 

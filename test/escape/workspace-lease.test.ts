@@ -39,7 +39,7 @@ const configPath = writeConfig(dir, {
   uidLockDir: path.join(dir, 'locks'),
   uidLeaseDir: path.join(dir, 'leases'),
 });
-const helper: HelperLocation = { path: asanHelper, configPath };
+const helper: HelperLocation = { path: asanHelper, configPath, owner: 'own_escape' };
 const mounted: string[] = [];
 t.teardown(() => {
   for (const target of mounted) execFileSync('umount', ['-l', target]);
@@ -181,7 +181,7 @@ t.test('a helper config without workspace_root leases nothing', async (t) => {
     'bare.conf',
   );
   const refused = await runHelperLease(
-    { path: asanHelper, configPath: bare },
+    { path: asanHelper, configPath: bare, owner: 'own_escape' },
     { uid: uidRange.first, lease: 'bare', workspace: workspaceOf('bare') },
   );
   t.equal(refused.ok ? 'ok' : refused.reason, 'lease_refused');
@@ -197,6 +197,7 @@ t.test('shared mode refuses a lease (67) and walks no tree outside a workspace_r
       'op lease',
       `uid ${process.getuid?.() ?? 0}`,
       'lease anything',
+      'owner own_escape',
       `workspace ${workspaceOf('anything')}`,
     ]),
     dir,
@@ -206,7 +207,7 @@ t.test('shared mode refuses a lease (67) and walks no tree outside a workspace_r
   // Shared mode's release and usage walk only the caller's own <workspace_root>/<id>, and this
   // config names no workspace_root.
   for (const op of ['release', 'usage']) {
-    const lines = [`op ${op}`, 'lease anything', `workspace ${workspaceOf('anything')}`];
+    const lines = [`op ${op}`, 'lease anything', 'owner own_escape', `workspace ${workspaceOf('anything')}`];
     const run = runWithDescriptor([asanHelper, '--shared', '--config', sharedConfig], descriptorText(lines), dir);
     t.equal(run.code, HELPER_EXIT_CODES.lease_refused, op);
     t.match(run.stderr, /none is configured/);
@@ -216,6 +217,7 @@ t.test('shared mode refuses a lease (67) and walks no tree outside a workspace_r
     descriptorText([
       'op launch',
       'lease anything',
+      'owner own_escape',
       'cwd /',
       'profile governed',
       `workspace ${workspaceOf('anything')}`,

@@ -11,6 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { runHelperLease } from '../../supervisor/identity/helper-lease.js';
+import { helperLocation } from '../../supervisor/turns/worker-process.js';
 import { createTurnHarness, harnessUidRange, runTurn, type TurnHarness } from '../support/turn-harness.js';
 
 const SLOT = 88;
@@ -36,7 +37,7 @@ t.test('workspaces and leases survive a restart; a crash is finished at boot', a
   t.equal(first.result.status, 'ok', first.stderr);
   // A crash between the helper's lease and the supervisor's own record: the lease exists, the row
   // says creating. And one in the middle of a delete.
-  const helper = { path: before.config.identityHelper.path!, configPath: before.config.identityHelper.configPath };
+  const helper = helperLocation(before.config)!;
   const half = await runHelperLease(helper, {
     lease: 'half',
     workspace: path.join(root, 'half'),
@@ -52,11 +53,29 @@ t.test('workspaces and leases survive a restart; a crash is finished at boot', a
   ).run(path.join(root, 'half'), new Date().toISOString());
   db.prepare(`UPDATE workspaces SET state = 'deleting' WHERE id = 'gone'`).run();
   db.close();
+  // An upgrade from a release whose lease records named no owner: the kept workspace's record
+  // in format 1, and one no row of this instance claims.
+  const keptRecord = path.join(leaseDir, 'kept');
+  const legacy = (text: string): string =>
+    text.replace('turnhost-uid-lease 2\n', 'turnhost-uid-lease 1\n').replace(/owner .*\n/, '');
+  fs.writeFileSync(keptRecord, legacy(fs.readFileSync(keptRecord, 'utf8')), { mode: 0o600 });
+  const foreignRecord = path.join(leaseDir, 'foreign');
+  const foreignText = `turnhost-uid-lease 1\nuid ${harnessUidRange(SLOT).first + 7}\nworkspace ${path.join(root, 'foreign')}\n`;
+  fs.writeFileSync(foreignRecord, foreignText, { mode: 0o600 });
 
   const after = await createTurnHarness(options);
   t.teardown(() => after.close());
   const kept = after.workspaces.get('kept');
   t.equal(kept?.uid, uid, 'the workspace keeps its uid across the restart');
+  t.match(
+    fs.readFileSync(keptRecord, 'utf8'),
+    /^turnhost-uid-lease 2\nuid \d+\nowner own_[0-9a-f]{32}\n/,
+    'adopted at boot',
+  );
+  t.equal(fs.readFileSync(foreignRecord, 'utf8'), foreignText, 'a lease no row of this instance holds is not adopted');
+  const taken = await after.workspaces.create({ id: 'foreign' });
+  t.equal(taken.ok ? 'created' : taken.reason, 'workspace_owned_elsewhere', 'nor taken by a create');
+  fs.rmSync(foreignRecord);
   const second = await runTurn(after, {
     argv: ['/bin/sh', '-c', 'echo after >> file && cat file && id -u'],
     workspace: 'kept',

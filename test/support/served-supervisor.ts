@@ -48,6 +48,8 @@ export interface SupervisorOptions {
   limits?: Record<string, string | number>;
   /** workspaces.root at `<base>/workspaces`, the supervisor's own (0711). */
   workspaces?: boolean;
+  /** With `workspaces`: this workspaces.root instead, made by the caller (shared by two supervisors). */
+  workspacesRoot?: string;
 }
 
 export interface CliResult {
@@ -216,9 +218,10 @@ export function writeSupervisorConfig(
   configPath: string;
 } {
   const uid = options.uid ?? 0;
-  const { base, dataDir, workspace, workspacesRoot } = supervisorBase(options.name);
+  const { base, dataDir, workspace, workspacesRoot: ownRoot } = supervisorBase(options.name);
+  const workspacesRoot = options.workspacesRoot ?? ownRoot;
   fs.mkdirSync(workspace, { recursive: true });
-  if (options.workspaces) {
+  if (options.workspaces && options.workspacesRoot === undefined) {
     fs.mkdirSync(workspacesRoot, { mode: 0o711 });
     fs.chownSync(workspacesRoot, uid, uid);
   }

@@ -32,7 +32,8 @@ const workspaceRoot = path.join(dir, 'workspaces');
 fs.mkdirSync(workspaceRoot, { mode: 0o755 });
 const privateDirs = { uidLockDir: path.join(dir, 'locks'), uidLeaseDir: path.join(dir, 'leases') };
 const configPath = writeConfig(dir, { uidRange, workspaceRoots: [workspaceRoot], ...privateDirs });
-const helper: HelperLocation = { path: asanHelper, configPath };
+const OWNER = 'own_first';
+const helper: HelperLocation = { path: asanHelper, configPath, owner: OWNER };
 const started: ChildProcess[] = [];
 t.teardown(() => {
   for (const child of started) child.kill('SIGKILL');
@@ -151,7 +152,7 @@ t.test('an unleased launch never gets a leased uid', async (t) => {
     { uidRange: small, workspaceRoots: [workspaceRoot], ...privateDirs },
     'small.conf',
   );
-  const smallHelper: HelperLocation = { path: asanHelper, configPath: smallConfig };
+  const smallHelper: HelperLocation = { path: asanHelper, configPath: smallConfig, owner: OWNER };
   const leaseSmall = async (id: string): Promise<number> => {
     const result = await runHelperLease(smallHelper, { uid: small.first, lease: id, workspace: workspaceOf(id) });
     if (!result.ok) throw new Error(result.detail);
@@ -199,11 +200,20 @@ t.test('leased launches run as the lease uid, together; release waits for them',
     },
     'sh.conf',
   );
-  const shHelper: HelperLocation = { path: asanHelper, configPath: shConfig };
+  const shHelper: HelperLocation = { path: asanHelper, configPath: shConfig, owner: OWNER };
   const turns = [1, 2].map((n) => {
     const { child, protocol } = spawnHelperLaunch(
       shHelper,
-      { uid, gid: uid, lease: 'shared-turns', cwd: workspace, profile: 'governed', workspace, env: { N: String(n) } },
+      {
+        uid,
+        gid: uid,
+        lease: 'shared-turns',
+        owner: OWNER,
+        cwd: workspace,
+        profile: 'governed',
+        workspace,
+        env: { N: String(n) },
+      },
       { stdio: 'pipe' },
     );
     protocol.on('error', () => undefined);
@@ -235,7 +245,7 @@ t.test('leased launches run as the lease uid, together; release waits for them',
 t.test('a leased launch must name the lease uid and stay in its workspace', async (t) => {
   const { uid } = await lease('launch-checks', uidRange.first + 7);
   const workspace = workspaceOf('launch-checks');
-  const base = { lease: 'launch-checks', cwd: '/', profile: 'governed' as const, workspace };
+  const base = { lease: 'launch-checks', owner: OWNER, cwd: '/', profile: 'governed' as const, workspace };
   const wrongUid = await runHelperLaunch(helper, { ...base, uid: uid + 1, gid: uid + 1 });
   t.equal(parseHelperRefusal(wrongUid.code, wrongUid.stderr)?.reason, 'uid_out_of_range');
   t.match(wrongUid.stderr, new RegExp(`uid must be ${uid}`));
@@ -254,7 +264,13 @@ t.test('lease descriptors are refused on their syntax, naming the field', async 
   for (const id of ['bad.id', 'a/b', '', 'x'.repeat(65)]) {
     const run = runHelperRaw(
       configPath,
-      descriptorText(['op lease', `uid ${uidRange.first}`, `lease ${id}`, `workspace ${workspaceRoot}/x`]),
+      descriptorText([
+        'op lease',
+        `uid ${uidRange.first}`,
+        `lease ${id}`,
+        `owner ${OWNER}`,
+        `workspace ${workspaceRoot}/x`,
+      ]),
       dir,
     );
     t.equal(parseHelperRefusal(run.code, run.stderr)?.reason, 'descriptor_malformed', JSON.stringify(id));
@@ -262,12 +278,12 @@ t.test('lease descriptors are refused on their syntax, naming the field', async 
   }
   const withUid = runHelperRaw(
     configPath,
-    descriptorText(['op usage', `uid ${uidRange.first}`, 'lease u', `workspace ${workspaceRoot}/u`]),
+    descriptorText(['op usage', `uid ${uidRange.first}`, 'lease u', `owner ${OWNER}`, `workspace ${workspaceRoot}/u`]),
     dir,
   );
   t.equal(parseHelperRefusal(withUid.code, withUid.stderr)?.reason, 'descriptor_malformed');
   t.match(withUid.stderr, /key 'uid' not valid for op usage/);
-  const missing = runHelperRaw(configPath, descriptorText(['op release', 'lease u']), dir);
+  const missing = runHelperRaw(configPath, descriptorText(['op release', 'lease u', `owner ${OWNER}`]), dir);
   t.match(missing.stderr, /missing required key 'workspace' for op release/);
 });
 
@@ -289,7 +305,7 @@ t.test('a lease directory others could change, or a torn record, is refused, not
     'loose.conf',
   );
   const refused = await runHelperLease(
-    { path: asanHelper, configPath: looseConfig },
+    { path: asanHelper, configPath: looseConfig, owner: OWNER },
     { uid: uidRange.first, lease: 'loose', workspace: workspaceOf('loose') },
   );
   t.equal(refused.ok ? 'ok' : refused.reason, 'config_invalid');
@@ -312,4 +328,129 @@ t.test('a lease directory others could change, or a torn record, is refused, not
   });
   t.equal(parseHelperRefusal(launch.code, launch.stderr)?.reason, 'internal', 'an unleased launch fails closed too');
   fs.rmSync(torn);
+});
+
+t.test("another owner's lease is refused for lease, release, usage and a leased launch, and left intact", async (t) => {
+  const { uid } = await lease('owned', uidRange.first + 17);
+  const workspace = workspaceOf('owned');
+  fs.writeFileSync(path.join(workspace, 'mine'), 'kept');
+  const recordFile = path.join(privateDirs.uidLeaseDir, 'owned');
+  t.equal(
+    fs.readFileSync(recordFile, 'utf8'),
+    `turnhost-uid-lease 2\nuid ${uid}\nowner ${OWNER}\nworkspace ${workspace}\n`,
+    'the record names its owner',
+  );
+  const other: HelperLocation = { ...helper, owner: 'own_second' };
+  const request = { lease: 'owned', workspace };
+  const refusals = {
+    lease: await runHelperLease(other, { ...request, uid: uidRange.first }),
+    adopt: await runHelperLease(other, { ...request, uid, adopt: true }),
+    usage: await runHelperUsage(other, request),
+    release: await runHelperRelease(other, request),
+  };
+  for (const [op, refused] of Object.entries(refusals)) {
+    t.equal(refused.ok ? 'ok' : refused.reason, 'lease_owner_mismatch', op);
+    t.match(refused.ok ? '' : refused.detail, /held by another owner/, op);
+    t.notMatch(refused.ok ? '' : refused.detail, new RegExp(OWNER), `${op}: the owner is not told`);
+  }
+  const launch = await runHelperLaunch(other, {
+    ...request,
+    owner: 'own_second',
+    uid,
+    gid: uid,
+    cwd: '/',
+    profile: 'governed',
+  });
+  t.equal(parseHelperRefusal(launch.code, launch.stderr)?.reason, 'lease_owner_mismatch', 'a leased launch');
+  t.equal(fs.readFileSync(path.join(workspace, 'mine'), 'utf8'), 'kept', 'the workspace is untouched');
+  t.equal(fs.statSync(workspace).uid, uid, 'and still its uid');
+  t.match(fs.readFileSync(recordFile, 'utf8'), `owner ${OWNER}\n`, 'the record keeps its owner');
+  t.same(await lease('owned'), { uid, existing: true }, 'the owner still has it');
+  const usage = await runHelperUsage(helper, request);
+  t.ok(usage.ok && usage.files === 1, 'and measures it');
+  const released = await runHelperRelease(helper, request);
+  t.ok(released.ok, released.ok ? '' : released.detail);
+});
+
+t.test('a record without owner (older release) is refused to all until adopted with its exact uid', async (t) => {
+  const uid = uidRange.first + 19;
+  const workspace = workspaceOf('legacy');
+  const recordFile = path.join(privateDirs.uidLeaseDir, 'legacy');
+  const legacyRecord = `turnhost-uid-lease 1\nuid ${uid}\nworkspace ${workspace}\n`;
+  fs.writeFileSync(recordFile, legacyRecord, { mode: 0o600 });
+  fs.mkdirSync(workspace, { mode: 0o2770 });
+  fs.chownSync(workspace, uid, process.getgid?.() ?? 0);
+  fs.writeFileSync(path.join(workspace, 'old'), 'from before');
+  const request = { lease: 'legacy', workspace };
+  const refusals = {
+    lease: await runHelperLease(helper, { ...request, uid: uidRange.first }),
+    usage: await runHelperUsage(helper, request),
+    release: await runHelperRelease(helper, request),
+    'adopt with another uid': await runHelperLease(helper, { ...request, uid: uid - 1, adopt: true }),
+  };
+  for (const [op, refused] of Object.entries(refusals)) {
+    t.equal(refused.ok ? 'ok' : refused.reason, 'lease_owner_mismatch', op);
+    t.match(refused.ok ? '' : refused.detail, op.startsWith('adopt') ? /uid is not/ : /no owner/, op);
+  }
+  const launch = await runHelperLaunch(helper, {
+    ...request,
+    owner: OWNER,
+    uid,
+    gid: uid,
+    cwd: '/',
+    profile: 'governed',
+  });
+  t.equal(parseHelperRefusal(launch.code, launch.stderr)?.reason, 'lease_owner_mismatch', 'a leased launch');
+  t.equal(fs.readFileSync(recordFile, 'utf8'), legacyRecord, 'nothing adopted it so far');
+  // Unleased launches still pass over its uid: the record holds it whoever owns it.
+  const exact = await runHelperLaunch(helper, { uid, gid: uid, cwd: '/', profile: 'governed', workspace });
+  t.equal(parseHelperRefusal(exact.code, exact.stderr)?.reason, 'uid_in_use');
+
+  const adopted = await runHelperLease(helper, { ...request, uid, adopt: true });
+  t.same(adopted.ok ? { uid: adopted.uid, existing: adopted.existing } : adopted.detail, { uid, existing: true });
+  t.equal(
+    fs.readFileSync(recordFile, 'utf8'),
+    `turnhost-uid-lease 2\nuid ${uid}\nowner ${OWNER}\nworkspace ${workspace}\n`,
+    'the record is rewritten with its owner',
+  );
+  const late = await runHelperLease({ ...helper, owner: 'own_second' }, { ...request, uid, adopt: true });
+  t.equal(late.ok ? 'ok' : late.reason, 'lease_owner_mismatch', 'a second adoption is refused');
+  const none = await runHelperLease(helper, {
+    lease: 'never-leased',
+    workspace: workspaceOf('never-leased'),
+    uid,
+    adopt: true,
+  });
+  t.equal(none.ok ? 'ok' : none.reason, 'lease_refused', 'adopt never makes a lease');
+  t.notOk(fs.existsSync(workspaceOf('never-leased')));
+  t.equal(fs.readFileSync(path.join(workspace, 'old'), 'utf8'), 'from before');
+  t.ok((await runHelperRelease(helper, request)).ok, 'the adopter releases it');
+});
+
+t.test('owner and adopt are refused on their syntax, naming the key', async (t) => {
+  const refused = (lines: string[], pattern: RegExp, what: string): void => {
+    const run = runHelperRaw(configPath, descriptorText(lines), dir);
+    t.equal(parseHelperRefusal(run.code, run.stderr)?.reason, 'descriptor_malformed', what);
+    t.match(run.stderr, pattern, what);
+  };
+  const workspace = `workspace ${workspaceRoot}/syntax`;
+  refused(['op lease', `uid ${uidRange.first}`, 'lease syntax', workspace], /missing required key 'owner'/, 'lease');
+  refused(['op usage', 'lease syntax', workspace], /missing required key 'owner' for op usage/, 'usage');
+  refused(['op release', 'lease syntax', workspace], /missing required key 'owner' for op release/, 'release');
+  for (const owner of ['a.b', 'x'.repeat(65), 'a b'])
+    refused(['op usage', 'lease syntax', `owner ${owner}`, workspace], /owner: 1-64 bytes/, JSON.stringify(owner));
+  const launch = ['op launch', `uid ${uidRange.first}`, 'cwd /', 'profile governed', workspace];
+  refused([...launch, 'lease syntax'], /lease and owner together .*'owner'/, 'a leased launch without owner');
+  refused([...launch, `owner ${OWNER}`], /lease and owner together .*'lease'/, 'an owner without lease');
+  refused(
+    ['op lease', `uid ${uidRange.first}`, 'uid_search yes', 'adopt yes', 'lease syntax', `owner ${OWNER}`, workspace],
+    /adopt: .*not with uid_search/,
+    'adopt with a search',
+  );
+  refused(['op release', 'adopt yes', 'lease syntax', `owner ${OWNER}`, workspace], /'adopt' not valid/, 'adopt');
+  refused(
+    ['op lease', `uid ${uidRange.first}`, 'adopt no', 'lease syntax', `owner ${OWNER}`, workspace],
+    /adopt/,
+    'no',
+  );
 });

@@ -67,6 +67,35 @@ t.test('encodes probe, view and kill', async (t) => {
   );
 });
 
+t.test('encodes the lease ops with their owner, and a leased launch', async (t) => {
+  const workspace = '/srv/workspaces/ws-1';
+  t.equal(
+    encodeDescriptor({ op: 'lease', uid: 7, uidSearch: true, lease: 'ws-1', owner: 'own_a', workspace }).toString(),
+    'turnhost-descriptor 2\nop lease\nuid 7\nuid_search yes\nworkspace /srv/workspaces/ws-1\nlease ws-1\nowner own_a\nend\n',
+  );
+  t.equal(
+    encodeDescriptor({ op: 'lease', uid: 7, adopt: true, lease: 'ws-1', owner: 'own_a', workspace }).toString(),
+    'turnhost-descriptor 2\nop lease\nuid 7\nworkspace /srv/workspaces/ws-1\nlease ws-1\nowner own_a\nadopt yes\nend\n',
+  );
+  t.match(
+    encodeDescriptor({ op: 'usage', lease: 'ws-1', owner: 'own_a', workspace }).toString(),
+    /\nlease ws-1\nowner own_a\n/,
+  );
+  t.match(
+    encodeDescriptor({
+      op: 'launch',
+      uid: 7,
+      gid: 7,
+      cwd: '/',
+      profile: 'governed',
+      workspace,
+      lease: 'ws-1',
+      owner: 'own_a',
+    }).toString(),
+    /\nlease ws-1\nowner own_a\n/,
+  );
+});
+
 const launch: HelperDescriptor = {
   op: 'launch',
   uid: 100001,
@@ -132,6 +161,19 @@ t.test('refuses what the helper would refuse, naming the field', async (t) => {
       'protect count',
       { ...launch, protect: Array.from({ length: 65 }, (_, i) => ({ mode: 'read_only' as const, path: `p${i}` })) },
       'protect',
+    ],
+    ['lease without owner', { op: 'lease', uid: 7, lease: 'w', workspace: '/r/w' }, 'owner'],
+    ['release without owner', { op: 'release', lease: 'w', workspace: '/r/w' }, 'owner'],
+    ['usage without owner', { op: 'usage', lease: 'w', workspace: '/r/w' }, 'owner'],
+    ['owner malformed', { op: 'usage', lease: 'w', owner: 'a.b', workspace: '/r/w' }, 'owner'],
+    ['leased launch without owner', { ...launch, lease: 'w' }, 'owner'],
+    ['owner without lease', { ...launch, owner: 'own_a' }, 'lease'],
+    ['owner for a probe', { op: 'probe', owner: 'own_a' }, 'owner'],
+    ['adopt for a release', { op: 'release', lease: 'w', owner: 'o', workspace: '/r/w', adopt: true }, 'adopt'],
+    [
+      'adopt with a search',
+      { op: 'lease', uid: 7, uidSearch: true, adopt: true, lease: 'w', owner: 'o', workspace: '/r/w' },
+      'adopt',
     ],
     [
       'view protect without workspace',

@@ -1,0 +1,36 @@
+/**
+ * The descriptor's workspace lease keys (identity-helper/src/descriptor.c): `lease` (the
+ * workspace's id), `owner` (the supervisor instance the lease is held for, helper-owner.ts) and
+ * `adopt` (an owner-less record of an older release takes the owner). Encoded for
+ * helper-descriptor.ts, which hands in its own refusal so the field is named the same way.
+ */
+import { isValidId } from '../../api/schema/ids.js';
+
+interface LeaseKeys {
+  op: string;
+  uidSearch?: boolean;
+  lease?: string;
+  owner?: string;
+  adopt?: boolean;
+}
+
+/** The lines of `lease`, `owner` and `adopt`; refuses what the helper would refuse. */
+export function leaseKeyLines(d: LeaseKeys, refuse: (field: string, message: string) => never): string[] {
+  const lines: string[] = [];
+  for (const key of ['lease', 'owner'] as const) {
+    const value = d[key];
+    if (value === undefined) continue;
+    if (typeof value !== 'string' || !isValidId(value)) refuse(key, '1-64 of [A-Za-z0-9_-]');
+    lines.push(`${key} ${value}`);
+  }
+  if (d.op === 'launch' && d.lease !== undefined && d.uidSearch === true)
+    refuse('uidSearch', 'a leased launch runs as its lease uid');
+  // A leased launch runs in the lease's workspace: it must be this owner's too.
+  if (d.op === 'launch' && (d.lease === undefined) !== (d.owner === undefined))
+    refuse(d.lease === undefined ? 'lease' : 'owner', 'a launch names lease and owner together or neither');
+  if (d.adopt === true) {
+    if (d.uidSearch === true) refuse('adopt', "names the record's exact uid, not with uidSearch");
+    lines.push('adopt yes');
+  }
+  return lines;
+}
