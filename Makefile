@@ -5,7 +5,7 @@ NODE ?= node
 # Runs one step of `make test` and prints `make test: STEP took N s` (scripts/step.sh).
 STEP := bash scripts/step.sh
 
-.PHONY: all deps deps-test build build-ts build-native build-test-native lint format test test-unit run clean
+.PHONY: all deps deps-test build build-ts build-native build-test-native client-pack lint format test test-unit run clean
 
 include packaging/deb.mk
 include test/vm/vm.mk
@@ -33,6 +33,15 @@ build-ts:
 
 build-native:
 	$(MAKE) -C identity-helper all
+
+# The typed client as its own package, @turnhost/client (docs/client.md): compiled alone, staged
+# in dist/client-package/ with the schema types written out (scripts/client-package.ts), packed
+# to dist/turnhost-client-VERSION.tgz. Its one dependency is ws.
+client-pack: node_modules/.package-lock.json
+	rm -rf dist/client-package
+	npx tsc -p client/tsconfig.json
+	npx tsx scripts/client-package.ts
+	cd dist/client-package && npm pack --silent --pack-destination ..
 
 # What only the tests run: the helper's ASan+UBSan build and the native test probes.
 build-test-native:

@@ -9,7 +9,7 @@
  * stream), attach.ts, and socket-messages.ts (what those two share on their socket). The
  * declarations this module reaches name no `ws` type: an integrator needs no @types/ws.
  */
-import type { ClientOptions } from './transport.js';
+import { resolveClientOptions, type ConnectOptions } from './server-url.js';
 import { TurnhostClient } from './turnhost-client.js';
 
 export type {
@@ -41,6 +41,13 @@ export type { EventQuery, EventStreamOptions } from './event-stream.js';
 export type { ClientOptions, ServerTarget } from './transport.js';
 export { TurnhostClient, type HostWrite, type TurnQuery, type WorkspaceFile } from './turnhost-client.js';
 
-export function createClient(options: ClientOptions): TurnhostClient {
-  return new TurnhostClient(options);
+export { DEFAULT_SERVER_URL, parseServerUrl, serverUrl, type ConnectOptions } from './server-url.js';
+
+/**
+ * A client of the server `options` name: `createClient({ server: 'unix:/run/turnhost/api.sock', token })`,
+ * `createClient('http://127.0.0.1:7707')` (token from TURNHOST_TOKEN), or `createClient()` (both
+ * from TURNHOST_URL and TURNHOST_TOKEN). Throws a TypeError for a malformed URL or no token.
+ */
+export function createClient(options: ConnectOptions | string = {}): TurnhostClient {
+  return new TurnhostClient(resolveClientOptions(typeof options === 'string' ? { server: options } : options));
 }

@@ -95,7 +95,10 @@ export const ROUTES: ApiRoute[] = [
     summary: 'This document.',
     auth: 'token',
     responses: {
-      200: { description: 'The OpenAPI 3.1 document.', schema: Type.Record(Type.String(), Type.Unknown()) },
+      200: {
+        description: 'The OpenAPI 3.1 document.',
+        schema: Type.Record(Type.String(), Type.Unknown(), { title: 'OpenApiDocument' }),
+      },
     },
     errors: [],
   },

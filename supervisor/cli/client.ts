@@ -4,7 +4,14 @@
  * else `<dataDir>/api-token`. The requests themselves are the typed client's (client/); this
  * module only finds the server and maps refusals to exit codes.
  */
-import { createClient, TurnhostApiError, type ServerTarget, type TurnhostClient } from '../../client/index.js';
+import {
+  createClient,
+  parseServerUrl,
+  serverUrl,
+  TurnhostApiError,
+  type ServerTarget,
+  type TurnhostClient,
+} from '../../client/index.js';
 import { loadConfig, parseHostPort, type ConfigOverrides } from '../config/load.js';
 import { readTokenFile } from '../http/token.js';
 import { CliExit, EXIT } from './exit-codes.js';
@@ -16,22 +23,6 @@ export interface Connection {
 
 const START_HINT =
   'start one with `turnhost serve` (or `make run` in a checkout), or point to it with --server URL and --data-dir DIR';
-
-function describeTarget(target: ServerTarget): string {
-  return target.kind === 'tcp'
-    ? `http://${target.host.includes(':') ? `[${target.host}]` : target.host}:${target.port}`
-    : `unix:${target.path}`;
-}
-
-function parseServerUrl(value: string): ServerTarget | null {
-  if (value.startsWith('unix:')) {
-    const path = value.slice('unix:'.length);
-    return path.startsWith('/') ? { kind: 'unix', path } : null;
-  }
-  const match = /^http:\/\/([^/]+)\/?$/.exec(value);
-  const address = match?.[1] === undefined ? null : parseHostPort(match[1]);
-  return address === null ? null : { kind: 'tcp', host: address.host, port: address.port };
-}
 
 function wildcardToLoopback(host: string): string {
   return host === '0.0.0.0' ? '127.0.0.1' : host === '::' ? '::1' : host;
@@ -78,7 +69,7 @@ export function clientFor(connection: Connection): TurnhostClient {
 function notRunning(connection: Connection, code: string | undefined): CliExit {
   return new CliExit(
     EXIT.serverNotRunning,
-    `turnhost: no server answers at ${describeTarget(connection.target)} (${code ?? 'error'}); ${START_HINT}`,
+    `turnhost: no server answers at ${serverUrl(connection.target)} (${code ?? 'error'}); ${START_HINT}`,
   );
 }
 

@@ -3,11 +3,12 @@
  * route is found by method and path template; its documented success schema, required headers
  * and error codes decide. A path outside the document (the status page) is not checked; an
  * unknown API path must answer a documented error. Answers every mismatch, empty when none.
- * WebSocket messages are checked against their route's `x-websocket` schemas the same way.
+ * WebSocket messages are checked against their route's `x-turnhost-websocket` message schemas
+ * the same way.
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import { Ajv, type ValidateFunction } from 'ajv';
-import { buildOpenApi } from '../../api/openapi.js';
+import { buildOpenApi, WEBSOCKET_EXTENSION } from '../../api/openapi.js';
 
 type Json = Record<string, any>;
 
@@ -109,14 +110,15 @@ export function contractProblems(
 }
 
 /**
- * A message the server sent on a WebSocket at `path`, against the `x-websocket` server schema
- * of its route. Answers every mismatch, empty when none.
+ * A message the server sent on a WebSocket at `path`, against the server message schema its
+ * route's `x-turnhost-websocket` names. Answers every mismatch, empty when none.
  */
 export function messageProblems(path: string, text: string): string[] {
   const bare = path.split('?')[0] ?? path;
   const matched = templates.find((t) => t.pattern.test(bare));
   const schema = matched
-    ? ((document['paths'][matched.template] as Json)['get']?.['x-websocket']?.['server'] as Json | undefined)
+    ? ((document['paths'][matched.template] as Json)['get']?.[WEBSOCKET_EXTENSION]?.['messages']?.['server'] as
+        Json | undefined)
     : undefined;
   if (schema === undefined) return [`WebSocket ${bare}: no server messages are documented here`];
   const where = `WebSocket ${bare} message ${text.slice(0, 120)}`;
