@@ -21,6 +21,25 @@ export function humanBytes(bytes: number): string {
   return `${text} ${units[unit]}`;
 }
 
+/**
+ * A turn's egress denials as `run` reports them when the command ends, one line each: a command
+ * whose fetch failed shows only its client's view (`CONNECT tunnel failed, response 403`).
+ */
+export function egressDenialLines(egress: {
+  firstDenials: Array<{ host: string; port: number | null; reason: string }>;
+  unlistedDenials: number;
+}): string[] {
+  const lines = egress.firstDenials.map(
+    (denial) =>
+      `egress denied: ${denial.host.includes(':') ? `[${denial.host}]` : denial.host}${denial.port === null ? '' : `:${denial.port}`} (${denial.reason})`,
+  );
+  if (egress.unlistedDenials > 0)
+    lines.push(
+      `egress denied ${egress.unlistedDenials} more time${egress.unlistedDenials === 1 ? '' : 's'} (turnhost events --kind egress_denial)`,
+    );
+  return lines;
+}
+
 /** Limits measured in bytes (the others are counts, or CPUs for cpu). */
 const BYTE_LIMITS = new Set(['memory', 'data', 'file_size']);
 

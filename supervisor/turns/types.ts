@@ -14,6 +14,7 @@ import type { ProbeContext } from '../probes/index.js';
 import type { HostWriteRoots, HostWriteTurn } from '../fs/host-write.js';
 import type { RelayReport } from '../../proxy/relay/kernel-relay.js';
 import type { OwnListeners } from '../../proxy/self-connection.js';
+import type { EgressSummary } from '../../proxy/egress-summary.js';
 import type { SessionDeleteFailure, SessionDeletion } from './sessions.js';
 
 export interface TurnRequest {
@@ -110,6 +111,8 @@ export interface TurnResult {
   workspace?: { id: string; bytes: number; files: number };
   /** The command never started: not_found (exit 127) or not_executable (126); `detail` says why. */
   spawnError?: 'not_found' | 'not_executable';
+  /** The turn's egress through its proxy: counts and the first denials; absent when no proxy served it. */
+  egress?: EgressSummary;
 }
 
 export interface TurnRecord {
