@@ -41,7 +41,7 @@ export function egressDenialLines(egress: {
 }
 
 /** Limits measured in bytes (the others are counts, or CPUs for cpu). */
-const BYTE_LIMITS = new Set(['memory', 'data', 'file_size']);
+const BYTE_LIMITS = new Set(['memory', 'data', 'file_size', 'tmp_size']);
 
 function limitValue(limit: string, value: number): string {
   if (BYTE_LIMITS.has(limit)) return humanBytes(value);
@@ -62,11 +62,20 @@ function mode(availability: ModeAvailability | undefined, name: 'ordinary' | 're
     : `UNAVAILABLE: ${availability.requirement ?? 'no requirement named'} ${when}`;
 }
 
+function workspaceTurns(availability: ModeAvailability | undefined): string {
+  if (availability === undefined) return 'not configured (workspaces.root is null)';
+  const when = `(${availability.trigger}, ${availability.checkedAt})`;
+  return availability.available
+    ? `available ${when}`
+    : `UNAVAILABLE: ${availability.requirement ?? 'no requirement named'} ${when}`;
+}
+
 function workerHostRows(status: WorkerHostStatus | null): Array<[string, string]> {
   if (status === null) return [['worker host', 'UNKNOWN: the boot probe failed; run `turnhost check`']];
   const rows: Array<[string, string]> = [
     ['ordinary', mode(status.ordinary, 'ordinary')],
     ['restricted', mode(status.restricted, 'restricted')],
+    ['workspace turns', workspaceTurns(status.workspaceTurns)],
     [
       'identity',
       status.identity === undefined

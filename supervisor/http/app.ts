@@ -114,6 +114,9 @@ function readiness(
   const ordinary = status.ordinary;
   if (ordinary === undefined) return { ok: false, requirement: 'mode ordinary was not probed' };
   if (!ordinary.available) return { ok: false, requirement: ordinary.requirement ?? 'mode ordinary is unavailable' };
+  const workspaces = status.workspaceTurns;
+  if (workspaces?.available === false)
+    return { ok: false, requirement: workspaces.requirement ?? 'workspace turns are unavailable' };
   return { ok: true, checkedAt: ordinary.checkedAt };
 }
 
