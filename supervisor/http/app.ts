@@ -53,7 +53,8 @@ export interface AppDeps {
   /** `GET /api/activity` (running turns, recent denials and events) is served when given. */
   activity?: Activity;
   /** The operator status page: its files' directory and the sign-in sessions. */
-  statusPage?: { uiDir: string; sessions: UiSessions };
+  /** `tokenFile`: where this server's token is, named on the sign-in form; null when `apiToken` configures it. */
+  statusPage?: { uiDir: string; sessions: UiSessions; tokenFile: string | null };
 }
 
 /** WebSocket paths answer 426 to plain HTTP. */
