@@ -20,6 +20,7 @@ import { ByteBudget } from './relay/byte-budget.js';
 import { kernelRelay, type KernelRelay } from './relay/kernel-relay.js';
 import { checkDestination, dialChecked, systemResolver, type Resolver } from './dialer.js';
 import { EventQueue, type EgressEventSink } from './event-queue.js';
+import { EgressTally, type EgressSummary } from './egress-summary.js';
 import {
   connectionEvent,
   denialEvent,
@@ -95,6 +96,8 @@ interface TurnProxyStats {
 export interface TurnProxy {
   socketPath: string;
   stats(): TurnProxyStats;
+  /** The turn's egress so far: counts and its first denials (complete once the proxy is closed). */
+  egressSummary(): EgressSummary;
   /**
    * A prepared worker's proxy listens before its turn exists (the socket is bound into the
    * worker's view at launch); the claim names the turn here, before the command can connect.
@@ -190,6 +193,7 @@ class TurnProxyServer implements TurnProxy {
   /** Client sockets the kernel relay writes an answer body to (forward.ts). */
   private readonly relayWriting = new WeakSet<net.Socket>();
   private readonly forwardContext: ForwardContext;
+  private readonly tally = new EgressTally();
 
   constructor(private options: TurnProxyOptions) {
     this.socketPath = options.socketPath;
@@ -267,6 +271,10 @@ class TurnProxyServer implements TurnProxy {
     };
   }
 
+  egressSummary(): EgressSummary {
+    return this.tally.summary();
+  }
+
   async listen(): Promise<Result<{}, 'listen_failed'>> {
     try {
       await listening(this.listener, this.socketPath);
@@ -332,6 +340,7 @@ class TurnProxyServer implements TurnProxy {
   }
 
   private deny(refusal: Refusal): void {
+    this.tally.denial(refusal);
     this.events.push(denialEvent(this.options.turn, refusal));
     this.options.logger.info('egress denied', {
       host: refusal.host,
@@ -561,6 +570,7 @@ class TurnProxyServer implements TurnProxy {
       scope: target.scope,
     };
     this.events.push(connectionEvent(this.options.turn, record));
+    this.tally.connection(counts);
     this.options.logger.debug('egress connection', {
       host: record.host,
       port: record.port,
@@ -748,6 +758,7 @@ export async function startTurnProxy(
     ok: true,
     socketPath: server.socketPath,
     stats: () => server.stats(),
+    egressSummary: () => server.egressSummary(),
     attribute: (turn, logger) => server.attribute(turn, logger),
     serveWorkerListener: (fd) => server.serveWorkerListener(fd),
     close: () => server.close(),

@@ -14,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { createLogger, type Logger, type LogLevelSwitch } from '../core/log.js';
 import { fail, ok, type Result } from '../core/result.js';
 import { loadConfig, parseHostPort, type ConfigOverrides, type ConfigSources } from './config/load.js';
+import { tokenFilePath } from './config/token-path.js';
 import type { TurnhostConfig } from './config/types.js';
 import { openEventStore } from './events/store.js';
 import { isPinnedScratchName, startScratchPruner } from './fs/scratch.js';
@@ -487,7 +488,11 @@ async function startListeners(
       software: softwareIdentity(),
       host: await collectHostFacts(),
       metrics,
-      statusPage: { uiDir: path.join(packageRoot(), 'ui'), sessions: createUiSessions() },
+      statusPage: {
+        uiDir: path.join(packageRoot(), 'ui'),
+        sessions: createUiSessions(),
+        tokenFile: config.apiToken === null ? tokenFilePath(config.dataDir) : null,
+      },
     },
     config.listen,
   );

@@ -13,6 +13,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { discoverCgroupLayout } from '../cgroup/discover.js';
 import { prepareCgroupSubtree, subtreeTurnRoots } from '../cgroup/turn-cgroup.js';
+import { loadConfig } from './config/load.js';
+import { tokenFilePath } from './config/token-path.js';
 import { writeHelperConfig } from './identity/helper-config.js';
 import { turnSubtreeName } from './turns/launch-environment.js';
 
@@ -79,8 +81,30 @@ function main(): number {
   };
   fs.writeFileSync(configFile, JSON.stringify(config, null, 2) + '\n', { mode: 0o600 });
   process.stderr.write(`dev-setup: turns run in ${workspace} (e.g. bin/turnhost run --cwd ${workspace} -- id)\n`);
+  process.stderr.write(`dev-setup: ${statusPageHint(configFile)}\n`);
   process.stdout.write(configFile + '\n');
   return 0;
+}
+
+/**
+ * Where the status page of the server `make run` starts will answer, and which token signs in:
+ * the configuration as `serve` will read it (the environment may move the listener or set the token).
+ */
+function statusPageHint(configFile: string): string {
+  const loaded = loadConfig({ configPath: configFile, env: process.env });
+  if (!loaded.ok) return `the configuration does not load: ${loaded.detail}`;
+  const { listen, apiToken, dataDir } = loaded.config;
+  const token =
+    apiToken === null
+      ? `the token in ${tokenFilePath(dataDir)} (made at the first start)`
+      : 'the token apiToken configures (TURNHOST_API_TOKEN or the configuration)';
+  if (listen.tcp === null) return `no TCP listener (listen.tcp is null): no status page; the API token is ${token}`;
+  const [host, port] = [
+    listen.tcp.slice(0, listen.tcp.lastIndexOf(':')),
+    listen.tcp.slice(listen.tcp.lastIndexOf(':') + 1),
+  ];
+  const shown = host === '0.0.0.0' ? '127.0.0.1' : host === '::' || host === '[::]' ? '[::1]' : host;
+  return `status page http://${shown}:${port}/ui/ (sign in with ${token})`;
 }
 
 process.exitCode = main();

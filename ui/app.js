@@ -5,7 +5,7 @@
 
 const MAX_EVENTS = 100;
 const MAX_DENIALS = 50;
-const BYTE_LIMITS = new Set(['memory', 'data', 'file_size']);
+const BYTE_LIMITS = new Set(['memory', 'data', 'file_size', 'tmp_size']);
 
 function element(tag, text, className) {
   const node = document.createElement(tag);
@@ -64,6 +64,26 @@ function renderModes(workerHost) {
     tr.id = `mode-${mode}`;
     body.append(tr);
   }
+  // Present only when workspaces are configured: then whether a turn can run in one.
+  const workspaces = workerHost?.workspaceTurns;
+  if (workspaces !== undefined) {
+    const state = workspaces.available ? 'available' : 'unavailable';
+    const tr = row([
+      'workspace turns',
+      element('td', state, state),
+      workspaces.requirement ?? '',
+      workspaces.checkedAt,
+    ]);
+    tr.id = 'mode-workspace-turns';
+    body.append(tr);
+  }
+}
+
+function renderRootServer(workerHost) {
+  const warning = document.getElementById('root-server');
+  const text = workerHost?.rootServer?.warning;
+  warning.textContent = text === undefined ? '' : `Root server: ${text}`;
+  warning.hidden = text === undefined;
 }
 
 function renderLimits(workerHost) {
@@ -85,6 +105,7 @@ async function refreshStatus() {
   document.getElementById('software').textContent =
     `${status.software.release} (${status.software.sourceCommit.slice(0, 12)})`;
   renderModes(workerHost);
+  renderRootServer(workerHost);
   renderLimits(workerHost);
   document.getElementById('identity').textContent =
     workerHost === null

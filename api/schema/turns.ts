@@ -118,6 +118,27 @@ const TurnUsage = Type.Object({
   oomKills: Type.Union([Type.Number(), Type.Null()]),
 });
 
+const EgressDenial = Type.Object({
+  host: Type.String({ description: 'As the request named it (no path, query or userinfo).' }),
+  port: Type.Union([Type.Integer({ minimum: 0, maximum: 65535 }), Type.Null()]),
+  reason: Type.String({ description: "The denial's reason, as in its `egress_denial` event (docs/egress.md)." }),
+});
+
+const TurnEgress = Type.Object(
+  {
+    connections: Type.Integer({ minimum: 0, description: 'Forward requests and CONNECT tunnels served.' }),
+    bytesUp: Type.Integer({ minimum: 0 }),
+    bytesDown: Type.Integer({ minimum: 0 }),
+    denials: Type.Integer({ minimum: 0, description: 'Refused requests, all of them.' }),
+    firstDenials: Type.Array(EgressDenial, { maxItems: 10, description: 'The first denials, in order.' }),
+    unlistedDenials: Type.Integer({ minimum: 0, description: 'Denials beyond `firstDenials`, counted only.' }),
+  },
+  {
+    description:
+      "The turn's egress through its proxy; absent when no proxy served the turn. The `egress_connection` and `egress_denial` events are the full record.",
+  },
+);
+
 export const TurnResult = Type.Object(
   {
     status: Type.Union(
@@ -141,6 +162,7 @@ export const TurnResult = Type.Object(
     detail: Type.Optional(Type.String()),
     source: Type.Optional(Type.Union([Type.Literal('supervisor'), Type.Literal('worker_report')])),
     spawnError: Type.Optional(Type.Union([Type.Literal('not_found'), Type.Literal('not_executable')])),
+    egress: Type.Optional(TurnEgress),
     workspace: Type.Optional(
       Type.Object(
         { id: Type.String(), bytes: Type.Integer({ minimum: 0 }), files: Type.Integer({ minimum: 0 }) },

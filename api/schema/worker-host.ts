@@ -89,6 +89,9 @@ export const WorkerHostStatus = Type.Object(
   {
     ordinary: Type.Optional(ModeAvailability),
     restricted: Type.Optional(ModeAvailability),
+    // Turns in a workspace: mode ordinary, a usable workspaces.root and, with an identity
+    // helper, a workspace_root line of its config for it; absent when workspaces are not configured.
+    workspaceTurns: Type.Optional(ModeAvailability),
     rootServer: Type.Optional(Type.Object({ warning: Type.String() })),
     identity: Type.Optional(IdentityMode),
     // 0 is a root supervisor's shared_uid worker (its root-server warning says what that allows).

@@ -4,7 +4,7 @@ export const EXIT = {
   failed: 1,
   usage: 2,
   notFound: 3,
-  /** `check`: ordinary mode unavailable; any command: the token was refused (401). */
+  /** `check`: ordinary mode or configured workspace turns unavailable; any command: the token was refused (401). */
   unavailable: 4,
   serverNotRunning: 5,
   /** `run`: the worker host refused the turn (worker_host_unsupported / launch_refused). */

@@ -21,8 +21,27 @@ export function humanBytes(bytes: number): string {
   return `${text} ${units[unit]}`;
 }
 
+/**
+ * A turn's egress denials as `run` reports them when the command ends, one line each: a command
+ * whose fetch failed shows only its client's view (`CONNECT tunnel failed, response 403`).
+ */
+export function egressDenialLines(egress: {
+  firstDenials: Array<{ host: string; port: number | null; reason: string }>;
+  unlistedDenials: number;
+}): string[] {
+  const lines = egress.firstDenials.map(
+    (denial) =>
+      `egress denied: ${denial.host.includes(':') ? `[${denial.host}]` : denial.host}${denial.port === null ? '' : `:${denial.port}`} (${denial.reason})`,
+  );
+  if (egress.unlistedDenials > 0)
+    lines.push(
+      `egress denied ${egress.unlistedDenials} more time${egress.unlistedDenials === 1 ? '' : 's'} (turnhost events --kind egress_denial)`,
+    );
+  return lines;
+}
+
 /** Limits measured in bytes (the others are counts, or CPUs for cpu). */
-const BYTE_LIMITS = new Set(['memory', 'data', 'file_size']);
+const BYTE_LIMITS = new Set(['memory', 'data', 'file_size', 'tmp_size']);
 
 function limitValue(limit: string, value: number): string {
   if (BYTE_LIMITS.has(limit)) return humanBytes(value);
@@ -43,11 +62,20 @@ function mode(availability: ModeAvailability | undefined, name: 'ordinary' | 're
     : `UNAVAILABLE: ${availability.requirement ?? 'no requirement named'} ${when}`;
 }
 
+function workspaceTurns(availability: ModeAvailability | undefined): string {
+  if (availability === undefined) return 'not configured (workspaces.root is null)';
+  const when = `(${availability.trigger}, ${availability.checkedAt})`;
+  return availability.available
+    ? `available ${when}`
+    : `UNAVAILABLE: ${availability.requirement ?? 'no requirement named'} ${when}`;
+}
+
 function workerHostRows(status: WorkerHostStatus | null): Array<[string, string]> {
   if (status === null) return [['worker host', 'UNKNOWN: the boot probe failed; run `turnhost check`']];
   const rows: Array<[string, string]> = [
     ['ordinary', mode(status.ordinary, 'ordinary')],
     ['restricted', mode(status.restricted, 'restricted')],
+    ['workspace turns', workspaceTurns(status.workspaceTurns)],
     [
       'identity',
       status.identity === undefined

@@ -14,7 +14,7 @@ export const USAGE = `usage: turnhost <command> [options]
 
   serve   [--config FILE] [--listen HOST:PORT] [--socket PATH] [--data-dir DIR] [--log-level L]
   status  [--json]                       what the running supervisor reports
-  check   [--json]                       re-run the worker-host probes (exit 4 when ordinary is unavailable)
+  check   [--json]                       re-run the worker-host probes (exit 4 when ordinary or workspace turns are unavailable)
   events  [--session S] [--turn T] [--kind K] [--after ID] [--limit N] [--follow] [--json]
   run     [--mode M] [--tty] [--timeout S] [--cwd DIR] [--env K=V]... [--allow HOST]...
           [--limit NAME=VALUE]... [--session S] [--turn-id ID] [--workspace ID] [--json] [--local] -- CMD ARGS...
@@ -48,8 +48,9 @@ ${CLIENT_OPTIONS_HELP}
 `,
   check: `usage: turnhost check [--json] [client options]
 
-Re-runs the worker-host probes and prints, per mode, whether it is available and otherwise the
-missing requirement. Exits 4 when ordinary mode is unavailable.
+Re-runs the worker-host probes and prints, per mode (and for workspace turns when workspaces
+are configured), whether it is available and otherwise the missing requirement. Exits 4 when
+ordinary mode, or configured workspace turns, are unavailable.
 
 ${CLIENT_OPTIONS_HELP}
 `,
@@ -69,7 +70,9 @@ ${CLIENT_OPTIONS_HELP}
 `,
   run: `usage: turnhost run [options] -- CMD ARGS...
 
-Runs one turn through the running supervisor and exits with the command's exit code.
+Runs one turn through the running supervisor and exits with the command's exit code. When the
+command ends, stderr also says why it did not start and which egress the proxy denied. Ctrl-C
+goes to the command; a second Ctrl-C within 3 s cancels the turn.
 
   --mode M            ordinary (default) or restricted
   --tty               a pseudo-terminal of this terminal's size

@@ -191,7 +191,9 @@ async function status(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
 async function check(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
   const body: WorkerHostStatus = await call(connect(values, env), 'check', (client) => client.checkWorkerHost());
   print(values['json'] ? JSON.stringify(body, null, 2) + '\n' : formatWorkerHost(body));
-  return body.ordinary?.available === true ? EXIT.ok : EXIT.unavailable;
+  // Configured workspaces that cannot run a turn are as unusable as the mode itself.
+  const usable = body.ordinary?.available === true && body.workspaceTurns?.available !== false;
+  return usable ? EXIT.ok : EXIT.unavailable;
 }
 
 /** The event filters given as flags; `after` and `limit` go as typed (the server validates them). */

@@ -12,8 +12,48 @@ import type { TurnAttachment, TurnCreateFailure, TurnRequest, TurnResult, TurnSt
 import type { Attachment } from '../../client/index.js';
 import { call, clientFor, type Connection } from './client.js';
 import { CliExit, EXIT } from './exit-codes.js';
+import { egressDenialLines } from './format.js';
 
 const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+/** A second Ctrl-C this soon after the first cancels the turn instead of forwarding SIGINT. */
+const CANCEL_WINDOW_MS = 3000;
+const CTRL_C = 0x03;
+
+/**
+ * Ctrl-C reaches the command (a SIGINT forwarded, or in tty mode the byte its terminal turns
+ * into one); a command that ignores it would otherwise leave the user no way out but another
+ * terminal. A second press within the window cancels the turn through the server.
+ */
+class InterruptEscalation {
+  private firstAt: number | null = null;
+  private cancelling = false;
+
+  constructor(private readonly cancel: TurnCanceller | undefined) {}
+
+  /** One Ctrl-C; answers whether it still goes to the command. */
+  press(): boolean {
+    if (this.cancel === undefined || this.cancelling) return true;
+    const now = Date.now();
+    if (this.firstAt === null || now - this.firstAt > CANCEL_WINDOW_MS) {
+      this.firstAt = now;
+      process.stderr.write(`turnhost: press Ctrl-C again within ${CANCEL_WINDOW_MS / 1000} s to cancel the turn\n`);
+      return true;
+    }
+    this.cancelling = true;
+    process.stderr.write(`turnhost: cancelling turn ${this.cancel.turnId}\n`);
+    this.cancel.cancel().catch((error: unknown) => {
+      this.cancelling = false;
+      process.stderr.write(`turnhost: cancel failed: ${error instanceof Error ? error.message : String(error)}\n`);
+    });
+    return false;
+  }
+}
+
+/** How `run`/`attach` cancels the turn it drives: through the API, or the local turn manager. */
+interface TurnCanceller {
+  turnId: string;
+  cancel(): Promise<unknown>;
+}
 
 function exitCodeFor(result: TurnResult): number {
   switch (result.status) {
@@ -97,17 +137,25 @@ const LOST: TurnResult = Object.freeze({
 /** Passes output through (unless --json), forwards input, resizes and signals; resolves with the result. */
 function drive(
   attachment: TurnAttachment,
-  options: { tty: boolean; json: boolean; input?: boolean },
+  options: { tty: boolean; json: boolean; input?: boolean; cancel?: TurnCanceller },
 ): Promise<TurnResult> {
   return new Promise((resolve) => {
     const stdin = process.stdin;
     const input = options.input !== false;
     const rawMode = input && options.tty && stdin.isTTY;
-    const onInput = (chunk: Buffer): void => void attachment.write(chunk);
+    const interrupts = new InterruptEscalation(options.cancel);
+    // In raw mode Ctrl-C is a byte of input for the turn's terminal, not a signal to this process.
+    const onInput = (chunk: Buffer): void => {
+      if (rawMode && chunk.length === 1 && chunk[0] === CTRL_C && !interrupts.press()) return;
+      void attachment.write(chunk);
+    };
     // The end of this process's input is the end of the command's: `cmd < /dev/null` ends at once.
     const onInputEnd = (): void => void attachment.endInput();
     const onResize = (): void => attachment.resize(process.stdout.columns, process.stdout.rows);
-    const onSignal = (signal: NodeJS.Signals): void => attachment.signal(signal as 'SIGINT');
+    const onSignal = (signal: NodeJS.Signals): void => {
+      if (signal === 'SIGINT' && !interrupts.press()) return;
+      attachment.signal(signal as 'SIGINT');
+    };
     if (rawMode) stdin.setRawMode(true);
     if (input) {
       stdin.on('data', onInput);
@@ -152,10 +200,21 @@ export interface RunOptions {
   json: boolean;
 }
 
+/**
+ * The exit code, and unless --json what the command's own output cannot say: why it did not
+ * start, why the turn ended when the command did not end it, which egress was denied.
+ */
 function report(turnId: string, result: TurnResult, json: boolean): number {
-  if (json) process.stdout.write(JSON.stringify({ turnId, ...result }) + '\n');
+  if (json) {
+    process.stdout.write(JSON.stringify({ turnId, ...result }) + '\n');
+    return exitCodeFor(result);
+  }
+  const lines: string[] = [];
+  if (result.spawnError !== undefined) lines.push(result.detail ?? `command ${result.spawnError.replace('_', ' ')}`);
   else if (result.status !== 'ok' && result.status !== 'nonzero_exit')
-    process.stderr.write(`turnhost: turn ${turnId}: ${result.status}${result.detail ? `: ${result.detail}` : ''}\n`);
+    lines.push(`turn ${turnId}: ${result.status}${result.detail ? `: ${result.detail}` : ''}`);
+  if (result.egress) lines.push(...egressDenialLines(result.egress));
+  for (const line of lines) process.stderr.write(`turnhost: ${line}\n`);
   return exitCodeFor(result);
 }
 
@@ -180,7 +239,8 @@ export async function attachRemote(
   const attached = await call(connection, `WebSocket /api/turns/${turnId}/attach`, (client) =>
     client.attachTurn(turnId),
   );
-  const streamed = await drive(remoteAttachment(attached), options);
+  const cancel = { turnId, cancel: () => clientFor(connection).cancelTurn(turnId) };
+  const streamed = await drive(remoteAttachment(attached), { ...options, cancel });
   const result = streamed === LOST ? await finishedResult(connection, turnId) : streamed;
   return report(turnId, result, options.json);
 }
@@ -233,7 +293,13 @@ export async function runLocal(
         throw new CliExit(CREATE_FAILURE_EXIT[created.reason], `turnhost: run: ${created.detail} (${created.reason})`);
       const attached = built.turns.attach(created.turn.id);
       if (!attached.ok) throw new CliExit(EXIT.failed, `turnhost: run: ${attached.detail}`);
-      const result = await drive(attached.attachment, { tty: options.request.tty !== undefined, json: options.json });
+      const turnId = created.turn.id;
+      const cancel = { turnId, cancel: () => Promise.resolve(built.turns.cancel(turnId)) };
+      const result = await drive(attached.attachment, {
+        tty: options.request.tty !== undefined,
+        json: options.json,
+        cancel,
+      });
       return report(created.turn.id, result, options.json);
     } finally {
       await built.turns.close();

@@ -61,7 +61,8 @@ export interface AppDeps {
   /** `GET /api/activity` (running turns, recent denials and events) is served when given. */
   activity?: Activity;
   /** The operator status page: its files' directory and the sign-in sessions. */
-  statusPage?: { uiDir: string; sessions: UiSessions };
+  /** `tokenFile`: where this server's token is, named on the sign-in form; null when `apiToken` configures it. */
+  statusPage?: { uiDir: string; sessions: UiSessions; tokenFile: string | null };
 }
 
 /** WebSocket paths answer 426 to plain HTTP. */
@@ -136,6 +137,9 @@ function readiness(
   const ordinary = status.ordinary;
   if (ordinary === undefined) return { ok: false, requirement: 'mode ordinary was not probed' };
   if (!ordinary.available) return { ok: false, requirement: ordinary.requirement ?? 'mode ordinary is unavailable' };
+  const workspaces = status.workspaceTurns;
+  if (workspaces?.available === false)
+    return { ok: false, requirement: workspaces.requirement ?? 'workspace turns are unavailable' };
   return { ok: true, checkedAt: ordinary.checkedAt };
 }
 

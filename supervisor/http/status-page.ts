@@ -41,6 +41,27 @@ function pageHeaders(res: Response): void {
   res.setHeader('Cache-Control', 'no-store');
 }
 
+const TOKEN_HINT = /<p class="hint" id="token-hint">[\s\S]*?<\/p>/;
+
+function escapeHtml(text: string): string {
+  return text.replace(/[&<>"']/g, (ch) => `&#${ch.charCodeAt(0)};`);
+}
+
+/**
+ * The sign-in form names where this server's token is: its own token file (the packaged path
+ * only for the packaged data directory), or the configuration when `apiToken` sets it. Done
+ * here, in the served HTML, so the page needs no script for it and its policy stays unchanged.
+ */
+function withTokenHint(login: Buffer, tokenFile: string | null): Buffer {
+  const where =
+    tokenFile === null
+      ? "The token is <code>apiToken</code> in this server's configuration."
+      : `The token is in <code id="token-file">${escapeHtml(tokenFile)}</code> on the server.`;
+  const html = login.toString('utf8');
+  if (!TOKEN_HINT.test(html)) return login;
+  return Buffer.from(html.replace(TOKEN_HINT, `<p class="hint" id="token-hint">${where}</p>`), 'utf8');
+}
+
 /** The page's files, read once: they ship with the package and do not change while it runs. */
 function loadAssets(dir: string, logger: Logger): Map<string, { body: Buffer; type: string }> {
   const loaded = new Map<string, { body: Buffer; type: string }>();
@@ -60,9 +81,11 @@ function loadAssets(dir: string, logger: Logger): Map<string, { body: Buffer; ty
 
 export function registerStatusPage(
   app: Express,
-  deps: { uiDir: string; token: string; sessions: UiSessions; logger: Logger },
+  deps: { uiDir: string; token: string; tokenFile: string | null; sessions: UiSessions; logger: Logger },
 ): void {
   const assets = loadAssets(deps.uiDir, deps.logger);
+  const login = assets.get('/ui/login');
+  if (login !== undefined) assets.set('/ui/login', { ...login, body: withTokenHint(login.body, deps.tokenFile) });
   const router = express.Router();
   route(router, '/', { get: (_req, res) => res.redirect(302, '/ui/') });
   for (const urlPath of Object.keys(ASSETS)) {

@@ -20,6 +20,7 @@ import { probeLimits } from './limits.js';
 import { rootServerWarning, supervisorIsRoot } from './root.js';
 import { probeMaskedView, type HelperViewProbe, type ViewFacts } from './view.js';
 import { supervisorStateInWorkspace } from './state.js';
+import { probeWorkspaceTurns } from './workspaces.js';
 import { hiddenHostPaths, supervisorStatePaths } from '../view/descriptor.js';
 import type {
   BoundaryFacilities,
@@ -258,15 +259,19 @@ function logBootProbe(logger: Logger, status: WorkerHostStatus): void {
       logger.warn(`worker mode ${mode} unavailable: ${availability.requirement}`, { probe: 'worker_host', mode });
     }
   }
+  if (status.workspaceTurns !== undefined && !status.workspaceTurns.available)
+    logger.warn(`workspace turns unavailable: ${status.workspaceTurns.requirement}`, { probe: 'worker_host' });
 }
 
 export async function runWorkerHostProbes(ctx: ProbeContext, trigger: ProbeTrigger): Promise<WorkerHostStatus> {
   const { config } = ctx;
   const facts = await probeBoundary(ctx, config.modes.restricted.enabled ? ['ordinary', 'restricted'] : ['ordinary']);
   const ordinary = modeAvailability(facts, config, 'ordinary', trigger);
+  const workspaceTurns = probeWorkspaceTurns(config, ordinary, trigger);
   const status: WorkerHostStatus = {
     ordinary,
     ...(config.modes.restricted.enabled ? { restricted: modeAvailability(facts, config, 'restricted', trigger) } : {}),
+    ...(workspaceTurns === undefined ? {} : { workspaceTurns }),
     ...(facts.identity.identity === undefined ? {} : { identity: facts.identity.identity }),
     limits: facts.limits,
     governed: governedStatus(config, facts, ordinary),

@@ -81,6 +81,11 @@ export interface BoundaryFacilities {
 export interface WorkerHostStatus {
   ordinary?: ModeAvailability;
   restricted?: ModeAvailability;
+  /**
+   * Turns in a workspace: the ordinary mode, a usable workspaces root and (separate_uid) the
+   * helper's `workspace_root` for it. Absent when workspaces are not configured.
+   */
+  workspaceTurns?: ModeAvailability;
   rootServer?: { warning: string };
   /** Omitted when no probe of this run established it (docs/probes.md, "Receipts only from proof"). */
   identity?: IdentityMode;

@@ -5,6 +5,7 @@
  * `finish`; or `refuse` when no worker ever ran for it.
  */
 import path from 'node:path';
+import type { Logger } from '../../core/log.js';
 import { serverTurnEvent, type TurnAttribution } from '../../core/events.js';
 import type { ResolvedLimits } from '../../core/limits.js';
 import { profileFor, type IdentityMode } from '../../core/modes.js';
@@ -195,9 +196,12 @@ export class Turn implements RunningTurn {
         durationMs: result.durationMs,
         usage: result.usage,
         limitHits: result.limitHits,
+        // Why it failed or did not start, for an operator reading the events alone.
+        ...(result.detail !== undefined ? { detail: result.detail } : {}),
+        ...(result.spawnError !== undefined ? { spawnError: result.spawnError } : {}),
       }),
     );
-    this.log.info('turn finished', { status: result.status, exitCode: result.exitCode, durationMs: result.durationMs });
+    logFinished(this.log, result);
     this.output.push({ type: 'exit', result });
     this.resolveLaunched({ ok: true, turn: this });
     this.resolveDone(result);
@@ -283,4 +287,20 @@ export class Turn implements RunningTurn {
       }),
     );
   }
+}
+
+/**
+ * A launch that failed (refused, or the worker lost) is the operator's to look at: a warning
+ * with its reason. A command's own outcome, a nonzero exit included, is the caller's: info.
+ */
+function logFinished(log: Logger, result: TurnResult): void {
+  const fields = {
+    status: result.status,
+    exitCode: result.exitCode,
+    durationMs: result.durationMs,
+    ...(result.detail !== undefined ? { detail: result.detail } : {}),
+  };
+  if (result.status === 'launch_refused') log.warn('turn launch failed', fields);
+  else if (result.status === 'internal_error') log.warn('turn failed', fields);
+  else log.info('turn finished', fields);
 }

@@ -164,11 +164,14 @@ export async function awaitExit(launch: ClaimedLaunch, refusal: string | null): 
 
 /**
  * 14. Record the result and its events, once the scope is disposed (13): a workspace turn's
- * result says what its workspace holds now that no process of it runs. The turn's workspace
+ * result says what its workspace holds now that no process of it runs, and every turn's what
+ * its egress came to. The turn's workspace
  * root is let go last of all it held, before the record.
  */
 export async function recordResult(launch: ClaimedLaunch, result: TurnResult): Promise<void> {
   const { env, turn, logger } = launch;
+  // The scope's disposal closed the proxy: every connection it served is counted by now.
+  result.egress = launch.proxy.egressSummary();
   const lease = launch.spec.lease;
   if (lease && env.workspaceUsage) {
     const usage = await env.workspaceUsage(lease.id);

@@ -15,6 +15,7 @@ import type { HostWriteRoots, HostWriteTurn } from '../fs/host-write.js';
 import type { HelperLocation } from '../identity/helper-process.js';
 import type { RelayReport } from '../../proxy/relay/kernel-relay.js';
 import type { OwnListeners } from '../../proxy/self-connection.js';
+import type { EgressSummary } from '../../proxy/egress-summary.js';
 import type { SessionDeleteFailure, SessionDeletion } from './sessions.js';
 
 export interface TurnRequest {
@@ -111,6 +112,8 @@ export interface TurnResult {
   workspace?: { id: string; bytes: number; files: number };
   /** The command never started: not_found (exit 127) or not_executable (126); `detail` says why. */
   spawnError?: 'not_found' | 'not_executable';
+  /** The turn's egress through its proxy: counts and the first denials; absent when no proxy served it. */
+  egress?: EgressSummary;
 }
 
 export interface TurnRecord {

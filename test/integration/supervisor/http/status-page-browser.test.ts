@@ -37,13 +37,19 @@ const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-browser-'));
 fs.chmodSync(dir, 0o755);
 t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
 
-async function daemon(name: string, config: Record<string, unknown>, turns: boolean): Promise<DaemonHandle> {
+async function daemon(
+  name: string,
+  config: Record<string, unknown>,
+  turns: boolean,
+  options: { tokenFile?: boolean } = {},
+): Promise<DaemonHandle> {
   const file = path.join(dir, `${name}.json`);
   fs.writeFileSync(
     file,
     JSON.stringify({
       dataDir: path.join(dir, name),
-      apiToken: TOKEN,
+      // Without apiToken the server makes <dataDir>/api-token, which its sign-in form names.
+      ...(options.tokenFile === true ? {} : { apiToken: TOKEN }),
       listen: { tcp: '127.0.0.1:0', socket: null, allowNonLoopback: false },
       ...config,
     }),
@@ -101,14 +107,14 @@ context.on('page', (page) => {
   });
 });
 
-async function signIn(page: Page, at: string): Promise<void> {
+async function signIn(page: Page, at: string, token = TOKEN): Promise<void> {
   await page.goto(`${at}/ui/`);
   await page.waitForURL(`${at}/ui/login`);
   await page.fill('#token', 'not-the-token-at-all');
   await page.click('#sign-in');
   await page.waitForURL(`${at}/ui/login#failed`);
   await page.locator('#failed').waitFor({ state: 'visible' });
-  await page.fill('#token', TOKEN);
+  await page.fill('#token', token);
   await page.click('#sign-in');
   await page.waitForURL(`${at}/ui/`);
 }
@@ -173,6 +179,38 @@ t.test('a running turn appears and disappears; a denial appears live', async (t)
   t.ok(await page.locator('#no-running-turns').isVisible(), 'the turn is gone once it ended');
   t.ok(await page.locator('#events li[data-kind="worker_exit"]').count(), 'its worker_exit is in the live events');
   await page.screenshot({ path: path.join(screenshots, '3-turn-ended.png'), fullPage: true });
+  await page.close();
+});
+
+t.test("the sign-in names this server's token file; the root-server warning and sizes in human units", async (t) => {
+  const own = await daemon('own-token', {}, false, { tokenFile: true });
+  const tokenFile = path.join(dir, 'own-token', 'api-token');
+  const page = await context.newPage();
+  await page.goto(`${base(own)}/ui/login`);
+  t.equal(await page.locator('#token-file').textContent(), tokenFile, "the form names this server's token file");
+  t.notMatch(await page.locator('#token-hint').textContent(), /\/var\/lib\/turnhost/, 'not the packaged path');
+  // The file the form names holds the token that signs in.
+  await signIn(page, base(own), fs.readFileSync(tokenFile, 'utf8').trim());
+
+  const status = (await apiRequest(
+    {
+      target: { kind: 'tcp', host: '127.0.0.1', port: own.http.tcp!.port },
+      token: fs.readFileSync(tokenFile, 'utf8').trim(),
+    },
+    'GET',
+    '/api/status',
+  )) as { body: { runtime: { workerHost: { rootServer?: { warning: string } } | null } } };
+  const warning = status.body.runtime.workerHost?.rootServer?.warning;
+  t.ok(warning, 'a root supervisor has a root-server warning');
+  const shown = page.locator('#root-server');
+  await shown.waitFor({ state: 'visible' });
+  t.equal(await shown.textContent(), `Root server: ${warning}`, 'the warning, verbatim');
+
+  const tmpSize = page.locator('#limits tbody tr', { hasText: 'tmp_size' });
+  await tmpSize.waitFor();
+  t.match(await tmpSize.textContent(), /tmp_size\s*enforced\s*512 MiB/, 'tmp_size in MiB, not bytes');
+  t.notMatch(await tmpSize.textContent(), /536870912/);
+  await page.screenshot({ path: path.join(screenshots, '4-root-warning-and-sizes.png'), fullPage: true });
   await page.close();
 });
 

@@ -15,14 +15,14 @@ import { event, nextMessages, opened, startTestServer, TOKEN, upgradeRefusal } f
 
 const UI_DIR = path.resolve(import.meta.dirname, '../../../../ui');
 
-async function server() {
+async function server(tokenFile: string | null = '/srv/turnhost-data/api-token') {
   return startTestServer({
     deps: (store, config) => {
       const activity = createActivity(store);
       return {
         activity,
         metrics: createMetrics({ config, store, activity, latestStatus: () => null }),
-        statusPage: { uiDir: UI_DIR, sessions: createUiSessions() },
+        statusPage: { uiDir: UI_DIR, sessions: createUiSessions(), tokenFile },
       };
     },
   });
@@ -56,6 +56,22 @@ t.test('pages are public, carry the CSP, and hold no data', async (t) => {
   }
   t.notMatch((await s.request('GET', '/ui/', { token: null })).text, /<script>|style=/, 'no inline script or style');
   t.equal((await s.request('GET', '/api/status', { token: null })).status, 401, 'data still needs authentication');
+});
+
+t.test("the sign-in form names this server's token file, or its configuration", async (t) => {
+  const s = await server('/srv/turnhost-data/api-token');
+  t.teardown(() => s.close());
+  const login = (await s.request('GET', '/ui/login', { token: null })).text;
+  t.match(login, '<code id="token-file">/srv/turnhost-data/api-token</code>');
+  t.notMatch(login, '/var/lib/turnhost/api-token', 'not the packaged path');
+  const odd = await server('/srv/<b>&"data/api-token');
+  t.teardown(() => odd.close());
+  t.match((await odd.request('GET', '/ui/login', { token: null })).text, '/srv/&#60;b&#62;&#38;&#34;data/api-token');
+  const configured = await server(null);
+  t.teardown(() => configured.close());
+  const named = (await configured.request('GET', '/ui/login', { token: null })).text;
+  t.match(named, "<code>apiToken</code> in this server's configuration");
+  t.notMatch(named, 'api-token</code>');
 });
 
 t.test('sign-in: a wrong token gets no cookie; the right one an HttpOnly SameSite=Strict session', async (t) => {

@@ -266,3 +266,66 @@ t.test('probeMode restricted while disabled names the config key', async (t) => 
   const probe = await probeMode(ctx, 'restricted', 'turn');
   t.match(probe.availability, { available: false, requirement: /modes\.restricted\.enabled/ });
 });
+
+t.test('workspace turns: absent unconfigured, then each missing requirement named', async (t) => {
+  const probeTree = tree(t);
+  const unconfigured = await runWorkerHostProbes(context(probeTree).ctx, 'check');
+  t.equal(unconfigured.workspaceTurns, undefined, 'no workspaces configured: nothing to report');
+
+  const base = fs.mkdtempSync('/run/turnhost-probe-workspaces-');
+  t.teardown(() => fs.rmSync(base, { recursive: true, force: true }));
+  const root = path.join(base, 'workspaces');
+  const workspaces = (dir: string) => ({ workspaces: { ...probeConfig(probeTree).workspaces, root: dir } });
+
+  const missing = await runWorkerHostProbes(context(probeTree, workspaces(root)).ctx, 'check');
+  t.equal(missing.ordinary?.available, true, 'ordinary turns can still run');
+  t.match(missing.workspaceTurns, { available: false, trigger: 'check', requirement: /workspaces root .* is missing/ });
+
+  fs.symlinkSync('/tmp', root);
+  const linked = await runWorkerHostProbes(context(probeTree, workspaces(root)).ctx, 'check');
+  t.match(linked.workspaceTurns?.requirement, /not a directory \(a symbolic link is refused\)/);
+  fs.unlinkSync(root);
+  fs.mkdirSync(root, { mode: 0o711 });
+
+  const shared = await runWorkerHostProbes(context(probeTree, workspaces(root)).ctx, 'check');
+  t.match(shared.workspaceTurns, { available: true, trigger: 'check' }, 'shared_uid: a usable root is enough');
+  t.equal(shared.workspaceTurns?.requirement, undefined);
+
+  // separate_uid: the helper leases workspaces only in its own workspace_root directories.
+  const helper = qualifiedHelper(t);
+  // Named so the fake view leaves it out, as the real view hides the supervisor's own state.
+  const helperConfig = path.join(path.dirname(helper), 'host-only');
+  const separate = (text: string) => {
+    fs.writeFileSync(helperConfig, text);
+    return context(
+      probeTree,
+      { identityHelper: { path: helper, configPath: helperConfig }, ...workspaces(root) },
+      { helperProbe: async () => ok(receipt) },
+    );
+  };
+  const elsewhere = separate(`uid_range 200000 100\nworkspace_root /var/lib/other-workspaces\n`);
+  const unleasable = await runWorkerHostProbes(elsewhere.ctx, 'boot');
+  t.equal(unleasable.ordinary?.available, true, unleasable.ordinary?.requirement ?? 'ordinary available');
+  t.match(unleasable.workspaceTurns, {
+    available: false,
+    requirement: new RegExp(
+      `has no workspace_root line for ${root} \\(workspaces.root; it names /var/lib/other-workspaces\\)`,
+    ),
+  });
+  t.ok(
+    elsewhere.lines.some((line) => /workspace turns unavailable: .*no workspace_root line/.test(line)),
+    'the boot probe logs it',
+  );
+  const leasable = await runWorkerHostProbes(separate(`uid_range 200000 100\nworkspace_root ${root}\n`).ctx, 'check');
+  t.match(leasable.workspaceTurns, { available: true });
+
+  const noOrdinary = await runWorkerHostProbes(
+    context(tree(t, hybridTree), {
+      ...workspaces(root),
+      identityHelper: { path: '/nonexistent/helper', configPath: null },
+    }).ctx,
+    'check',
+  );
+  t.equal(noOrdinary.ordinary?.available, false);
+  t.match(noOrdinary.workspaceTurns?.requirement, /^workspace turns run in mode ordinary, which is unavailable: /);
+});
