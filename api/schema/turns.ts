@@ -19,6 +19,10 @@ const MAX_ENV = 256;
 export const MAX_REQUEST_STDIN_BYTES = 512 * 1024;
 const LIMIT_NAMES = ['memory', 'pids', 'cpu', 'processes', 'open_files', 'file_size', 'data'] as const;
 const NO_NUL = '^[^\\u0000]*$';
+/** An environment variable name execve can carry: no "=" (it ends the name) and no NUL. */
+const ENV_NAME_PATTERN = '^[^=\\u0000]{1,256}$';
+/** The most bytes one variable's value may hold (checked with the turn manager's validation). */
+export const MAX_ENV_VALUE_BYTES = 32 * 1024;
 
 const LimitValue = Type.Union([Type.Number(), Type.String()], {
   'x-detail': 'expected a number or a string with a unit',
@@ -54,10 +58,23 @@ export const TurnCreateRequest = Type.Object(
       }),
     ),
     env: Type.Optional(
-      Type.Record(Type.String(), Type.String({ 'x-detail': 'expected a string' }), {
-        maxProperties: MAX_ENV,
-        'x-detail': `expected an object of at most ${MAX_ENV} string variables`,
-      }),
+      Type.Record(
+        Type.String({ pattern: ENV_NAME_PATTERN }),
+        Type.String({ pattern: NO_NUL, 'x-detail': 'expected a string without NUL' }),
+        {
+          maxProperties: MAX_ENV,
+          additionalProperties: false,
+          'x-detail': `expected an object of at most ${MAX_ENV} string variables`,
+          'x-unknown': 'expected a variable name: 1-256 characters without "=" or NUL',
+          description:
+            "Variables for the command, each passed as given (values are never recorded: the turn's record keeps " +
+            'the names). Names the boundary owns are refused with 400 naming the field (`env.LD_PRELOAD`): the ' +
+            "dynamic loader's (LD_*, GLIBC_TUNABLES), the proxy variables in any letter case (HTTP_PROXY, " +
+            'HTTPS_PROXY, ALL_PROXY, NO_PROXY), TMPDIR, NODE_USE_ENV_PROXY and the TURNHOST_ prefix. A value holds ' +
+            `at most ${MAX_ENV_VALUE_BYTES} bytes. The supervisor's own environment never reaches a command: it ` +
+            'starts from PATH, HOME (the cwd), LANG (and TERM with a tty), then these.',
+        },
+      ),
     ),
     tty: Type.Optional(
       Type.Union(

@@ -77,7 +77,10 @@ Runs one turn through the running supervisor and exits with the command's exit c
   --cwd DIR           working directory inside a workspace root (default: the current directory);
                       with --workspace, a path relative to the workspace (default: its top)
   --workspace ID      run in workspace ID, as its uid (turnhost workspace create)
-  --env K=V           an environment variable for the command (repeatable)
+  --env K=V           a variable for the command, passed as given (repeatable); names the
+                      supervisor owns are refused: LD_*, GLIBC_TUNABLES, the proxy variables
+                      (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, NO_PROXY in any case), TMPDIR,
+                      NODE_USE_ENV_PROXY, TURNHOST_*. This shell's environment is not passed.
   --allow HOST        an allowlist addition the configuration permits (repeatable)
   --limit NAME=VALUE  a lower limit for this turn, e.g. memory=512M (repeatable)
   --session S         the session id (default: cli-<random>)
