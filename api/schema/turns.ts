@@ -185,6 +185,22 @@ export const TurnRecord = Type.Object(
     workspaceId: Type.Optional(
       Type.Union([Type.String(), Type.Null()], { description: 'The workspace the turn ran in, or null.' }),
     ),
+    argv: Type.Union([Type.Array(Type.String()), Type.Null()], {
+      description: 'The command as it ran; null in records stored before the supervisor kept it (so too below).',
+    }),
+    cwd: Type.Union([Type.String(), Type.Null()], {
+      description: 'The absolute working directory (a workspace turn: inside its workspace).',
+    }),
+    envNames: Type.Union([Type.Array(Type.String()), Type.Null()], {
+      description: "The names of the request's env variables, sorted; values are never recorded.",
+    }),
+    limits: Type.Union([Type.Record(Type.String(), Type.Number()), Type.Null()], {
+      description:
+        'The limits the turn ran under, resolved: bytes for memory, data, file_size and tmp_size; CPUs for cpu; counts otherwise.',
+    }),
+    timeoutSeconds: Type.Union([Type.Number(), Type.Null()], {
+      description: 'The timeout the turn ran under (its own, or turns.defaultTimeoutSeconds).',
+    }),
   },
   { title: 'TurnRecord' },
 );
@@ -202,6 +218,30 @@ export const TurnList = Type.Object(
   { title: 'TurnList' },
 );
 export type TurnList = Static<typeof TurnList>;
+
+export const SessionSummary = Type.Object(
+  {
+    id: Type.String(),
+    turns: Type.Integer({ minimum: 0, description: 'Turn records of the session.' }),
+    workspaces: Type.Integer({ minimum: 0, description: 'Workspaces bound to it.' }),
+    events: Type.Integer({ minimum: 0, description: 'Governance events bound to it.' }),
+    firstActivity: Type.String({ description: 'Its oldest event or turn start.' }),
+    lastActivity: Type.String({ description: 'Its newest event, turn start or turn end.' }),
+  },
+  { title: 'SessionSummary' },
+);
+export type SessionSummary = Static<typeof SessionSummary>;
+
+export const SessionList = Type.Object(
+  {
+    sessions: Type.Array(SessionSummary, { description: 'The most recently begun first (by firstActivity).' }),
+    nextAfter: Type.Union([Type.String(), Type.Null()], {
+      description: "The next page's `after` (an opaque cursor), null on the last page.",
+    }),
+  },
+  { title: 'SessionList' },
+);
+export type SessionList = Static<typeof SessionList>;
 
 export const SessionDeletion = Type.Object(
   {
