@@ -3,12 +3,14 @@
  * counts and activity, `GET /api/governance/events?order=desc` pages events newest first, and a
  * turn's record says what ran (argv, cwd, env names, limits, timeout, tty) without an env value.
  */
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
 import { stopTapInjectingIntoChildren } from '../../../support/no-tap-inject.js';
 import { servedApi } from '../../../support/served-api.js';
 import { startSupervisor } from '../../../support/served-supervisor.js';
+import { REPO_ROOT } from '../../../support/turn-harness.js';
 import type { EventsPage, SessionList, TurnAnswer } from '../../../../api/schema/index.js';
 
 stopTapInjectingIntoChildren();
@@ -16,6 +18,20 @@ stopTapInjectingIntoChildren();
 const served = await startSupervisor({ name: 'session-listing' });
 t.teardown(() => served.stop());
 const api = servedApi(served);
+
+/** `turnhost session list --config <the served config> ...`: a subcommand takes its options after it. */
+function sessionList(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(
+    process.execPath,
+    [path.join(REPO_ROOT, 'dist/supervisor/cli/main.js'), 'session', 'list', '--config', served.configPath, ...args],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d: Buffer) => (stdout += d.toString('utf8')));
+  child.stderr.on('data', (d: Buffer) => (stderr += d.toString('utf8')));
+  return new Promise((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })));
+}
 
 async function finishedTurn(sessionId: string, extra: Record<string, unknown> = {}): Promise<string> {
   const created = await api.createTurn(sessionId, ['/bin/true'], extra);
@@ -154,4 +170,35 @@ t.test("a tty turn's record says what ran, and no env value is stored", async (t
   const files = ['turnhost.db', 'turnhost.db-wal'].map((name) => path.join(served.dataDir, name));
   for (const file of files.filter((f) => fs.existsSync(f)))
     t.notOk(fs.readFileSync(file).includes(secret), `${path.basename(file)} holds no env value`);
+});
+
+t.test('the CLI lists sessions and pages events newest first', async (t) => {
+  const sessions = await sessionList(['--json', '--all', '--limit', '1']);
+  t.equal(sessions.code, 0, sessions.stderr);
+  const listed = JSON.parse(sessions.stdout) as SessionList;
+  t.ok(
+    ['sl-first', 'sl-second', 'sl-third', 'sl-record'].every((id) => listed.sessions.some((s) => s.id === id)),
+    'every session, through every page',
+  );
+  t.equal(listed.nextAfter, null);
+  const text = await sessionList([]);
+  t.match(text.stdout, /^sl-first {2}turns=2 workspaces=0 events=\d+ {2}\S+ \.\. \S+$/m);
+
+  const desc = await served.cli(['events', '--desc', '--limit', '3', '--json']);
+  t.equal(desc.code, 0, desc.stderr);
+  const page = JSON.parse(desc.stdout) as EventsPage;
+  const ids = page.events.map((e) => e.id);
+  t.same(
+    ids,
+    [...ids].sort((a, b) => b - a),
+    'newest first',
+  );
+  const older = await served.cli(['events', '--desc', '--before', String(page.nextBefore), '--limit', '3', '--json']);
+  t.ok(
+    (JSON.parse(older.stdout) as EventsPage).events.every((e) => e.id < ids.at(-1)!),
+    'the next page is older',
+  );
+  const refused = await served.cli(['events', '--desc', '--after', '3']);
+  t.not(refused.code, 0);
+  t.match(refused.stderr, /after/);
 });
