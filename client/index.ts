@@ -22,6 +22,8 @@ export type {
   HostWriteAnswer,
   Ready,
   SessionDeletion,
+  SessionList,
+  SessionSummary,
   SystemStatus,
   TurnCreateRequest,
   TurnList,
@@ -39,7 +41,14 @@ export type { AttachError, Attachment, OutputChunk } from './attach.js';
 export { TurnhostApiError } from './errors.js';
 export type { EventQuery, EventStreamOptions } from './event-stream.js';
 export type { ClientOptions, ServerTarget } from './transport.js';
-export { TurnhostClient, type HostWrite, type TurnQuery, type WorkspaceFile } from './turnhost-client.js';
+export {
+  TurnhostClient,
+  type EventPageQuery,
+  type HostWrite,
+  type SessionQuery,
+  type TurnQuery,
+  type WorkspaceFile,
+} from './turnhost-client.js';
 
 export { DEFAULT_SERVER_URL, parseServerUrl, serverUrl, type ConnectOptions } from './server-url.js';
 

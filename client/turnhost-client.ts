@@ -11,6 +11,7 @@ import type {
   HostWriteAnswer,
   Ready,
   SessionDeletion,
+  SessionList,
   SystemStatus,
   TurnCreateRequest,
   TurnList,
@@ -37,6 +38,22 @@ export interface TurnQuery {
   session?: string;
   workspace?: string;
   state?: 'starting' | 'running' | 'finished';
+  /** The previous page's `nextAfter`. */
+  after?: string;
+  limit?: number;
+}
+
+/** A page of events: ascending pages with `after`, `order: 'desc'` pages with `before`. */
+export type EventPageQuery = (EventQuery & { limit?: number; order?: 'asc' }) | EventDescQuery;
+
+interface EventDescQuery extends Omit<EventQuery, 'after'> {
+  order: 'desc';
+  /** The previous page's `nextBefore`. */
+  before?: number;
+  limit?: number;
+}
+
+export interface SessionQuery {
   /** The previous page's `nextAfter`. */
   after?: string;
   limit?: number;
@@ -78,7 +95,11 @@ export class TurnhostClient {
     return this.#transport.request<Record<string, unknown>>('GET', '/api/openapi.json');
   }
 
-  events(q: EventQuery & { limit?: number } = {}): Promise<EventsPage> {
+  /**
+   * A page of events: oldest first, continued with `after: page.nextAfter`; or with
+   * `order: 'desc'` newest first, continued with `before: page.nextBefore`.
+   */
+  events(q: EventPageQuery = {}): Promise<EventsPage> {
     return this.#transport.request<EventsPage>('GET', `/api/governance/events${query({ ...q })}`);
   }
 
@@ -140,6 +161,11 @@ export class TurnhostClient {
       octetBody(data),
       [200, 201],
     );
+  }
+
+  /** A page of sessions, the most recently begun first; continue with `after: page.nextAfter`. */
+  listSessions(q: SessionQuery = {}): Promise<SessionList> {
+    return this.#transport.request<SessionList>('GET', `/api/sessions${query({ ...q })}`);
   }
 
   async deleteSession(id: string): Promise<SessionDeletion['deleted']> {

@@ -22,7 +22,12 @@ export const EventsPage = Type.Object(
   {
     events: Type.Array(GovernanceEvent),
     nextAfter: Type.Union([Type.Integer(), Type.Null()], {
-      description: 'Pass as `after` for the next page; null on the last.',
+      description:
+        'Ascending order: pass as `after` for the next page; null on the last (always null with order=desc).',
+    }),
+    nextBefore: Type.Union([Type.Integer(), Type.Null()], {
+      description:
+        'order=desc: pass as `before` for the next, older page; null on the last (always null in ascending order).',
     }),
   },
   { title: 'EventsPage' },

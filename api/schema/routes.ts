@@ -9,7 +9,7 @@ import { EventsPage } from './events.js';
 import { ID_PATTERN, SESSION_ID_PATTERN } from './ids.js';
 import { AttachClientMessage, AttachServerMessage, EventStreamMessage } from './messages.js';
 import { ActivityView, Health, Ready, SystemStatus } from './status.js';
-import { HostWriteAnswer, SessionDeletion, TurnAnswer, TurnCreateRequest, TurnList } from './turns.js';
+import { HostWriteAnswer, SessionDeletion, SessionList, TurnAnswer, TurnCreateRequest, TurnList } from './turns.js';
 import { WorkspaceAnswer, WorkspaceCreateRequest, WorkspaceDeletion, WorkspaceList } from './workspaces.js';
 import { WorkerHostStatus } from './worker-host.js';
 
@@ -124,11 +124,20 @@ export const ROUTES: ApiRoute[] = [
     method: 'get',
     path: '/api/governance/events',
     operationId: 'events',
-    summary: 'A page of governance events in id order.',
+    summary: 'A page of governance events in id order, or newest first with order=desc.',
     auth: 'token',
     query: {
       ...eventFilters,
       limit: { schema: Type.Integer({ minimum: 1, maximum: 1000, default: 100 }), description: 'Page size.' },
+      order: {
+        schema: Type.Union([Type.Literal('asc'), Type.Literal('desc')]),
+        description:
+          'asc (default): oldest first, paged with after/nextAfter; desc: newest first, paged with before/nextBefore. after with desc, or before without it, is refused (400 naming it).',
+      },
+      before: {
+        schema: Type.Integer({ minimum: 0 }),
+        description: "With order=desc: only events with a smaller id (the previous page's nextBefore).",
+      },
     },
     responses: { 200: { description: 'A page.', schema: EventsPage } },
     errors: ['store_unavailable'],
@@ -271,6 +280,23 @@ export const ROUTES: ApiRoute[] = [
       'body_too_large',
       'unsupported_media_type',
     ],
+    optional: 'turns',
+  },
+  {
+    method: 'get',
+    path: '/api/sessions',
+    operationId: 'listSessions',
+    summary: 'A page of sessions (what carries a session id: events and turn records), the most recently begun first.',
+    auth: 'token',
+    query: {
+      after: {
+        schema: Type.String({ pattern: '^[A-Za-z0-9_-]{1,700}$' }),
+        description: "The previous page's nextAfter (an opaque cursor).",
+      },
+      limit: { schema: Type.Integer({ minimum: 1, maximum: 1000, default: 100 }), description: 'Page size.' },
+    },
+    responses: { 200: { description: 'A page of sessions.', schema: SessionList } },
+    errors: ['store_unavailable'],
     optional: 'turns',
   },
   {

@@ -19,6 +19,10 @@ const MAX_ENV = 256;
 export const MAX_REQUEST_STDIN_BYTES = 512 * 1024;
 const LIMIT_NAMES = ['memory', 'pids', 'cpu', 'processes', 'open_files', 'file_size', 'data'] as const;
 const NO_NUL = '^[^\\u0000]*$';
+/** An environment variable name execve can carry: no "=" (it ends the name) and no NUL. */
+const ENV_NAME_PATTERN = '^[^=\\u0000]{1,256}$';
+/** The most bytes one variable's value may hold (checked with the turn manager's validation). */
+export const MAX_ENV_VALUE_BYTES = 32 * 1024;
 
 const LimitValue = Type.Union([Type.Number(), Type.String()], {
   'x-detail': 'expected a number or a string with a unit',
@@ -54,10 +58,23 @@ export const TurnCreateRequest = Type.Object(
       }),
     ),
     env: Type.Optional(
-      Type.Record(Type.String(), Type.String({ 'x-detail': 'expected a string' }), {
-        maxProperties: MAX_ENV,
-        'x-detail': `expected an object of at most ${MAX_ENV} string variables`,
-      }),
+      Type.Record(
+        Type.String({ pattern: ENV_NAME_PATTERN }),
+        Type.String({ pattern: NO_NUL, 'x-detail': 'expected a string without NUL' }),
+        {
+          maxProperties: MAX_ENV,
+          additionalProperties: false,
+          'x-detail': `expected an object of at most ${MAX_ENV} string variables`,
+          'x-unknown': 'expected a variable name: 1-256 characters without "=" or NUL',
+          description:
+            "Variables for the command, each passed as given (values are never recorded: the turn's record keeps " +
+            'the names). Names the boundary owns are refused with 400 naming the field (`env.LD_PRELOAD`): the ' +
+            "dynamic loader's (LD_*, GLIBC_TUNABLES), the proxy variables in any letter case (HTTP_PROXY, " +
+            'HTTPS_PROXY, ALL_PROXY, NO_PROXY), TMPDIR, NODE_USE_ENV_PROXY and the TURNHOST_ prefix. A value holds ' +
+            `at most ${MAX_ENV_VALUE_BYTES} bytes. The supervisor's own environment never reaches a command: it ` +
+            'starts from PATH, HOME (the cwd), LANG (and TERM with a tty), then these.',
+        },
+      ),
     ),
     tty: Type.Optional(
       Type.Union(
@@ -190,6 +207,22 @@ export const TurnRecord = Type.Object(
     workspaceId: Type.Optional(
       Type.Union([Type.String(), Type.Null()], { description: 'The workspace the turn ran in, or null.' }),
     ),
+    argv: Type.Union([Type.Array(Type.String()), Type.Null()], {
+      description: 'The command as it ran; null in records stored before the supervisor kept it (so too below).',
+    }),
+    cwd: Type.Union([Type.String(), Type.Null()], {
+      description: 'The absolute working directory (a workspace turn: inside its workspace).',
+    }),
+    envNames: Type.Union([Type.Array(Type.String()), Type.Null()], {
+      description: "The names of the request's env variables, sorted; values are never recorded.",
+    }),
+    limits: Type.Union([Type.Record(Type.String(), Type.Number()), Type.Null()], {
+      description:
+        'The limits the turn ran under, resolved: bytes for memory, data, file_size and tmp_size; CPUs for cpu; counts otherwise.',
+    }),
+    timeoutSeconds: Type.Union([Type.Number(), Type.Null()], {
+      description: 'The timeout the turn ran under (its own, or turns.defaultTimeoutSeconds).',
+    }),
   },
   { title: 'TurnRecord' },
 );
@@ -207,6 +240,30 @@ export const TurnList = Type.Object(
   { title: 'TurnList' },
 );
 export type TurnList = Static<typeof TurnList>;
+
+export const SessionSummary = Type.Object(
+  {
+    id: Type.String(),
+    turns: Type.Integer({ minimum: 0, description: 'Turn records of the session.' }),
+    workspaces: Type.Integer({ minimum: 0, description: 'Workspaces bound to it.' }),
+    events: Type.Integer({ minimum: 0, description: 'Governance events bound to it.' }),
+    firstActivity: Type.String({ description: 'Its oldest event or turn start.' }),
+    lastActivity: Type.String({ description: 'Its newest event, turn start or turn end.' }),
+  },
+  { title: 'SessionSummary' },
+);
+export type SessionSummary = Static<typeof SessionSummary>;
+
+export const SessionList = Type.Object(
+  {
+    sessions: Type.Array(SessionSummary, { description: 'The most recently begun first (by firstActivity).' }),
+    nextAfter: Type.Union([Type.String(), Type.Null()], {
+      description: "The next page's `after` (an opaque cursor), null on the last page.",
+    }),
+  },
+  { title: 'SessionList' },
+);
+export type SessionList = Static<typeof SessionList>;
 
 export const SessionDeletion = Type.Object(
   {

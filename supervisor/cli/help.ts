@@ -15,12 +15,12 @@ export const USAGE = `usage: turnhost <command> [options]
   serve   [--config FILE] [--listen HOST:PORT] [--socket PATH] [--data-dir DIR] [--log-level L]
   status  [--json]                       what the running supervisor reports
   check   [--json]                       re-run the worker-host probes (exit 4 when ordinary or workspace turns are unavailable)
-  events  [--session S] [--turn T] [--kind K] [--after ID] [--limit N] [--follow] [--json]
+  events  [--session S] [--turn T] [--kind K] [--after ID | --desc [--before ID]] [--limit N] [--follow] [--json]
   run     [--mode M] [--tty] [--timeout S] [--cwd DIR] [--env K=V]... [--allow HOST]...
           [--limit NAME=VALUE]... [--session S] [--turn-id ID] [--workspace ID] [--json] [--local] -- CMD ARGS...
   workspace create [ID] [--session S] | list [--session S] | show ID | delete ID [--cancel]  [--json]
   turns   list [--session S] [--workspace W] [--state S] [--limit N] [--all] | show ID | cancel ID | attach ID
-  session delete ID                      delete a session's events and turn records
+  session list [--limit N] [--all] | delete ID   list sessions; delete a session's events and turn records
   completion                             print the bash completion script
 
 client options: --server URL (http://HOST:PORT or unix:/PATH), --data-dir DIR, --config FILE
@@ -54,14 +54,17 @@ ordinary mode, or configured workspace turns, are unavailable.
 
 ${CLIENT_OPTIONS_HELP}
 `,
-  events: `usage: turnhost events [--session S] [--turn T] [--kind K] [--after ID] [--limit N] [--follow] [--json] [client options]
+  events: `usage: turnhost events [--session S] [--turn T] [--kind K] [--after ID | --desc [--before ID]] [--limit N] [--follow] [--json] [client options]
 
-Lists governance events, oldest first; --follow streams new ones until interrupted.
+Lists governance events, oldest first (--desc: newest first); --follow streams new ones until
+interrupted.
 
   --session S   only this session's events
   --turn T      only this turn's events
   --kind K      only this kind (worker_launch, egress_denial, ...)
-  --after ID    events with a larger id (with --follow: replay those first)
+  --after ID    events with a larger id (with --follow: replay those first); not with --desc
+  --desc        newest first; the next, older page with --before
+  --before ID   with --desc: events with a smaller id
   --limit N     at most N events (1-1000, default 100); not with --follow
   --follow, -f  stream new events over the WebSocket
   --json        one JSON document (--follow: one event per line)
@@ -80,7 +83,10 @@ goes to the command; a second Ctrl-C within 3 s cancels the turn.
   --cwd DIR           working directory inside a workspace root (default: the current directory);
                       with --workspace, a path relative to the workspace (default: its top)
   --workspace ID      run in workspace ID, as its uid (turnhost workspace create)
-  --env K=V           an environment variable for the command (repeatable)
+  --env K=V           a variable for the command, passed as given (repeatable); names the
+                      supervisor owns are refused: LD_*, GLIBC_TUNABLES, the proxy variables
+                      (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, NO_PROXY in any case), TMPDIR,
+                      NODE_USE_ENV_PROXY, TURNHOST_*. This shell's environment is not passed.
   --allow HOST        an allowlist addition the configuration permits (repeatable)
   --limit NAME=VALUE  a lower limit for this turn, e.g. memory=512M (repeatable)
   --session S         the session id (default: cli-<random>)
@@ -157,9 +163,21 @@ a pty turn puts this terminal in raw mode.
 ${CLIENT_OPTIONS_HELP}
 ${EXIT_CODES_HELP}
 `,
-  session: `usage: turnhost session delete ID [--json] [client options]
+  session: `usage: turnhost session list [--limit N] [--all] [--json] [client options]
+       turnhost session delete ID [--json] [client options]
 
-turnhost session delete --help shows its options.
+turnhost session list --help and turnhost session delete --help show their options.
+`,
+  'session list': `usage: turnhost session list [--limit N] [--all] [--json] [client options]
+
+Lists sessions, the most recently begun first: each with its turn, workspace and event counts
+and its first and last activity.
+
+  --limit N     sessions per page (1-1000, default 100)
+  --all         follow every page
+  --json        { sessions, nextAfter }
+
+${CLIENT_OPTIONS_HELP}
 `,
   'session delete': `usage: turnhost session delete ID [--json] [client options]
 

@@ -17,7 +17,14 @@ import { COMMAND_HELP, USAGE } from './help.js';
 import { bashCompletion } from './completion.js';
 import { runLocal, runRemote } from './run.js';
 import { WORKSPACE_ACTIONS, workspaceCommand } from './workspace.js';
-import { attachTurnCommand, cancelTurnCommand, deleteSessionCommand, listTurns, showTurn } from './turn-commands.js';
+import {
+  attachTurnCommand,
+  cancelTurnCommand,
+  deleteSessionCommand,
+  listSessionsCommand,
+  listTurns,
+  showTurn,
+} from './turn-commands.js';
 import { EVENT_KINDS } from '../events/kinds.js';
 import { softwareIdentity } from '../software.js';
 
@@ -39,6 +46,8 @@ const COMMAND_OPTIONS: Record<string, Options> = {
     turn: { type: 'string' },
     kind: { type: 'string' },
     after: { type: 'string' },
+    before: { type: 'string' },
+    desc: { type: 'boolean' },
     limit: { type: 'string' },
     follow: { type: 'boolean', short: 'f' },
   },
@@ -75,7 +84,7 @@ const SUBCOMMAND_OPTIONS: Record<string, Record<string, Options>> = {
     cancel: CLIENT_OPTIONS,
     attach: { ...CLIENT_OPTIONS, 'no-input': { type: 'boolean' } },
   },
-  session: { delete: CLIENT_OPTIONS },
+  session: { list: { ...CLIENT_OPTIONS, limit: { type: 'string' }, all: { type: 'boolean' } }, delete: CLIENT_OPTIONS },
 };
 
 /** `turnhost completion`: every command's long options, and the values an option takes. */
@@ -211,20 +220,34 @@ async function events(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
   const json = values['json'] === true;
   const show = (event: GovernanceEvent): void => print(json ? JSON.stringify(event) + '\n' : formatEvent(event));
   if (!values['follow']) {
-    const { after, limit, ...filters } = eventQuery(values, ['session', 'turn', 'kind', 'after', 'limit']);
+    const { after, before, limit, ...filters } = eventQuery(values, [
+      'session',
+      'turn',
+      'kind',
+      'after',
+      'before',
+      'limit',
+    ]);
+    const desc = values['desc'] === true;
+    // The server refuses a cursor of the other order, naming it.
     const page: EventPage = await call(connection, 'events', (client) =>
       client.events({
         ...filters,
+        ...(desc ? { order: 'desc' as const } : {}),
         ...(after === undefined ? {} : { after: Number(after) }),
+        ...(before === undefined ? {} : { before: Number(before) }),
         ...(limit === undefined ? {} : { limit: Number(limit) }),
       }),
     );
     if (json) print(JSON.stringify(page) + '\n');
     else page.events.forEach(show);
     if (!json && page.nextAfter !== null) process.stderr.write(`more events: --after ${page.nextAfter}\n`);
+    if (!json && page.nextBefore !== null) process.stderr.write(`more events: --desc --before ${page.nextBefore}\n`);
     return EXIT.ok;
   }
   if (values['limit'] !== undefined) throw usage('--limit does not apply to --follow', 'events');
+  if (values['desc'] === true || values['before'] !== undefined)
+    throw usage('--desc and --before do not apply to --follow', 'events');
   const { after, ...filters } = eventQuery(values, ['session', 'turn', 'kind', 'after']);
   const abort = new AbortController();
   const stop = (): void => abort.abort();
@@ -323,6 +346,15 @@ async function subcommand(command: string, rest: string[], env: NodeJS.ProcessEn
     return EXIT.ok;
   }
   const json = values['json'] === true;
+  if (name === 'session list') {
+    if (positionals.length > 0) throw usage(`${name}: unexpected argument '${positionals[0]}'`, name);
+    return listSessionsCommand(
+      connect(values, env),
+      { limit: str(values, 'limit') },
+      { all: values['all'] === true, json },
+      print,
+    );
+  }
   if (sub === 'list') {
     if (positionals.length > 0) throw usage(`${name}: unexpected argument '${positionals[0]}'`, name);
     return listTurns(

@@ -1,8 +1,8 @@
 /**
- * `turnhost turns list|show|cancel|attach` and `turnhost session delete`. The calls are the
+ * `turnhost turns list|show|cancel|attach` and `turnhost session list|delete`. The calls are the
  * typed client's (through `call`, which maps a refusal to the CLI's exit); this module formats.
  */
-import type { SessionDeletion, TurnList, TurnQuery, TurnRecord } from '../../client/index.js';
+import type { SessionDeletion, SessionList, TurnList, TurnQuery, TurnRecord } from '../../client/index.js';
 import { call, type Connection } from './client.js';
 import { EXIT } from './exit-codes.js';
 import { attachRemote } from './run.js';
@@ -120,6 +120,38 @@ export async function attachTurnCommand(
 ): Promise<number> {
   const turn = await fetchTurn(connection, id);
   return attachRemote(connection, turn.id, { tty: turn.tty, json: options.json, input: options.input });
+}
+
+/** `turnhost session list`: one page (`--all`: every page), the most recently begun session first. */
+export async function listSessionsCommand(
+  connection: Connection,
+  query: { limit?: string },
+  options: { all: boolean; json: boolean },
+  print: (text: string) => void,
+): Promise<number> {
+  const limit = query.limit === undefined ? undefined : /^[0-9]+$/.test(query.limit) ? Number(query.limit) : NaN;
+  const fetchPage = (after?: string): Promise<SessionList> =>
+    call(connection, 'session list', (client) =>
+      client.listSessions({ ...(limit === undefined ? {} : { limit }), ...(after === undefined ? {} : { after }) }),
+    );
+  let page = await fetchPage();
+  const sessions = [...page.sessions];
+  while (options.all && page.nextAfter !== null) {
+    page = await fetchPage(page.nextAfter);
+    sessions.push(...page.sessions);
+  }
+  if (options.json) print(JSON.stringify({ sessions, nextAfter: page.nextAfter }) + '\n');
+  else
+    print(
+      sessions
+        .map(
+          (s) =>
+            `${s.id}  turns=${s.turns} workspaces=${s.workspaces} events=${s.events}  ${s.firstActivity} .. ${s.lastActivity}\n`,
+        )
+        .join(''),
+    );
+  if (!options.json && page.nextAfter !== null) process.stderr.write('more sessions: --all lists every page\n');
+  return EXIT.ok;
 }
 
 export async function deleteSessionCommand(

@@ -80,4 +80,15 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX events_session_id_at ON events (session_id, at);
     `,
   },
+  {
+    description: 'what a turn ran: argv, cwd, env names, limits, timeout',
+    sql: `
+      -- JSON arrays and objects; env_names_json holds names only, never a value.
+      ALTER TABLE turns ADD COLUMN argv_json TEXT;
+      ALTER TABLE turns ADD COLUMN cwd TEXT;
+      ALTER TABLE turns ADD COLUMN env_names_json TEXT;
+      ALTER TABLE turns ADD COLUMN limits_json TEXT;
+      ALTER TABLE turns ADD COLUMN timeout_seconds REAL;
+    `,
+  },
 ];

@@ -136,17 +136,18 @@ class SqliteEventStore implements EventStore {
     const checked = validateQuery(query);
     if (!checked.ok) return checked;
     if (!this.db) return fail('store_unavailable', 'the event database could not be opened');
-    const { session, turn, kind, after, limit } = checked;
+    const { session, turn, kind, bound, descending, limit } = checked;
     try {
       const params: unknown[] = [session, turn, kind].filter((v) => v !== undefined);
-      const rows = this.queryStatement(session !== undefined, turn !== undefined, kind !== undefined).all(
+      const rows = this.queryStatement(session !== undefined, turn !== undefined, kind !== undefined, descending).all(
         ...params,
-        after,
+        bound,
         limit,
       );
       const events = rows.map(rowToEvent);
       const last = events.at(-1);
-      return ok({ events, nextAfter: events.length === limit && last ? last.id : null });
+      const next = events.length === limit && last ? last.id : null;
+      return ok({ events, nextAfter: descending ? null : next, nextBefore: descending ? next : null });
     } catch (error) {
       this.logger.error('event query failed', { detail: describeError(error) });
       return fail('store_unavailable', 'the event database could not be read');
@@ -354,11 +355,12 @@ class SqliteEventStore implements EventStore {
     bySession: boolean,
     byTurn: boolean,
     byKind: boolean,
+    descending: boolean,
   ): Database.Statement<unknown[], EventRow> {
-    const key = `${+bySession}${+byTurn}${+byKind}`;
+    const key = `${+bySession}${+byTurn}${+byKind}${+descending}`;
     let statement = this.queryStatements.get(key);
     if (!statement) {
-      statement = this.db!.prepare<unknown[], EventRow>(eventQuerySql(bySession, byTurn, byKind));
+      statement = this.db!.prepare<unknown[], EventRow>(eventQuerySql(bySession, byTurn, byKind, descending));
       this.queryStatements.set(key, statement);
     }
     return statement;
@@ -366,20 +368,20 @@ class SqliteEventStore implements EventStore {
 }
 
 /**
- * The page query for a filter combination; parameters in the order session, turn, kind, after,
- * limit (present filters only). Without statistics SQLite may drive a combined filter through
+ * The page query for a filter combination; parameters in the order session, turn, kind, the
+ * bound (after, or before when descending), limit (present filters only). Without statistics SQLite may drive a combined filter through
  * the least selective index (kind), so the unary `+` keeps a term out of index selection:
  * turn narrows most, then session, and kind drives only when it filters alone.
  */
-export function eventQuerySql(bySession: boolean, byTurn: boolean, byKind: boolean): string {
+export function eventQuerySql(bySession: boolean, byTurn: boolean, byKind: boolean, descending = false): string {
   const where = [
     bySession ? (byTurn ? '+session_id = ?' : 'session_id = ?') : null,
     byTurn ? 'turn_id = ?' : null,
     byKind ? (bySession || byTurn ? '+kind = ?' : 'kind = ?') : null,
-    'id > ?',
+    descending ? 'id < ?' : 'id > ?',
   ].filter((c) => c !== null);
   return `SELECT id, session_id, turn_id, at, kind, schema_version, actor, model, profile, payload
-         FROM events WHERE ${where.join(' AND ')} ORDER BY id LIMIT ?`;
+         FROM events WHERE ${where.join(' AND ')} ORDER BY id ${descending ? 'DESC' : ''} LIMIT ?`;
 }
 
 function checkId(field: string, value: unknown): string | null {
@@ -398,7 +400,16 @@ function normaliseTimestamp(at: unknown): string | null {
   return Number.isNaN(time) ? null : new Date(time).toISOString();
 }
 
-type CheckedQuery = { ok: true; session?: string; turn?: string; kind?: string; after: number; limit: number };
+type CheckedQuery = {
+  ok: true;
+  session?: string;
+  turn?: string;
+  kind?: string;
+  descending: boolean;
+  /** The id bound: after (ascending) or before (descending). */
+  bound: number;
+  limit: number;
+};
 
 function validateQuery(query: EventQuery): CheckedQuery | { ok: false; reason: 'invalid_query'; detail: string } {
   // Queries come from HTTP parameters and other JavaScript callers: checked whatever the type says.
@@ -410,15 +421,21 @@ function validateQuery(query: EventQuery): CheckedQuery | { ok: false; reason: '
       return fail('invalid_query', `${parameter} must be a string of 1 to ${MAX_ID_LENGTH} characters`);
     }
   }
-  const after = query.after ?? 0;
-  if (!Number.isSafeInteger(after) || after < 0) {
-    return fail('invalid_query', 'after must be a non-negative integer event id');
+  const order: unknown = query.order ?? 'asc';
+  if (order !== 'asc' && order !== 'desc') return fail('invalid_query', "order must be 'asc' or 'desc'");
+  const descending = order === 'desc';
+  if (descending ? query.after !== undefined : query.before !== undefined) {
+    return fail('invalid_query', descending ? 'after pages ascending order; use before' : 'before needs order desc');
+  }
+  const bound = (descending ? query.before : query.after) ?? (descending ? Number.MAX_SAFE_INTEGER : 0);
+  if (!Number.isSafeInteger(bound) || bound < 0) {
+    return fail('invalid_query', `${descending ? 'before' : 'after'} must be a non-negative integer event id`);
   }
   const limit = query.limit ?? DEFAULT_QUERY_LIMIT;
   if (!Number.isSafeInteger(limit) || limit < 1 || limit > MAX_QUERY_LIMIT) {
     return fail('invalid_query', `limit must be an integer from 1 to ${MAX_QUERY_LIMIT}`);
   }
-  return { ok: true, session: query.session, turn: query.turn, kind: query.kind, after, limit };
+  return { ok: true, session: query.session, turn: query.turn, kind: query.kind, descending, bound, limit };
 }
 
 function rowToEvent(row: EventRow): GovernanceEvent {

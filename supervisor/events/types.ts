@@ -25,16 +25,25 @@ export interface EventQuery {
   session?: string;
   turn?: string;
   kind?: string;
-  /** Return events with id strictly greater than this. */
+  /** Return events with id strictly greater than this (ascending order only). */
   after?: number;
+  /** Return events with id strictly smaller than this (descending order only). */
+  before?: number;
+  /** `asc` (default): oldest first, paged with `after`; `desc`: newest first, paged with `before`. */
+  order?: 'asc' | 'desc';
   /** Default 100, max 1000. */
   limit?: number;
 }
 
-/** `nextAfter` is the id to pass as `after` for the next page, or null when this page is the last. */
+/**
+ * `nextAfter` (ascending) is the id to pass as `after` for the next page, `nextBefore`
+ * (descending) the id to pass as `before`; null when this page is the last, and always null in
+ * the other order.
+ */
 export interface EventPage {
   events: GovernanceEvent[];
   nextAfter: number | null;
+  nextBefore: number | null;
 }
 
 export interface EventStoreStatus {

@@ -267,7 +267,7 @@ function registerEventRoutes(api: Router, store: EventStore): void {
         if (page.reason === 'invalid_query') return sendError(res, 400, 'invalid_request', page.detail);
         return sendError(res, 503, 'store_unavailable', page.detail);
       }
-      res.json({ events: page.events, nextAfter: page.nextAfter });
+      res.json({ events: page.events, nextAfter: page.nextAfter, nextBefore: page.nextBefore });
     },
   });
   route(api, '/api/governance/events/stream', { get: upgradeRequired });

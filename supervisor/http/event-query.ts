@@ -24,7 +24,9 @@ export function parseEventQuery(
   params: URLSearchParams,
   options: { allowLimit: boolean },
 ): { ok: true; query: EventQuery } | QueryFailure {
-  const check = new QueryCheck(params, [...FILTERS, 'after', ...(options.allowLimit ? ['limit'] : [])]);
+  // Paging newest first belongs to the page route; the stream always runs in id order.
+  const paging = options.allowLimit ? ['limit', 'order', 'before'] : [];
+  const check = new QueryCheck(params, [...FILTERS, 'after', ...paging]);
   const query: EventQuery = {};
   for (const name of FILTERS) {
     const value = check.get(name);
@@ -43,7 +45,29 @@ export function parseEventQuery(
     if (!(n >= 1 && n <= MAX_EVENT_PAGE)) check.refuse('limit', `expected an integer from 1 to ${MAX_EVENT_PAGE}`);
     else query.limit = n;
   }
+  parseOrder(check, query);
   return check.failure() ?? { ok: true, query };
+}
+
+/**
+ * `order=desc` pages newest first with `before` (the previous page's `nextBefore`); `after`
+ * belongs to ascending order and `before` to descending: each given with the other order is
+ * refused, naming it.
+ */
+function parseOrder(check: QueryCheck, query: EventQuery): void {
+  const order = check.get('order');
+  if (order !== null) {
+    if (order !== 'asc' && order !== 'desc') check.refuse('order', "expected 'asc' or 'desc'");
+    else query.order = order;
+  }
+  const before = check.get('before');
+  if (before !== null) {
+    if (!/^[0-9]{1,15}$/.test(before)) check.refuse('before', 'expected a non-negative integer event id');
+    else if (query.order !== 'desc') check.refuse('before', 'only with order=desc (ascending pages use after)');
+    else query.before = Number(before);
+  }
+  if (query.order === 'desc' && query.after !== undefined)
+    check.refuse('after', 'not with order=desc: a newest-first page continues with before=<nextBefore>');
 }
 
 /** The same filters applied to one event pushed live by the store. */

@@ -1,87 +1,40 @@
 /**
- * The subprocess environment filter: a turn command sees only allowlisted variables. Modelled
- * on the reference toolkit's filterSubprocessEnv: a fixed allowlist, an operator escape hatch of
- * extra names (config `turns.envExtra` or TURNHOST_ENV_EXTRA), and the control variable itself is
- * never forwarded. Values are never logged.
+ * The command environment's rules. A turn command starts from a fixed base the supervisor
+ * writes (PATH, HOME, LANG, TERM with a tty), then every variable the caller named in the
+ * request, then what the boundary owns (TMPDIR, NODE_USE_ENV_PROXY, and the proxy variables the
+ * worker adds). The supervisor's own environment never reaches a command: nothing of it is
+ * copied. A caller's variable passes whole, unless its name is one the boundary owns: such a
+ * request is refused, naming the variable, rather than having the value silently replaced or
+ * dropped.
  */
-export const ENV_EXTRA_CONTROL = 'TURNHOST_ENV_EXTRA';
 
-/** Names a command may receive from the turn request without configuration. */
-const ALLOWED_NAMES = new Set([
-  'PATH',
-  'HOME',
-  'USER',
-  'LOGNAME',
-  'SHELL',
-  'TERM',
-  'COLORTERM',
-  'NO_COLOR',
-  'FORCE_COLOR',
-  'LANG',
-  'LANGUAGE',
-  'TZ',
-  'TMPDIR',
-  'PWD',
-  'EDITOR',
-  'PAGER',
-  'COLUMNS',
-  'LINES',
-]);
-const ALLOWED_PREFIXES = ['LC_'];
+/** Set by the supervisor for every turn: Node releases whose fetch honours it then use the egress proxy. */
+export const NODE_PROXY_ENV = { NODE_USE_ENV_PROXY: '1' } as const;
 
-/** Names that are never forwarded, even when an operator lists them: they steer loaders or our own proxying. */
-const NEVER_NAMES = new Set([
-  ENV_EXTRA_CONTROL,
-  'LD_PRELOAD',
-  'LD_LIBRARY_PATH',
-  'LD_AUDIT',
-  'NODE_OPTIONS',
-  'HTTP_PROXY',
-  'HTTPS_PROXY',
-  'ALL_PROXY',
-  'NO_PROXY',
-  'http_proxy',
-  'https_proxy',
-  'all_proxy',
-  'no_proxy',
+/** The proxy variables the worker points at the turn's egress listener; refused in any letter case. */
+const PROXY_NAMES = new Set(['HTTP_PROXY', 'HTTPS_PROXY', 'ALL_PROXY', 'NO_PROXY']);
+
+const LOADER_DETAIL = "reserved: the dynamic loader's variables are not passed to turn commands";
+
+/** Exact names the boundary owns, with why. */
+const RESERVED_NAMES = new Map<string, string>([
+  ['TMPDIR', "reserved: the supervisor sets TMPDIR to the turn's own /tmp"],
+  ['NODE_USE_ENV_PROXY', 'reserved: the supervisor sets it to 1 so that Node uses the egress proxy'],
+  ['GLIBC_TUNABLES', LOADER_DETAIL],
 ]);
 
-const NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
-const MAX_VALUE_BYTES = 32 * 1024;
+/** Prefixes the boundary owns, with why. */
+const RESERVED_PREFIXES: ReadonlyArray<[string, string]> = [
+  ['LD_', LOADER_DETAIL],
+  ['TURNHOST_', 'reserved: the TURNHOST_ prefix belongs to the supervisor'],
+];
 
-/** Parses the escape hatch: a comma-separated list of variable names. Malformed names are refused. */
-export function parseEnvExtra(value: string | undefined): { names: string[]; invalid: string[] } {
-  const names: string[] = [];
-  const invalid: string[] = [];
-  for (const raw of (value ?? '').split(',')) {
-    const name = raw.trim();
-    if (name === '') continue;
-    if (NAME_PATTERN.test(name) && !NEVER_NAMES.has(name)) names.push(name);
-    else invalid.push(name);
-  }
-  return { names, invalid };
-}
-
-export interface EnvFilterResult {
-  env: Record<string, string>;
-  /** Names dropped by the filter (never values). */
-  dropped: string[];
-}
-
-export function filterSubprocessEnv(requested: Record<string, string>, extraNames: readonly string[]): EnvFilterResult {
-  const extra = new Set(extraNames.filter((n) => !NEVER_NAMES.has(n)));
-  const env: Record<string, string> = {};
-  const dropped: string[] = [];
-  for (const [name, value] of Object.entries(requested)) {
-    const allowed =
-      !NEVER_NAMES.has(name) &&
-      NAME_PATTERN.test(name) &&
-      typeof value === 'string' &&
-      !value.includes('\0') &&
-      Buffer.byteLength(value) <= MAX_VALUE_BYTES &&
-      (ALLOWED_NAMES.has(name) || ALLOWED_PREFIXES.some((p) => name.startsWith(p)) || extra.has(name));
-    if (allowed) env[name] = value;
-    else dropped.push(name);
-  }
-  return { env, dropped };
+/** Why a caller may not name this variable, or null when it passes to the command. */
+export function reservedEnvName(name: string): string | null {
+  if (PROXY_NAMES.has(name.toUpperCase()))
+    return "reserved: the worker sets the proxy variables (any letter case) to the turn's egress proxy";
+  const exact = RESERVED_NAMES.get(name);
+  if (exact !== undefined) return exact;
+  for (const [prefix, detail] of RESERVED_PREFIXES) if (name.startsWith(prefix)) return detail;
+  return null;
 }

@@ -222,7 +222,7 @@ export async function launchTurn(
     : resolved.spec;
   const workspace = openRoot(request.cwd);
   if (!workspace.ok) return { ok: false, reason: 'invalid_request', detail: `cwd: ${workspace.detail}`, field: 'cwd' };
-  const turn = new Turn(env, request, output, workspace);
+  const turn = new Turn(env, request, output, workspace, spec.limits);
   if (workspaceLease) {
     // The byte cap is measured at the start (and the end, in the result): a workspace over it
     // runs no turn until something removes files from it.

@@ -17,10 +17,13 @@ import { recoverInterruptedTurns } from './recovery.js';
 import type { RunningTurn } from './running-turn.js';
 import {
   deleteSession,
+  listSessions,
   pruneSessions,
   type SessionDeleteFailure,
   type SessionDeletion,
   type SessionDeps,
+  type SessionPage,
+  type SessionPageQuery,
 } from './sessions.js';
 import { createTurnRecordStore, type TurnRecordStore } from './store.js';
 import { workerKey, type WorkerSpec } from './turn-request.js';
@@ -154,6 +157,10 @@ export class TurnManager implements TurnManagerSurface {
       this.deps.logger.error('turn listing failed', { detail: (error as Error).message });
       return fail('store_unavailable', 'the turn records could not be read');
     }
+  }
+
+  listSessions(query: SessionPageQuery): Result<SessionPage, 'store_unavailable'> {
+    return listSessions(this.sessionDeps, query);
   }
 
   async deleteSession(

@@ -79,6 +79,7 @@ export class Turn implements RunningTurn {
     readonly request: TurnRequest & { turnId: string },
     private readonly output: OutputChannel,
     private readonly workspace: RootHandle,
+    limits: ResolvedLimits,
   ) {
     this.record = {
       id: request.turnId,
@@ -93,6 +94,11 @@ export class Turn implements RunningTurn {
       tty: request.tty !== undefined,
       result: null,
       workspaceId: request.workspace ?? null,
+      argv: [...request.argv],
+      cwd: request.cwd,
+      envNames: Object.keys(request.env ?? {}).sort(),
+      limits: { ...limits },
+      timeoutSeconds: request.timeoutSeconds ?? env.deps.config.turns.defaultTimeoutSeconds,
     };
     this.attribution = {
       sessionId: request.sessionId,

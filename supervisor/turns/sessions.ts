@@ -165,3 +165,126 @@ export function pruneSessions<R extends string = never>(
   }
   return ok({ deleted });
 }
+
+/** One session as listed: what carries its id, and when it was first and last active. */
+interface SessionSummary {
+  id: string;
+  /** Turn records of the session. */
+  turns: number;
+  /** Workspaces bound to it. */
+  workspaces: number;
+  /** Governance events bound to it. */
+  events: number;
+  /** Its oldest event or turn start. */
+  firstActivity: string;
+  /** Its newest event, turn start or turn end. */
+  lastActivity: string;
+}
+
+export interface SessionPage {
+  sessions: SessionSummary[];
+  /** The next page's `after` (an opaque cursor), null on the last page. */
+  nextAfter: string | null;
+}
+
+export interface SessionPageQuery {
+  after?: string;
+  limit?: number;
+}
+
+const DEFAULT_SESSION_PAGE = 100;
+export const MAX_SESSION_PAGE = 1000;
+
+/**
+ * The cursor is the last listed session's first activity and id, base64url-encoded: a
+ * session's first activity never changes while it lives (its events and turns go only with it),
+ * so paging in that order never repeats or skips a session that existed throughout.
+ */
+export function decodeSessionCursor(cursor: string): { first: string; id: string } | null {
+  if (!/^[A-Za-z0-9_-]{1,700}$/.test(cursor)) return null;
+  try {
+    const value: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+    if (!Array.isArray(value) || value.length !== 2) return null;
+    const [first, id] = value as unknown[];
+    return typeof first === 'string' && typeof id === 'string' ? { first, id } : null;
+  } catch {
+    return null;
+  }
+}
+
+const encodeSessionCursor = (first: string, id: string): string =>
+  Buffer.from(JSON.stringify([first, id])).toString('base64url');
+
+interface SessionRow {
+  id: string;
+  first: string;
+  last: string;
+  turns: number;
+  workspaces: number;
+  events: number;
+}
+
+const sessionPageStatements = new WeakMap<Database.Database, Database.Statement<unknown[], SessionRow>>();
+
+function sessionPageStatement(db: Database.Database): Database.Statement<unknown[], SessionRow> {
+  let statement = sessionPageStatements.get(db);
+  if (!statement) {
+    // A session is what carries its id: its events and its turn records (as for delete and retention).
+    statement = db.prepare<unknown[], SessionRow>(
+      `WITH activity AS (
+         SELECT session_id, at FROM events WHERE session_id IS NOT NULL
+         UNION ALL SELECT session_id, created_at FROM turns
+         UNION ALL SELECT session_id, ended_at FROM turns WHERE ended_at IS NOT NULL
+       ), sessions AS (
+         SELECT session_id AS id, min(at) AS first, max(at) AS last FROM activity GROUP BY session_id
+       )
+       SELECT id, first, last,
+         (SELECT count(*) FROM turns WHERE session_id = sessions.id) AS turns,
+         (SELECT count(*) FROM workspaces WHERE session_id = sessions.id) AS workspaces,
+         (SELECT count(*) FROM events WHERE session_id = sessions.id) AS events
+       FROM sessions
+       WHERE @first IS NULL OR first < @first OR (first = @first AND id < @id)
+       ORDER BY first DESC, id DESC
+       LIMIT @limit`,
+    );
+    sessionPageStatements.set(db, statement);
+  }
+  return statement;
+}
+
+/**
+ * One page of sessions, the most recently begun first. `after` must have been checked with
+ * decodeSessionCursor.
+ */
+export function listSessions(
+  deps: Pick<SessionDeps, 'db' | 'logger'>,
+  query: SessionPageQuery,
+): Result<SessionPage, 'store_unavailable'> {
+  const limit = query.limit ?? DEFAULT_SESSION_PAGE;
+  const cursor = query.after === undefined ? null : decodeSessionCursor(query.after);
+  let rows: SessionRow[];
+  try {
+    // One row more than the page tells whether another page follows.
+    rows = sessionPageStatement(deps.db).all({
+      first: cursor?.first ?? null,
+      id: cursor?.id ?? null,
+      limit: limit + 1,
+    });
+  } catch (error) {
+    deps.logger.error('session list failed', { detail: (error as Error).message });
+    return fail('store_unavailable', 'the session store could not be read');
+  }
+  const shown = rows.slice(0, limit);
+  const last = shown.at(-1);
+  return ok({
+    sessions: shown.map((row) => ({
+      id: row.id,
+      turns: row.turns,
+      workspaces: row.workspaces,
+      events: row.events,
+      firstActivity: row.first,
+      lastActivity: row.last,
+    })),
+    nextAfter: rows.length > limit && last ? encodeSessionCursor(last.first, last.id) : null,
+  });
+}

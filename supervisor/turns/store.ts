@@ -1,5 +1,5 @@
 /**
- * Durable turn records in the supervisor database (`turns` table, migration 1). A turn that was
+ * Durable turn records in the supervisor database (`turns` table, migrations 1-3). A turn that was
  * running when the supervisor died is found here at boot and marked interrupted.
  */
 import type Database from 'better-sqlite3';
@@ -36,7 +36,14 @@ interface TurnRow {
   tty: number;
   result_json: string | null;
   workspace_id?: string | null;
+  argv_json?: string | null;
+  cwd?: string | null;
+  env_names_json?: string | null;
+  limits_json?: string | null;
+  timeout_seconds?: number | null;
 }
+
+const parsed = (json: string | null | undefined): unknown => (json ? JSON.parse(json) : null);
 
 function fromRow(row: TurnRow): TurnRecord {
   return {
@@ -52,6 +59,23 @@ function fromRow(row: TurnRow): TurnRecord {
     tty: row.tty === 1,
     result: row.result_json ? (JSON.parse(row.result_json) as TurnResult) : null,
     workspaceId: row.workspace_id ?? null,
+    argv: parsed(row.argv_json) as string[] | null,
+    cwd: row.cwd ?? null,
+    envNames: parsed(row.env_names_json) as string[] | null,
+    limits: parsed(row.limits_json) as TurnRecord['limits'],
+    timeoutSeconds: row.timeout_seconds ?? null,
+  };
+}
+
+/** What ran, as stored: written once, with the record. */
+function ranParams(turn: TurnRecord) {
+  const json = (value: unknown): string | null => (value === null ? null : JSON.stringify(value));
+  return {
+    argv: json(turn.argv),
+    cwd: turn.cwd,
+    envNames: json(turn.envNames),
+    limits: json(turn.limits),
+    timeoutSeconds: turn.timeoutSeconds,
   };
 }
 
@@ -69,8 +93,10 @@ export interface TurnRecordStore {
 
 export function createTurnRecordStore(db: Database.Database): TurnRecordStore {
   const insert = db.prepare(
-    `INSERT INTO turns (id, session_id, mode, profile, state, identity, worker_uid, cgroup_paths, created_at, ended_at, tty, result_json, workspace_id)
-     VALUES (@id, @sessionId, @mode, @profile, @state, @identity, @workerUid, @cgroupPaths, @createdAt, @endedAt, @tty, @result, @workspaceId)`,
+    `INSERT INTO turns (id, session_id, mode, profile, state, identity, worker_uid, cgroup_paths, created_at, ended_at, tty, result_json, workspace_id,
+                        argv_json, cwd, env_names_json, limits_json, timeout_seconds)
+     VALUES (@id, @sessionId, @mode, @profile, @state, @identity, @workerUid, @cgroupPaths, @createdAt, @endedAt, @tty, @result, @workspaceId,
+             @argv, @cwd, @envNames, @limits, @timeoutSeconds)`,
   );
   const update = db.prepare(
     `UPDATE turns SET state = @state, identity = @identity, worker_uid = @workerUid, ended_at = @endedAt, result_json = @result WHERE id = @id`,
@@ -110,7 +136,12 @@ export function createTurnRecordStore(db: Database.Database): TurnRecordStore {
 
   return {
     insert: (turn, cgroupPaths) =>
-      insert.run({ ...params(turn), cgroupPaths: JSON.stringify(cgroupPaths), workspaceId: turn.workspaceId ?? null }),
+      insert.run({
+        ...params(turn),
+        cgroupPaths: JSON.stringify(cgroupPaths),
+        workspaceId: turn.workspaceId ?? null,
+        ...ranParams(turn),
+      }),
     update: (turn) => update.run(params(turn)),
     setCgroupPaths: (id, paths) => setPaths.run(JSON.stringify(paths), id),
     get: (id) => {

@@ -10,7 +10,7 @@ import { buildTurnPolicy, type EgressPolicy } from '../../proxy/policy.js';
 import { lowerOnly, parseLimitSettings } from '../limits/parse.js';
 import { resolveDefaultLimits } from '../probes/limits.js';
 import type { TurnhostConfig } from '../config/types.js';
-import { ENV_EXTRA_CONTROL, filterSubprocessEnv, parseEnvExtra } from './env-filter.js';
+import { NODE_PROXY_ENV } from './env-filter.js';
 import { DEFAULT_COMMAND_PATH } from './worker-process.js';
 import type { TurnRequest } from './types.js';
 
@@ -83,19 +83,18 @@ function resolveTurnLimits(
   return lowered;
 }
 
-/** The command's environment: a fixed base, then the request's variables through the subprocess filter. */
-export function commandEnv(
-  config: TurnhostConfig,
-  env: NodeJS.ProcessEnv,
-  request: TurnRequest,
-): Record<string, string> {
-  const extra = [...config.turns.envExtra, ...parseEnvExtra(env[ENV_EXTRA_CONTROL]).names];
-  const filtered = filterSubprocessEnv(request.env ?? {}, extra);
+/**
+ * The command's environment (env-filter.ts has the rules): a fixed base, the caller's variables
+ * as given (validation refused the names the boundary owns), then what the boundary sets. The
+ * worker adds the proxy variables, and the launch the turn's TMPDIR.
+ */
+export function commandEnv(request: TurnRequest): Record<string, string> {
   return {
     PATH: DEFAULT_COMMAND_PATH,
     HOME: request.cwd,
     LANG: 'C.UTF-8',
     ...(request.tty ? { TERM: 'xterm-256color' } : {}),
-    ...filtered.env,
+    ...request.env,
+    ...NODE_PROXY_ENV,
   };
 }

@@ -114,7 +114,7 @@ export async function serveEgressListener(launch: ClaimedLaunch): Promise<Result
  * worker that never got ready, or was refused or stopped before its launch, waits no longer.
  */
 export function launchCommand(launch: ClaimedLaunch, served: Result | null): string | null {
-  const { env, turn } = launch;
+  const { turn } = launch;
   let refusal: string | null = null;
   if (served?.ok) {
     launch.connection.launch({
@@ -122,7 +122,7 @@ export function launchCommand(launch: ClaimedLaunch, served: Result | null): str
       v: 1,
       argv: turn.request.argv,
       cwd: turn.request.cwd,
-      env: { ...commandEnv(env.deps.config, env.deps.env ?? process.env, turn.request), TMPDIR: TURN_TMP_PATH },
+      env: { ...commandEnv(turn.request), TMPDIR: TURN_TMP_PATH },
       tty: turn.request.tty ?? null,
       egress: true,
     });

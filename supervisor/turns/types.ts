@@ -5,7 +5,7 @@
  */
 import type Database from 'better-sqlite3';
 import type { EventSink } from '../../core/events.js';
-import type { LimitHit } from '../../core/limits.js';
+import type { LimitHit, ResolvedLimits } from '../../core/limits.js';
 import type { Logger } from '../../core/log.js';
 import type { WorkerMode } from '../../core/modes.js';
 import type { Result } from '../../core/result.js';
@@ -16,7 +16,7 @@ import type { HelperLocation } from '../identity/helper-process.js';
 import type { RelayReport } from '../../proxy/relay/kernel-relay.js';
 import type { OwnListeners } from '../../proxy/self-connection.js';
 import type { EgressSummary } from '../../proxy/egress-summary.js';
-import type { SessionDeleteFailure, SessionDeletion } from './sessions.js';
+import type { SessionDeleteFailure, SessionDeletion, SessionPage, SessionPageQuery } from './sessions.js';
 
 export interface TurnRequest {
   sessionId: string;
@@ -130,6 +130,16 @@ export interface TurnRecord {
   result: TurnResult | null;
   /** The workspace the turn ran in, or null. */
   workspaceId?: string | null;
+  /**
+   * What ran: the argv, the absolute cwd, the names (never the values) of the caller's
+   * variables, the limits it ran under and its timeout. Null in records stored before the
+   * supervisor kept them.
+   */
+  argv: string[] | null;
+  cwd: string | null;
+  envNames: string[] | null;
+  limits: ResolvedLimits | null;
+  timeoutSeconds: number | null;
 }
 
 /** What an attached client receives, in order; `exit` is last. */
@@ -171,6 +181,8 @@ export interface TurnManager {
   /** One page of turn records, newest first (supervisor/turns/store.ts); running turns as they are now. */
   page(query: TurnPageQuery): Result<TurnPage, 'store_unavailable'>;
   cancel(id: string): Result<{ turn: TurnRecord }, 'not_found' | 'not_running'>;
+  /** One page of sessions, the most recently begun first (supervisor/turns/sessions.ts). */
+  listSessions(query: SessionPageQuery): Result<SessionPage, 'store_unavailable'>;
   /**
    * Deletes a session's workspaces, then its events and turn records (supervisor/turns/sessions.ts);
    * refused with `session_busy` while a turn of it, or a turn on one of its workspaces, runs or is

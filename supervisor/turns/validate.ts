@@ -8,8 +8,14 @@
 import path from 'node:path';
 import type { Fail } from '../../core/result.js';
 import { compileValidator, createAjv, fieldRefusal } from '../../api/schema/validate.js';
-import { MAX_REQUEST_STDIN_BYTES, TurnCreateRequest, type FieldError } from '../../api/schema/index.js';
+import {
+  MAX_ENV_VALUE_BYTES,
+  MAX_REQUEST_STDIN_BYTES,
+  TurnCreateRequest,
+  type FieldError,
+} from '../../api/schema/index.js';
 import type { TurnhostConfig } from '../config/types.js';
+import { reservedEnvName } from './env-filter.js';
 import { PREPARED_WORKER_PREFIX } from './prepared-workers.js';
 import type { TurnRequest } from './types.js';
 
@@ -47,7 +53,7 @@ function semanticErrors(body: Record<string, unknown>, config: TurnhostConfig, r
   const add = (field: string, detail: string): void => {
     if (!refused.has(field)) errors.push({ field, detail });
   };
-  const { turnId, mode, argv, cwd, workspace, timeoutSeconds, stdin, stdinEncoding } = body;
+  const { turnId, mode, argv, cwd, workspace, env, timeoutSeconds, stdin, stdinEncoding } = body;
   if (typeof turnId === 'string' && turnId.startsWith(PREPARED_WORKER_PREFIX))
     add('turnId', `the prefix ${PREPARED_WORKER_PREFIX} is reserved for prepared workers`);
   if (mode === 'restricted' && !config.modes.restricted.enabled)
@@ -64,6 +70,14 @@ function semanticErrors(body: Record<string, unknown>, config: TurnhostConfig, r
     if (path.isAbsolute(cwd))
       add('cwd', 'with workspace, cwd is a path relative to the workspace (absolute paths are refused)');
     else if (!isCanonicalRelative(cwd)) add('cwd', 'expected a normalised relative path without .. (or ".")');
+  }
+  if (typeof env === 'object' && env !== null && !Array.isArray(env)) {
+    for (const [name, value] of Object.entries(env as Record<string, unknown>)) {
+      const reserved = reservedEnvName(name);
+      if (reserved !== null) add(`env.${name}`, reserved);
+      else if (typeof value === 'string' && Buffer.byteLength(value) > MAX_ENV_VALUE_BYTES)
+        add(`env.${name}`, `${Buffer.byteLength(value)} bytes; at most ${MAX_ENV_VALUE_BYTES}`);
+    }
   }
   if (typeof timeoutSeconds === 'number' && timeoutSeconds > config.turns.maxTimeoutSeconds)
     add('timeoutSeconds', `above the configured maximum ${config.turns.maxTimeoutSeconds} (turns.maxTimeoutSeconds)`);

@@ -23,6 +23,7 @@ import {
   type ServedSupervisor,
 } from '../support/served-supervisor.js';
 import { stopTapInjectingIntoChildren } from '../support/no-tap-inject.js';
+import { servedApi } from '../support/served-api.js';
 import type { WorkerHostStatus } from '../../supervisor/probes/types.js';
 
 stopTapInjectingIntoChildren();
@@ -101,6 +102,50 @@ for (const [config, supervisor] of supervisors) {
     if (config === 'separate_uid') {
       t.ok(uid >= SEPARATE_RANGE.first && uid < SEPARATE_RANGE.first + SEPARATE_RANGE.count, `uid ${uid} in the range`);
     } else t.equal(uid, supervisor.uid, "the supervisor's own uid");
+  });
+
+  t.test(`${config}: a variable the caller names arrives; a name the boundary owns is refused`, async (t) => {
+    const secret = `env-value-${process.pid}-${supervisor.uid}`;
+    const turnId = `env-${supervisor.uid}-${process.pid}`;
+    const argv = ['/bin/sh', '-c', 'printf "%s|%s" "$FOO" "$NODE_USE_ENV_PROXY"'];
+    const run = await supervisor.run(argv, {
+      turnId,
+      extra: ['--env', 'FOO=bar', '--env', `SECRET_TOKEN=${secret}`, '--timeout', '77', '--limit', 'pids=50'],
+    });
+    t.equal(run.code, 0, run.stderr);
+    t.equal(run.stdout, 'bar|1', '--env FOO=bar reaches the command, and Node is told to use the proxy');
+    const api = servedApi(supervisor);
+    // The record says what ran, and keeps the names of the variables, never their values.
+    const record = await api.request('GET', `/api/turns/${turnId}`);
+    t.equal(record.status, 200);
+    t.match(record.body, {
+      turn: {
+        argv,
+        cwd: supervisor.workspace,
+        envNames: ['FOO', 'SECRET_TOKEN'],
+        limits: { pids: 50 },
+        timeoutSeconds: 77,
+        tty: false,
+      },
+    });
+    t.notMatch(JSON.stringify(record.body), secret, 'no value in the answer');
+    const stored = ['turnhost.db', 'turnhost.db-wal']
+      .map((name) => path.join(supervisor.dataDir, name))
+      .filter((file) => fs.existsSync(file))
+      .map((file) => fs.readFileSync(file));
+    t.ok(stored.length > 0, 'the database files exist');
+    t.ok(
+      stored.every((bytes) => !bytes.includes(secret)),
+      'no value anywhere in the database files',
+    );
+    for (const name of ['LD_PRELOAD', 'HTTPS_PROXY', 'no_proxy', 'TMPDIR', 'NODE_USE_ENV_PROXY']) {
+      const refused = await api.createTurn('s-env-reserved', ['/bin/true'], { env: { FOO: 'bar', [name]: 'x' } });
+      t.equal(refused.status, 400, name);
+      t.match(refused.body, { code: 'invalid_request', field: `env.${name}`, errors: [{ field: `env.${name}` }] });
+    }
+    const cli = await supervisor.run(['/bin/true'], { extra: ['--env', 'LD_PRELOAD=/tmp/evil.so'] });
+    t.not(cli.code, 0, 'the CLI run is refused too');
+    t.match(cli.stderr, /env\.LD_PRELOAD/);
   });
 
   t.test(`${config}: the host tree and the checkout are read-only`, async (t) => {

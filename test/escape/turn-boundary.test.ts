@@ -53,20 +53,50 @@ t.test('host loopback TCP is unreachable from the command', async (t) => {
   t.notMatch(run.stdout, /host-secret/);
 });
 
-t.test('only allowlisted environment variables reach the command', async (t) => {
+t.test("caller variables reach the command; the supervisor's own environment does not", async (t) => {
+  // The supervisor runs in this process: a variable of its own must not reach a turn.
+  process.env['TURNHOST_TEST_SERVER_SECRET'] = 'server-secret';
+  process.env['SERVER_ONLY_VARIABLE'] = 'server-only';
+  t.teardown(() => {
+    delete process.env['TURNHOST_TEST_SERVER_SECRET'];
+    delete process.env['SERVER_ONLY_VARIABLE'];
+  });
   const run = await runTurn(harness, {
     argv: ['/usr/bin/env'],
-    env: { LANG: 'C', TURNHOST_SECRET: 'leak-me', LD_PRELOAD: '/tmp/evil.so', AWS_SECRET_ACCESS_KEY: 'leak-me-too' },
+    env: { LANG: 'C', AWS_SECRET_ACCESS_KEY: 'caller-value', 'my.var': 'dotted' },
   });
   t.equal(run.result.status, 'ok');
-  const names = run.stdout
-    .trim()
-    .split('\n')
-    .map((line) => line.split('=')[0]);
-  t.ok(names.includes('LANG'));
-  for (const forbidden of ['TURNHOST_SECRET', 'LD_PRELOAD', 'AWS_SECRET_ACCESS_KEY'])
-    t.notOk(names.includes(forbidden), `${forbidden} is filtered`);
-  t.notMatch(run.stdout, /leak-me/);
+  const seen = new Map(
+    run.stdout
+      .trim()
+      .split('\n')
+      .map((line) => [line.slice(0, line.indexOf('=')), line.slice(line.indexOf('=') + 1)]),
+  );
+  t.equal(seen.get('LANG'), 'C');
+  t.equal(seen.get('AWS_SECRET_ACCESS_KEY'), 'caller-value', 'a name the caller gives arrives');
+  t.equal(seen.get('my.var'), 'dotted', 'so does a name no shell could set');
+  t.equal(seen.get('NODE_USE_ENV_PROXY'), '1');
+  t.equal(seen.get('TMPDIR'), '/tmp');
+  t.notOk(seen.has('SERVER_ONLY_VARIABLE'), "the supervisor's own variables stay out");
+  t.notMatch(run.stdout, /server-secret|server-only/);
+});
+
+t.test('names the boundary owns are refused before any worker runs', async (t) => {
+  for (const name of ['LD_PRELOAD', 'LD_LIBRARY_PATH', 'https_proxy', 'TMPDIR', 'NODE_USE_ENV_PROXY', 'TURNHOST_X']) {
+    const created = await harness.turns.create({
+      sessionId: 's-reserved',
+      mode: 'ordinary',
+      cwd: harness.workspace,
+      argv: ['/usr/bin/env'],
+      env: { [name]: '/tmp/evil.so' },
+    });
+    t.equal(created.ok, false, name);
+    if (!created.ok) {
+      t.equal(created.reason, 'invalid_request');
+      t.equal(created.field, `env.${name}`);
+    }
+  }
+  t.same(harness.turns.list({ sessionId: 's-reserved' }), [], 'no turn was recorded');
 });
 
 t.test('a setuid-root binary does not elevate the command', async (t) => {

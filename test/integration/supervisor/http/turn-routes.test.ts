@@ -67,6 +67,11 @@ function fakeTurns(): {
         endedAt: null,
         tty: validated.request.tty !== undefined,
         result: null,
+        argv: validated.request.argv,
+        cwd: validated.request.cwd,
+        envNames: Object.keys(validated.request.env ?? {}).sort(),
+        limits: {},
+        timeoutSeconds: validated.request.timeoutSeconds ?? 600,
       };
       records.set(id, record);
       const channel = createOutputChannel();
@@ -84,6 +89,7 @@ function fakeTurns(): {
       }),
     deleteSession: async (sessionId) => fail('not_found', `no session ${sessionId}`),
     pruneSessions: () => ok({ deleted: [] }),
+    listSessions: () => ok({ sessions: [], nextAfter: null }),
     cancel(id) {
       const record = records.get(id);
       if (!record) return fail('not_found', `no turn ${id}`);

@@ -135,6 +135,11 @@ t.test('a turn that never ran ends finished with no usage', async (t) => {
     endedAt: null,
     tty: false,
     result: null,
+    argv: ['true'],
+    cwd: '/w',
+    envNames: [],
+    limits: {},
+    timeoutSeconds: 600,
   };
   const ended = finishedWithoutRun(record, 'interrupted', 'the supervisor stopped');
   t.equal(ended.state, 'finished');
