@@ -29,6 +29,8 @@ export const PROTECTED_PATH_MODES = ['read_only', 'mask_file', 'mask_directory']
 /** Keys an earlier release read, by key path, each with why it went and what replaces it. */
 const RETIRED_CONFIG_KEYS: Readonly<Record<string, string>> = {
   'turns.tempRoot': "each turn's /tmp is a tmpfs of its own in its view, sized by limits.tmp_size",
+  'turns.envExtra':
+    'every variable a turn request names reaches its command, except the names the boundary owns (docs/http-api.md)',
 };
 
 /**
@@ -59,7 +61,6 @@ const PORT = '(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[0-5][0-
 /** "HOST:PORT": a name or IPv4 address, or a bracketed IPv6 address; port 0-65535. */
 export const HOST_PORT_PATTERN = `^(?:\\[${IPV6}\\]|[A-Za-z0-9.-]+):${PORT}$`;
 const HOST_PATTERN_PATTERN = '^(?:\\*\\.)?[A-Za-z0-9.:\\[\\]_-]{1,255}$';
-const ENV_NAME_PATTERN = '^[A-Za-z_][A-Za-z0-9_]{0,127}$';
 /** A limit written as a string: a number with an optional K, M, G or T. */
 const LIMIT_STRING_PATTERN = '^[0-9]+(?:\\.[0-9]+)?[KMGTkmgt]?$';
 const RELATIVE_RULE_PATH_PATTERN = '^(?!/)(?!(?:.*/)?\\.\\.(?:/|$))[^\\u0000]+$';
@@ -262,10 +263,6 @@ export const TurnhostConfig = Type.Object(
         workspaceRoots: arrayOf(
           absolutePath('A directory a plain turn may run beneath.'),
           "Absolute directories a plain turn's cwd must lie beneath.",
-        ),
-        envExtra: arrayOf(
-          Type.String({ pattern: ENV_NAME_PATTERN, 'x-detail': 'expected an environment variable name' }),
-          'Variable names forwarded to turn commands beyond the built-in allowlist.',
         ),
         preparedWorkers: nonNegativeInteger(
           'Workers booted ahead of the turn that claims them (same mode, cwd, limits, egress additions); 0 turns it off.',

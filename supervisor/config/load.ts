@@ -92,7 +92,6 @@ export function defaultConfig(options: { installed: boolean; cwd: string }): Tur
       defaultTimeoutSeconds: 600,
       maxTimeoutSeconds: 3600,
       workspaceRoots: [],
-      envExtra: [],
       preparedWorkers: 1,
       preparedWorkerIdleSeconds: 120,
     },

@@ -13,7 +13,6 @@
  * - `events.unboundRetentionDays`, `events.sessionRetentionDays`: read at each pruning;
  * - `events.journal`: read for each committed event;
  * - `turns.maxConcurrent`, `turns.defaultTimeoutSeconds`, `turns.maxTimeoutSeconds`,
- *   `turns.envExtra`: read at each turn's creation;
  * - `workspaces.maxBytes`: read at each workspace turn's start and each workspace host write.
  *
  * Every other key is bound at boot (listeners, token, data directory, helper, turn temp, cgroup
@@ -38,7 +37,6 @@ export const LIVE_KEYS: readonly string[] = [
   'turns.maxConcurrent',
   'turns.defaultTimeoutSeconds',
   'turns.maxTimeoutSeconds',
-  'turns.envExtra',
   'workspaces.maxBytes',
 ];
 

@@ -218,7 +218,6 @@ t.test('each validation error names its key path', async (t) => {
       { turns: { workspaceRoots: ['/ok', 'rel'] } },
       /: turns\.workspaceRoots\[1\]: expected a normalised absolute path$/,
     ],
-    [{ turns: { envExtra: ['OK', 'NOT-OK'] } }, /: turns\.envExtra\[1\]: expected an environment variable name$/],
     [
       { turns: { defaultTimeoutSeconds: 100, maxTimeoutSeconds: 10 } },
       /^turns\.defaultTimeoutSeconds: must not exceed turns\.maxTimeoutSeconds$/,
@@ -244,6 +243,10 @@ t.test('a retired key is refused with why it went and what replaces it', async (
   t.match(
     refusal(load({ file: { turns: { tempRoot: '/run/turnhost/turn-temp' } } })),
     /: turns\.tempRoot: no longer read: each turn's \/tmp is a tmpfs of its own in its view, sized by limits\.tmp_size; remove it$/,
+  );
+  t.match(
+    refusal(load({ file: { turns: { envExtra: ['FOO'] } } })),
+    /: turns\.envExtra: no longer read: every variable a turn request names reaches its command, except the names the boundary owns \(docs\/http-api\.md\); remove it$/,
   );
 });
 
@@ -377,12 +380,16 @@ t.test("a refused file's problems come with those of the variables and flags", a
 t.test('nested problems follow the document order', async (t) => {
   const detail = refusal(
     load({
-      file: { turns: { maxConcurrent: 0, envExtra: ['A', 'B-'] }, egress: { maxBytes: 0, bogus: 1 }, dataDir: 'x' },
+      file: {
+        turns: { maxConcurrent: 0, workspaceRoots: ['/a', 'b'] },
+        egress: { maxBytes: 0, bogus: 1 },
+        dataDir: 'x',
+      },
     }),
   );
   t.equal(
     detail.replace(/^[^:]*: /, ''),
-    'turns.maxConcurrent: expected a positive integer; turns.envExtra[1]: expected an environment variable name; ' +
+    'turns.maxConcurrent: expected a positive integer; turns.workspaceRoots[1]: expected a normalised absolute path; ' +
       'egress.maxBytes: expected a positive integer; egress.bogus: unknown key; dataDir: expected a normalised absolute path',
   );
 });
