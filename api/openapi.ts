@@ -165,14 +165,17 @@ function operation(route: ApiRoute): Json {
   for (const [status, answer] of Object.entries(route.responses)) {
     const headers: Json = { 'X-Request-Id': REQUEST_ID_ANSWER };
     for (const header of answer.headers ?? []) headers[header] = { required: true, schema: { type: 'string' } };
+    for (const header of answer.optionalHeaders ?? [])
+      headers[header] = { required: false, schema: { type: 'string' } };
+    // A JSON schema and a content type together: an answer in either form (a listing or bytes).
+    const content: Json = {
+      ...(answer.schema !== undefined ? { 'application/json': { schema: withRefs(answer.schema) } } : {}),
+      ...(answer.contentType !== undefined ? { [answer.contentType]: { schema: { type: 'string' } } } : {}),
+    };
     responses[status] = {
       description: answer.description,
       headers,
-      ...(answer.schema !== undefined
-        ? { content: { 'application/json': { schema: withRefs(answer.schema) } } }
-        : answer.contentType !== undefined
-          ? { content: { [answer.contentType]: { schema: { type: 'string' } } } }
-          : {}),
+      ...(Object.keys(content).length > 0 ? { content } : {}),
     };
   }
   Object.assign(responses, errorResponses(routeErrorCodes(route)));

@@ -34,7 +34,8 @@ enum descriptor_op {
   OP_KILL,
   OP_LEASE,
   OP_RELEASE,
-  OP_USAGE
+  OP_USAGE,
+  OP_MKDIR
 };
 
 enum view_profile { PROFILE_NONE = 0, PROFILE_GOVERNED, PROFILE_STRICT };
@@ -66,6 +67,8 @@ struct descriptor {
   /* A workspace lease id ([A-Za-z0-9_-], 1-64): lease, release and usage name it; a launch
    * with it runs as the uid leased to it. */
   const char *lease;
+  /* mkdir: the directory to make beneath the leased workspace (canonical, relative) */
+  const char *dir;
   size_t cgroup_count;
   const char *cgroups[DESCRIPTOR_MAX_CGROUPS];
   bool has_rlimit[RLIMIT_SLOT_COUNT];

@@ -32,6 +32,8 @@
  *   release  remove a leased workspace's tree (no link followed, no mount crossed), then its
  *            lease; refused while a turn or a process holds its uid.
  *   usage    measure a leased workspace's tree (no link followed).
+ *   mkdir    make a directory and its missing parents beneath a leased workspace, one held fd
+ *            per level, no link followed, each new one owned by the lease's uid.
  *
  * Any refusal prints one `identity-helper: <reason>` line on stderr and exits with the code
  * of its reason (failure.h); nothing is half-done that outlives the process. */
@@ -121,6 +123,8 @@ static int dispatch(const struct descriptor *d, struct failure *f) {
       return run_release(&config, d, f);
     case OP_USAGE:
       return run_usage(&config, d, f);
+    case OP_MKDIR:
+      return run_mkdir(&config, d, f);
     case OP_NONE:
       break;
   }

@@ -23,7 +23,7 @@ export const DESCRIPTOR_LIMITS = {
   maxRlimitExclusive: 10n ** 18n,
 } as const;
 
-type HelperOp = 'probe' | 'launch' | 'view' | 'kill' | 'lease' | 'release' | 'usage';
+type HelperOp = 'probe' | 'launch' | 'view' | 'kill' | 'lease' | 'release' | 'usage' | 'mkdir';
 export type HelperRlimitName = 'nproc' | 'data' | 'fsize' | 'nofile';
 export type HelperProfile = 'governed' | 'strict';
 type HelperProtectMode = 'read_only' | 'mask_file' | 'mask_directory';
@@ -56,11 +56,10 @@ export interface HelperDescriptor {
   /** launch: `uid` is where the helper's search for a free uid of the range starts. */
   uidSearch?: boolean;
   protect?: HelperProtectRule[];
-  /**
-   * A workspace lease id ([A-Za-z0-9_-], 1-64): lease/release/usage name it; a launch with it
-   * runs as the uid leased to it (shared with the other turns on that workspace).
-   */
+  /** A workspace lease id ([A-Za-z0-9_-], 1-64) the lease ops name; a launch with it runs as its uid. */
   lease?: string;
+  /** mkdir: the directory, relative to the workspace, to make with its parents. */
+  dir?: string;
 }
 
 export type HelperLaunchDescriptor = Omit<HelperDescriptor, 'op' | 'paths'> & {
@@ -109,6 +108,7 @@ const OP_KEYS: Record<HelperOp, { allowed: ReadonlySet<string>; required: readon
   lease: { allowed: new Set(['uid', 'uidSearch', 'lease', 'workspace']), required: ['uid', 'lease', 'workspace'] },
   release: { allowed: new Set(['lease', 'workspace']), required: ['lease', 'workspace'] },
   usage: { allowed: new Set(['lease', 'workspace']), required: ['lease', 'workspace'] },
+  mkdir: { allowed: new Set(['lease', 'workspace', 'dir']), required: ['lease', 'workspace', 'dir'] },
 };
 
 const RLIMIT_NAMES: readonly HelperRlimitName[] = ['nproc', 'data', 'fsize', 'nofile'];
@@ -148,9 +148,9 @@ function checkPath(field: string, value: unknown): string {
   return value;
 }
 
-/** Canonical and relative: what the helper accepts as a protected path. */
+/** Canonical and relative, no control character: what the helper accepts as a protected path or a dir. */
 export function isCanonicalRelativePath(path: string): boolean {
-  return path !== '' && !path.startsWith('/') && isCanonicalAbsolutePath(`/${path}`);
+  return path !== '' && !path.startsWith('/') && !CONTROL_CHARS.test(path) && isCanonicalAbsolutePath(`/${path}`);
 }
 
 const PROTECT_MODES: readonly HelperProtectMode[] = ['read_only', 'mask_file', 'mask_directory'];
@@ -167,7 +167,6 @@ function protectLines(rules: unknown): string[] {
     if (typeof rule.path !== 'string' || !isCanonicalRelativePath(rule.path)) {
       refuse(`${field}.path`, 'must be relative to the workspace, with no empty, "." or ".." components');
     }
-    checkText(`${field}.path`, rule.path);
     return `protect ${rule.mode} ${rule.path}`;
   });
 }
@@ -228,7 +227,7 @@ function envLines(env: HelperDescriptor['env']): string[] {
 function checkOpKeys(d: HelperDescriptor): void {
   const rules = OP_KEYS[d.op];
   // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- the descriptor is checked whatever its type says
-  if (rules === undefined) refuse('op', 'must be probe, launch, view, kill, lease, release or usage');
+  if (rules === undefined) refuse('op', 'must be probe, launch, view, kill, lease, release, usage or mkdir');
   for (const [key, value] of Object.entries(d)) {
     if (key !== 'op' && value !== undefined && !rules.allowed.has(key)) refuse(key, `not valid for op ${d.op}`);
   }
@@ -267,6 +266,10 @@ function descriptorLines(d: HelperDescriptor): string[] {
     if (typeof d.lease !== 'string' || !isValidId(d.lease)) refuse('lease', '1-64 of [A-Za-z0-9_-]');
     if (d.op === 'launch' && d.uidSearch === true) refuse('uidSearch', 'a leased launch runs as its lease uid');
     lines.push(`lease ${d.lease}`);
+  }
+  if (d.dir !== undefined) {
+    if (typeof d.dir !== 'string' || !isCanonicalRelativePath(d.dir)) refuse('dir', 'must be a clean relative path');
+    lines.push(`dir ${d.dir}`);
   }
   if (d.tmpSize !== undefined) lines.push(tmpSizeLine(d.tmpSize));
   if (d.protect !== undefined) lines.push(...protectLines(d.protect));
