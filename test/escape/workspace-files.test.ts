@@ -127,6 +127,24 @@ for (const [name, supervisor] of supervisors) {
       t.equal((await curl(supervisor, 'DELETE', files(id, { path: 'a' }))).status, 404);
     });
 
+    t.test('the CLI: workspace files put, ls, get, mkdir, rm', async (t) => {
+      const cli = (args: string[], input?: string) =>
+        supervisor.cli(['workspace', 'files', ...args], input === undefined ? {} : { input });
+      const put = await cli(['put', id, 'cli/in.txt', '-'], 'from stdin\n');
+      t.equal(put.code, 0, put.stderr);
+      t.equal(put.stdout, 'created cli/in.txt: 11 bytes\n');
+      t.match((await cli(['ls', id, 'cli'])).stdout, /^file\s+0666\s+11 \S+ in\.txt\n$/);
+      t.equal((await cli(['get', id, 'cli/in.txt'])).stdout, 'from stdin\n');
+      t.equal((await cli(['mkdir', id, 'cli/sub'])).stdout, 'made cli/sub\n');
+      t.equal((await run('echo turn > cli/sub/t && cat cli/in.txt')).stdout, 'from stdin\n');
+      const refused = await cli(['rm', id, 'cli']);
+      t.equal(refused.code, 8, 'a non-empty directory without --recursive is a conflict');
+      t.match(refused.stderr, /recursive/);
+      t.equal((await cli(['rm', id, 'cli', '--recursive'])).code, 0);
+      t.equal((await cli(['get', id, 'cli/in.txt'])).code, 3, 'gone');
+      t.equal((await cli(['frob', id, 'x'])).code, 2);
+    });
+
     t.test('traversal and links refused by every operation', async (t) => {
       const outside = fs.mkdtempSync(path.join(path.dirname(supervisor.dataDir), 'outside-'));
       fs.writeFileSync(path.join(outside, 'keep'), 'host\n');
