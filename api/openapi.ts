@@ -166,15 +166,18 @@ function successResponses(route: ApiRoute, components: Components): Json {
   for (const [status, answer] of Object.entries(route.responses)) {
     const headers: Json = { 'X-Request-Id': REQUEST_ID_ANSWER };
     for (const header of answer.headers ?? []) headers[header] = { required: true, schema: { type: 'string' } };
+    for (const header of answer.optionalHeaders ?? [])
+      headers[header] = { required: false, schema: { type: 'string' } };
     const name = `${pascal(route.operationId)}Answer${status}`;
+    // A JSON schema and a content type together: an answer in either form (a listing or bytes).
+    const body: Json = {
+      ...(answer.schema !== undefined ? content('application/json', answer.schema, name, components) : {}),
+      ...(answer.contentType !== undefined ? { [answer.contentType]: { schema: { type: 'string' } } } : {}),
+    };
     responses[status] = {
       description: answer.description,
       headers,
-      ...(answer.schema !== undefined
-        ? { content: content('application/json', answer.schema, name, components) }
-        : answer.contentType !== undefined
-          ? { content: { [answer.contentType]: { schema: { type: 'string' } } } }
-          : {}),
+      ...(Object.keys(body).length > 0 ? { content: body } : {}),
     };
   }
   return responses;

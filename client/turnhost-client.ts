@@ -20,6 +20,9 @@ import type {
   Workspace,
   WorkspaceCreateRequest,
   WorkspaceDeletion,
+  WorkspaceDirectoryMade,
+  WorkspaceEntryRemoved,
+  WorkspaceListing,
 } from '../api/schema/index.js';
 import { attachTurn, type Attachment } from './attach.js';
 import { TurnhostApiError } from './errors.js';
@@ -60,6 +63,7 @@ export interface SessionQuery {
 }
 
 export interface WorkspaceFile {
+  kind: 'file';
   data: Buffer;
   /** The server's digest of the bytes (X-Content-Sha256). */
   sha256: string;
@@ -202,14 +206,32 @@ export class TurnhostClient {
     return this.#transport.request<HostWriteAnswer>('PUT', path, octetBody(data), [200, 201]);
   }
 
-  async readWorkspaceFile(id: string, path: string): Promise<WorkspaceFile> {
+  /** A file's bytes, or a directory's entries (`path` empty or `.`: the workspace itself). */
+  async readWorkspaceFile(
+    id: string,
+    path: string,
+  ): Promise<WorkspaceFile | ({ kind: 'directory' } & WorkspaceListing)> {
     const filePath = workspacePath(id, `/files${query({ path })}`);
     const answer = await this.#transport.exchange('GET', filePath, undefined, [200], true);
+    if (/^application\/json\b/.test(answer.headers['content-type'] ?? ''))
+      return { kind: 'directory', ...(JSON.parse(answer.data.toString('utf8')) as WorkspaceListing) };
     const digest = answer.headers['x-content-sha256'];
     const actual = createHash('sha256').update(answer.data).digest('hex');
     // The server's digest of what it read: a mismatch is bytes lost or changed on the way.
     if (digest !== actual)
       throw new TurnhostApiError(0, 'protocol_error', `${path}: the bytes do not match X-Content-Sha256`);
-    return { data: answer.data, sha256: actual };
+    return { kind: 'file', data: answer.data, sha256: actual };
+  }
+
+  /** Makes a directory with its parents, owned by the workspace's uid; `made: 0` when it existed. */
+  makeWorkspaceDirectory(id: string, path: string): Promise<WorkspaceDirectoryMade> {
+    const target = workspacePath(id, `/files${query({ path, type: 'directory' })}`);
+    return this.#transport.request<WorkspaceDirectoryMade>('POST', target, undefined, [200, 201]);
+  }
+
+  /** Removes a file, link or empty directory; with `recursive` a tree. */
+  deleteWorkspaceFile(id: string, path: string, options: { recursive?: boolean } = {}): Promise<WorkspaceEntryRemoved> {
+    const target = workspacePath(id, `/files${query({ path, recursive: options.recursive ? '1' : undefined })}`);
+    return this.#transport.request<WorkspaceEntryRemoved>('DELETE', target);
   }
 }

@@ -22,6 +22,7 @@ export const O_NOFOLLOW = 0o400000;
 export const O_CLOEXEC = 0o2000000;
 export const AT_FDCWD = -100;
 export const AT_SYMLINK_NOFOLLOW = 0x100;
+export const AT_REMOVEDIR = 0x200;
 export const RENAME_NOREPLACE = 1;
 export const RESOLVE_NO_SYMLINKS = 0x04;
 export const RESOLVE_BENEATH = 0x08;

@@ -21,6 +21,7 @@ export const ERROR_STATUS = {
   topology_changed: 409,
   alias_denied: 409,
   not_a_directory: 409,
+  not_empty: 409,
   session_busy: 409,
   workspace_exists: 409,
   workspace_busy: 409,

@@ -84,6 +84,15 @@ export const EVENT_PAYLOADS: Readonly<Record<string, EventPayloadDefinition>> = 
   workspace_deleted: payload(1, { workspaceId: string, bytesRemoved: count, filesRemoved: count }),
   host_write: payload(1, { path: string, bytes: count, sha256: string, replaced: boolean }),
   host_write_refused: payload(1, { path: string, reason: string }),
+  workspace_directory_made: payload(1, { workspaceId: string, path: string, made: count }),
+  workspace_entry_removed: payload(1, {
+    workspaceId: string,
+    path: string,
+    files: count,
+    bytes: count,
+    directories: count,
+  }),
+  workspace_file_refused: payload(1, { workspaceId: string, operation: string, path: string, reason: string }),
   // v2: the temp is a tmpfs of the turn's own, measured by the kernel's counts (v1 walked a host
   // directory). 'recovered' and 'unconfirmed' (boot recovery of a crashed supervisor's turn) were
   // added within v2.

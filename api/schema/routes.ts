@@ -10,7 +10,15 @@ import { ID_PATTERN, SESSION_ID_PATTERN } from './ids.js';
 import { AttachClientMessage, AttachServerMessage, EventStreamMessage } from './messages.js';
 import { ActivityView, Health, Ready, SystemStatus } from './status.js';
 import { HostWriteAnswer, SessionDeletion, SessionList, TurnAnswer, TurnCreateRequest, TurnList } from './turns.js';
-import { WorkspaceAnswer, WorkspaceCreateRequest, WorkspaceDeletion, WorkspaceList } from './workspaces.js';
+import {
+  WorkspaceAnswer,
+  WorkspaceCreateRequest,
+  WorkspaceDeletion,
+  WorkspaceDirectoryMade,
+  WorkspaceEntryRemoved,
+  WorkspaceList,
+  WorkspaceListing,
+} from './workspaces.js';
 import { WorkerHostStatus } from './worker-host.js';
 
 type HttpMethod = 'get' | 'post' | 'put' | 'delete' | 'patch';
@@ -23,11 +31,13 @@ interface QueryParameter {
 
 interface SuccessResponse {
   description: string;
-  /** JSON body; absent with `contentType` for non-JSON answers. */
+  /** JSON body; absent with `contentType` for non-JSON answers (both: the answer is either). */
   schema?: TSchema;
   contentType?: string;
   /** Response headers this answer always carries (Location on 201). */
   headers?: string[];
+  /** Response headers this answer carries in one of its forms only. */
+  optionalHeaders?: string[];
 }
 
 export interface ApiRoute {
@@ -375,7 +385,12 @@ export const ROUTES: ApiRoute[] = [
     summary: 'Writes the raw body as a file of the workspace, through the fs guard, within its byte cap.',
     auth: 'token',
     query: {
-      path: { schema: Type.String(), description: 'A path relative to the workspace.', required: true },
+      path: {
+        schema: Type.String(),
+        description:
+          'A path relative to the workspace. Missing parent directories are made owned by the workspace uid, 02770.',
+        required: true,
+      },
       mode: {
         schema: Type.Union([Type.Literal('create'), Type.Literal('replace')]),
         description: 'create refuses an existing file; replace (the default) overwrites one.',
@@ -406,14 +421,22 @@ export const ROUTES: ApiRoute[] = [
     method: 'get',
     path: '/api/workspaces/:id/files',
     operationId: 'readWorkspaceFile',
-    summary: 'Reads a file of the workspace through the fs guard (a link is refused, never followed).',
+    summary:
+      'Reads a file of the workspace (raw bytes), or lists a directory (JSON), through the fs guard (a link is refused, never followed).',
     auth: 'token',
-    query: { path: { schema: Type.String(), description: 'A path relative to the workspace.', required: true } },
+    query: {
+      path: {
+        schema: Type.String(),
+        description: 'A path relative to the workspace; absent, empty or "." is the workspace itself.',
+      },
+    },
     responses: {
       200: {
-        description: 'The bytes; X-Content-Sha256 carries their digest.',
+        description:
+          'A file: its bytes (application/octet-stream), X-Content-Sha256 their digest. A directory: its entries (application/json).',
+        schema: WorkspaceListing,
         contentType: 'application/octet-stream',
-        headers: ['X-Content-Sha256'],
+        optionalHeaders: ['X-Content-Sha256'],
       },
     },
     errors: [
@@ -424,6 +447,59 @@ export const ROUTES: ApiRoute[] = [
       'alias_denied',
       'not_a_directory',
       'body_too_large',
+      'workspaces_unavailable',
+    ],
+    optional: 'workspaces',
+  },
+  {
+    method: 'post',
+    path: '/api/workspaces/:id/files',
+    operationId: 'makeWorkspaceDirectory',
+    summary:
+      'Makes a directory of the workspace with its missing parents, each owned by the workspace uid (02770, group the supervisor).',
+    auth: 'token',
+    query: {
+      path: { schema: Type.String(), description: 'A path relative to the workspace.', required: true },
+      type: { schema: Type.Literal('directory'), description: 'What to make: a directory.', required: true },
+    },
+    responses: {
+      200: { description: 'It existed already (made: 0).', schema: WorkspaceDirectoryMade },
+      201: { description: 'Made.', schema: WorkspaceDirectoryMade, headers: ['Location'] },
+    },
+    errors: [
+      'invalid_path',
+      'workspace_not_found',
+      'alias_denied',
+      'not_a_directory',
+      'topology_changed',
+      'workspace_busy',
+      'workspaces_unavailable',
+    ],
+    optional: 'workspaces',
+  },
+  {
+    method: 'delete',
+    path: '/api/workspaces/:id/files',
+    operationId: 'deleteWorkspaceFile',
+    summary:
+      'Removes a file, a link (never its target) or an empty directory of the workspace; with recursive=1 a whole tree.',
+    auth: 'token',
+    query: {
+      path: { schema: Type.String(), description: 'A path relative to the workspace.', required: true },
+      recursive: {
+        schema: Type.Union([Type.Literal('1'), Type.Literal('0')]),
+        description: '1: a directory is removed with everything beneath it.',
+      },
+    },
+    responses: { 200: { description: 'What was removed.', schema: WorkspaceEntryRemoved } },
+    errors: [
+      'invalid_path',
+      'workspace_not_found',
+      'not_found',
+      'not_empty',
+      'topology_changed',
+      'not_a_directory',
+      'alias_denied',
       'workspaces_unavailable',
     ],
     optional: 'workspaces',

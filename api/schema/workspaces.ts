@@ -61,3 +61,40 @@ export const WorkspaceDeletion = Type.Object(
   { title: 'WorkspaceDeletion' },
 );
 export type WorkspaceDeletion = Static<typeof WorkspaceDeletion>;
+
+const WorkspaceEntry = Type.Object(
+  {
+    name: Type.String({ description: 'The name; bytes that are not UTF-8 show as U+FFFD.' }),
+    type: Type.Union([Type.Literal('file'), Type.Literal('directory'), Type.Literal('symlink'), Type.Literal('other')]),
+    size: Type.Integer({ minimum: 0, description: 'Apparent size in bytes (of the link itself for a symlink).' }),
+    mode: Type.Integer({ minimum: 0, maximum: 0o7777, description: 'Permission and special bits.' }),
+    mtime: Type.String({ description: 'Last modification, ISO 8601.' }),
+  },
+  { title: 'WorkspaceEntry' },
+);
+
+export const WorkspaceListing = Type.Object(
+  { entries: Type.Array(WorkspaceEntry, { description: 'Sorted by name; nothing is followed.' }) },
+  { title: 'WorkspaceListing' },
+);
+export type WorkspaceListing = Static<typeof WorkspaceListing>;
+
+export const WorkspaceDirectoryMade = Type.Object(
+  {
+    path: Type.String(),
+    made: Type.Integer({ minimum: 0, description: 'Directories made (0: it existed).' }),
+  },
+  { title: 'WorkspaceDirectoryMade' },
+);
+export type WorkspaceDirectoryMade = Static<typeof WorkspaceDirectoryMade>;
+
+export const WorkspaceEntryRemoved = Type.Object(
+  {
+    path: Type.String(),
+    files: Type.Integer({ minimum: 0, description: 'Entries removed that are not directories.' }),
+    bytes: Type.Integer({ minimum: 0, description: 'Their apparent bytes.' }),
+    directories: Type.Integer({ minimum: 0 }),
+  },
+  { title: 'WorkspaceEntryRemoved' },
+);
+export type WorkspaceEntryRemoved = Static<typeof WorkspaceEntryRemoved>;

@@ -7,11 +7,11 @@
 #include "syntax.h"
 
 #define OP_BIT(op) (1u << (op))
-#define LEASE_OPS (OP_BIT(OP_LEASE) | OP_BIT(OP_RELEASE) | OP_BIT(OP_USAGE))
+#define LEASE_OPS (OP_BIT(OP_LEASE) | OP_BIT(OP_RELEASE) | OP_BIT(OP_USAGE) | OP_BIT(OP_MKDIR))
 #define ALL_OPS \
   (OP_BIT(OP_PROBE) | OP_BIT(OP_LAUNCH) | OP_BIT(OP_VIEW) | OP_BIT(OP_KILL) | LEASE_OPS)
-/* release and usage name their workspace by its lease only: no uid to pick or check */
-#define UID_OPS (ALL_OPS & ~(OP_BIT(OP_RELEASE) | OP_BIT(OP_USAGE)))
+/* release, usage and mkdir name their workspace by its lease only: no uid to pick or check */
+#define UID_OPS (ALL_OPS & ~(OP_BIT(OP_RELEASE) | OP_BIT(OP_USAGE) | OP_BIT(OP_MKDIR)))
 #define MAX_ID 4294967294u /* (uid_t)-1 is "no change" to the kernel: never a valid id */
 #define MAX_RLIMIT_VALUE 999999999999999999ull
 
@@ -27,8 +27,9 @@ struct key_rule {
 };
 
 static const char *op_names[] = {
-    [OP_NONE] = "none", [OP_PROBE] = "probe", [OP_LAUNCH] = "launch",   [OP_VIEW] = "view",
-    [OP_KILL] = "kill", [OP_LEASE] = "lease", [OP_RELEASE] = "release", [OP_USAGE] = "usage",
+    [OP_NONE] = "none",       [OP_PROBE] = "probe", [OP_LAUNCH] = "launch",
+    [OP_VIEW] = "view",       [OP_KILL] = "kill",   [OP_LEASE] = "lease",
+    [OP_RELEASE] = "release", [OP_USAGE] = "usage", [OP_MKDIR] = "mkdir",
 };
 
 static const char *rlimit_names[RLIMIT_SLOT_COUNT] = {
@@ -66,7 +67,7 @@ static int store_string(struct descriptor_parser *p, const char *key, const char
 }
 
 static int handle_op(struct descriptor_parser *p, const char *value, struct failure *f) {
-  for (size_t op = OP_PROBE; op <= OP_USAGE; op++) {
+  for (size_t op = OP_PROBE; op <= OP_MKDIR; op++) {
     if (strcmp(value, op_names[op]) == 0) {
       p->result.op = (enum descriptor_op)op;
       return 0;
@@ -74,7 +75,7 @@ static int handle_op(struct descriptor_parser *p, const char *value, struct fail
   }
   return fail_with(f, EXIT_DESCRIPTOR_UNKNOWN,
                    "descriptor: op: unknown operation (expected probe, launch, view, kill, "
-                   "lease, release or usage)");
+                   "lease, release, usage or mkdir)");
 }
 
 static int parse_id(const char *key, const char *value, uint32_t *out, struct failure *f) {
@@ -238,6 +239,15 @@ static int handle_adopt(struct descriptor_parser *p, const char *value, struct f
   return 0;
 }
 
+static int handle_dir(struct descriptor_parser *p, const char *value, struct failure *f) {
+  if (!is_canonical_relative_path(value)) {
+    return fail_with(f, EXIT_DESCRIPTOR_MALFORMED,
+                     "descriptor: dir: must be relative to the workspace, with no empty, '.' or "
+                     "'..' components");
+  }
+  return store_string(p, "dir", value, &p->result.dir, f);
+}
+
 static int handle_tmp_size(struct descriptor_parser *p, const char *value, struct failure *f) {
   uint64_t size = 0;
   if (!parse_decimal(value, DESCRIPTOR_MAX_TMP_SIZE, &size) || size < DESCRIPTOR_MIN_TMP_SIZE) {
@@ -384,6 +394,7 @@ static const struct key_rule key_rules[] = {
     {"lease", false, LAUNCH_ONLY | LEASE_OPS, handle_lease},
     {"owner", false, LAUNCH_ONLY | LEASE_OPS, handle_owner},
     {"adopt", false, OP_BIT(OP_LEASE), handle_adopt},
+    {"dir", false, OP_BIT(OP_MKDIR), handle_dir},
     {"tmp_size", false, LAUNCH_OR_VIEW, handle_tmp_size},
     {"protect", true, LAUNCH_OR_VIEW, handle_protect},
     {"hide", true, LAUNCH_OR_VIEW, handle_hide},
@@ -399,6 +410,7 @@ static const char *const required_keys[][7] = {
     [OP_LEASE] = {"uid", "lease", "owner", "workspace", NULL},
     [OP_RELEASE] = {"lease", "owner", "workspace", NULL},
     [OP_USAGE] = {"lease", "owner", "workspace", NULL},
+    [OP_MKDIR] = {"lease", "owner", "workspace", "dir", NULL},
 };
 
 static int key_index(const char *name) {

@@ -34,7 +34,8 @@ enum descriptor_op {
   OP_KILL,
   OP_LEASE,
   OP_RELEASE,
-  OP_USAGE
+  OP_USAGE,
+  OP_MKDIR
 };
 
 enum view_profile { PROFILE_NONE = 0, PROFILE_GOVERNED, PROFILE_STRICT };
@@ -72,6 +73,8 @@ struct descriptor {
   /* lease: a record without an owner (written by an older release) takes `owner`, when `uid` is
    * exactly its uid. */
   bool adopt;
+  /* mkdir: the directory to make beneath the leased workspace (canonical, relative) */
+  const char *dir;
   size_t cgroup_count;
   const char *cgroups[DESCRIPTOR_MAX_CGROUPS];
   bool has_rlimit[RLIMIT_SLOT_COUNT];

@@ -40,6 +40,8 @@
  *   usage    measure a leased workspace's tree (no link followed).
  *   In shared mode release and usage act on the caller's own `<workspace_root>/<lease>`
  *   (shared-tree.c): no lease, no uid lock, the caller's privilege only.
+ *   mkdir    make a directory and its missing parents beneath a leased workspace, one held fd
+ *            per level, no link followed, each new one owned by the lease's uid.
  *
  * Any refusal prints one `identity-helper: <reason>` line on stderr and exits with the code
  * of its reason (failure.h); nothing is half-done that outlives the process. */
@@ -130,6 +132,8 @@ static int dispatch(const struct descriptor *d, struct failure *f) {
       return config.shared ? run_shared_release(&config, d, f) : run_release(&config, d, f);
     case OP_USAGE:
       return config.shared ? run_shared_usage(&config, d, f) : run_usage(&config, d, f);
+    case OP_MKDIR:
+      return run_mkdir(&config, d, f);
     case OP_NONE:
       break;
   }

@@ -466,6 +466,77 @@ int run_usage(const struct helper_config *c, const struct descriptor *d, struct 
   return run_workspace_op(c, d, usage_in_context, f);
 }
 
+/* One component of `dir` beneath the held `parent`: made when missing (then handed to the uid),
+ * opened without following a link. The new fd replaces `*parent`. */
+static int make_component(int *parent, const char *name, uint32_t uid, unsigned *made,
+                          const struct descriptor *d, struct failure *f) {
+  bool created = mkdirat(*parent, name, 0700) == 0;
+  if (!created && errno != EEXIST) {
+    return fail_with(f, EXIT_LEASE_REFUSED, "mkdir %.128s: %s: %s", d->dir, name, strerror(errno));
+  }
+  int next = openat(*parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (next < 0) {
+    int error = errno;
+    struct stat st;
+    const char *what = fstatat(*parent, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ? strerror(error)
+                       : S_ISLNK(st.st_mode)                                 ? "is a symlink"
+                       : S_ISREG(st.st_mode)                                 ? "is not a directory"
+                                                                             : "is a special file";
+    return fail_with(f, EXIT_LEASE_REFUSED, "mkdir %.128s: component %s %s (never followed)",
+                     d->dir, name, what);
+  }
+  close(*parent);
+  *parent = next;
+  if (!created) {
+    return 0;
+  }
+  /* Only what this call made changes owner: a turn that swapped in its own directory meanwhile
+   * gets its own directory handed to its own uid, nothing else. */
+  if (fchown(next, uid, getgid()) != 0 || fchmod(next, WORKSPACE_MODE) != 0) {
+    return fail_with(f, EXIT_LEASE_REFUSED, "mkdir %.128s: %s: chown/chmod: %s", d->dir, name,
+                     strerror(errno));
+  }
+  (*made)++;
+  return 0;
+}
+
+static int mkdir_in_context(const struct helper_config *c, const struct descriptor *d,
+                            struct lease_context *x, struct failure *f) {
+  int code = open_workspace_root(c, d, x, f);
+  if (code == 0) code = lease_dir_open(c, false, &x->lease_dir, f);
+  struct lease_record record;
+  bool found = false;
+  if (code == 0) code = read_lease(d, x, &record, &found, f);
+  if (code == 0 && !found) {
+    code = fail_with(f, EXIT_LEASE_REFUSED, "mkdir: no lease %s", d->lease);
+  }
+  if (code != 0) {
+    return code;
+  }
+  int dir = openat(x->root, d->lease, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dir < 0) {
+    return fail_with(f, EXIT_LEASE_REFUSED,
+                     "workspace %.128s: must be a directory, not a symlink: %s", d->workspace,
+                     strerror(errno));
+  }
+  char path[DESCRIPTOR_MAX_LINE];
+  snprintf(path, sizeof path, "%s", d->dir);
+  unsigned made = 0;
+  char *rest = path;
+  for (char *name = strsep(&rest, "/"); code == 0 && name != NULL; name = strsep(&rest, "/")) {
+    code = make_component(&dir, name, record.uid, &made, d, f);
+  }
+  close(dir);
+  if (code == 0) {
+    printf("made %u\n", made);
+  }
+  return code;
+}
+
+int run_mkdir(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
+  return run_workspace_op(c, d, mkdir_in_context, f);
+}
+
 static int leased_launch_uid(const struct helper_config *c, const struct descriptor *d,
                              struct lease_context *x, uint32_t *uid, int *lock_fd,
                              struct failure *f) {

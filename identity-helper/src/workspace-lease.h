@@ -24,6 +24,12 @@ int run_release(const struct helper_config *c, const struct descriptor *d, struc
 /* op usage: receipt `bytes N`, `files N` of the workspace tree (no link followed). */
 int run_usage(const struct helper_config *c, const struct descriptor *d, struct failure *f);
 
+/* op mkdir: makes `dir` and its missing parents beneath the workspace, each component opened
+ * from the one before with O_NOFOLLOW (a link or a file on the way is refused), each new
+ * directory owned by the lease's uid, group the caller's, mode 02770, so the workspace's turns
+ * may write in it. Existing directories are kept as they are. Receipt `made N`. */
+int run_mkdir(const struct helper_config *c, const struct descriptor *d, struct failure *f);
+
 /* The uid a separate-uid launch runs as, with its lock in `*lock_fd`: with `lease`, the lease's
  * uid (which `uid` must name), locked shared with the workspace's other turns; without, `uid`
  * (or with `uid_search` the first free uid from it on) that no workspace holds, locked

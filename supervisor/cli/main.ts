@@ -3,6 +3,7 @@
  * `turns` and `session` talk to a running one (or `run --local` runs one turn in-process). Exit codes: cli/exit-codes.ts
  * and docs/cli.md.
  */
+import fs from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -25,6 +26,7 @@ import {
   listTurns,
   showTurn,
 } from './turn-commands.js';
+import { workspaceFilesCommand } from './workspace-files.js';
 import { EVENT_KINDS } from '../events/kinds.js';
 import { softwareIdentity } from '../software.js';
 
@@ -65,7 +67,12 @@ const COMMAND_OPTIONS: Record<string, Options> = {
     workspace: { type: 'string' },
     local: { type: 'boolean' },
   },
-  workspace: { ...CLIENT_OPTIONS, session: { type: 'string' }, cancel: { type: 'boolean' } },
+  workspace: {
+    ...CLIENT_OPTIONS,
+    session: { type: 'string' },
+    cancel: { type: 'boolean' },
+    recursive: { type: 'boolean' },
+  },
   completion: { help: { type: 'boolean', short: 'h' } },
 };
 
@@ -116,7 +123,7 @@ export function completionScript(): string {
       '--log-level': ['debug', 'info', 'warn', 'error'],
       '--kind': [...EVENT_KINDS.keys()],
       // The word after `workspace` is its action.
-      workspace: [...WORKSPACE_ACTIONS],
+      workspace: [...WORKSPACE_ACTIONS, 'files'],
     },
   });
 }
@@ -429,6 +436,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
     case 'events':
       return events(parsed.values, env);
     case 'workspace': {
+      if (parsed.positionals[0] === 'files') return workspaceFiles(parsed.positionals.slice(1), parsed.values, env);
       const [action, id, ...extra] = parsed.positionals;
       if (extra.length > 0) throw usage(`workspace: unexpected ${extra.join(' ')}`, 'workspace');
       return workspaceCommand(
@@ -447,6 +455,18 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
     default:
       return run(parsed.values, parsed.positionals, env);
   }
+}
+
+/** `turnhost workspace files ACTION ID [PATH] [LOCAL]`. */
+function workspaceFiles(positionals: string[], values: Values, env: NodeJS.ProcessEnv): Promise<number> {
+  const [action, id, remote, local, ...extra] = positionals;
+  if (extra.length > 0) throw usage(`workspace files: unexpected ${extra.join(' ')}`, 'workspace');
+  return workspaceFilesCommand(
+    () => connect(values, env),
+    { action, id, remote, local, recursive: values['recursive'] === true, json: values['json'] === true },
+    (message) => usage(message, 'workspace'),
+    { print, writeBytes: (data) => process.stdout.write(data), readInput: () => fs.readFileSync(0) },
+  );
 }
 
 /** Runs the CLI and sets the process exit code; `bin/turnhost` and `node dist/supervisor/cli/main.js` both call it. */

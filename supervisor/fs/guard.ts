@@ -79,6 +79,10 @@ export interface WriteOptions {
   maxBytes: number;
   /** Permission bits of the published file (default 0644, umask not applied). */
   fileMode?: number;
+  /** Mode of the parent directories the write makes (default 0755, umask not applied). */
+  dirMode?: number;
+  /** `existing`: a missing parent directory is refused (`not_found`) rather than made. */
+  parents?: 'create' | 'existing';
 }
 
 export interface WriteReceipt {
@@ -94,7 +98,7 @@ export interface ReadReceipt {
 
 type Refused = Fail<FsRefusal>;
 
-interface HeldDir extends Identity {
+export interface HeldDir extends Identity {
   fd: number;
   /** The name this directory was opened by in its parent (the previous chain entry); null for the root. */
   name: Buffer | null;
@@ -182,42 +186,52 @@ function unexpected(err: SysFail, label: string): Refused {
   return fail('io_error', `${label}: ${err.detail}`);
 }
 
-function closeChain(chain: HeldDir[]): void {
+export function closeChain(chain: HeldDir[]): void {
   for (const held of chain.slice(1)) closeQuietly(held.fd);
 }
 
 /**
  * Opens every directory component of `dirs` beneath the root, one held fd per level.
- * With `create`, missing directories are made with mkdirat on the held parent.
+ * With `create`, missing directories are made with mkdirat on the held parent, mode `dirMode`
+ * (set with fchmod on the opened directory: no umask, and setgid kept). `made` counts them.
  */
-function walkDirectories(root: RootHandle, dirs: string[], create: boolean): Result<{ chain: HeldDir[] }, FsRefusal> {
+export function walkDirectories(
+  root: RootHandle,
+  dirs: string[],
+  create: boolean,
+  dirMode = DEFAULT_DIR_MODE,
+): Result<{ chain: HeldDir[]; made: number }, FsRefusal> {
+  let made = 0;
   const chain: HeldDir[] = [{ fd: root.fd, name: null, dev: root.dev, ino: root.ino }];
   for (let i = 0; i < dirs.length; i++) {
     const parent = chain[chain.length - 1]!;
     const name = cName(dirs[i]!);
     const label = `component ${JSON.stringify(dirs.slice(0, i + 1).join('/'))}`;
-    const held = openComponent(parent.fd, name, label, create);
+    const held = openComponent(parent.fd, name, label, create ? dirMode : null);
     if (!held.ok) {
       closeChain(chain);
       return held;
     }
     chain.push(held.held);
+    if (held.made) made += 1;
   }
-  return ok({ chain });
+  return ok({ chain, made });
 }
 
 function openComponent(
   parentFd: number,
   name: Buffer,
   label: string,
-  create: boolean,
-): Result<{ held: HeldDir }, FsRefusal> {
+  createMode: number | null,
+): Result<{ held: HeldDir; made: boolean }, FsRefusal> {
   let opened = openDirBeneath(parentFd, name);
+  let madeHere = false;
   if (!opened.ok && opened.reason === 'ENOENT') {
-    if (!create) return fail('not_found', `${label} does not exist`);
-    const made = mkdirat(parentFd, name, DEFAULT_DIR_MODE);
+    if (createMode === null) return fail('not_found', `${label} does not exist`);
+    const made = mkdirat(parentFd, name, createMode & 0o777);
     if (!made.ok && made.reason !== 'EEXIST') return unexpected(made, label);
     if (made.ok) fsync(parentFd);
+    madeHere = made.ok;
     opened = openDirBeneath(parentFd, name);
   }
   if (!opened.ok) {
@@ -225,11 +239,15 @@ function openComponent(
     return fail('io_error', `${label}: ${opened.detail}`);
   }
   const st = fstat(opened.fd);
-  if (!st.ok) {
+  // The directory opened without following is what mkdirat made, or one a worker swapped in
+  // meanwhile, which is its own: setting the mode of either gives nobody more than it had.
+  const moded = madeHere && createMode !== null ? fchmod(opened.fd, createMode) : ok({});
+  const failed = !st.ok ? st : !moded.ok ? moded : null;
+  if (failed || !st.ok) {
     closeQuietly(opened.fd);
-    return fail('io_error', `${label}: ${st.detail}`);
+    return fail('io_error', `${label}: ${failed?.detail ?? 'fstat failed'}`);
   }
-  return ok({ held: { fd: opened.fd, name, dev: st.stat.dev, ino: st.stat.ino } });
+  return ok({ held: { fd: opened.fd, name, dev: st.stat.dev, ino: st.stat.ino }, made: madeHere });
 }
 
 /** Every held directory is still reachable from its held parent under the name it was opened by. */
@@ -353,6 +371,9 @@ function checkWriteOptions(data: Buffer, options: WriteOptions): Result<{}, FsRe
     if (!SHA256_HEX.test(options.expectedSha256))
       return fail('invalid_option', 'expectedSha256 must be 64 lowercase hex digits');
   }
+  const dirMode = options.dirMode ?? DEFAULT_DIR_MODE;
+  if (!Number.isInteger(dirMode) || dirMode < 0 || dirMode > 0o7777)
+    return fail('invalid_option', 'dirMode must be mode bits (0 to 07777)');
   const fileMode = options.fileMode ?? DEFAULT_FILE_MODE;
   if (!Number.isInteger(fileMode) || fileMode < 0 || fileMode > 0o777) {
     return fail('invalid_option', 'fileMode must be permission bits (0 to 0777)');
@@ -510,7 +531,12 @@ export function writeFile(
   if (!path.ok) return path;
   const label = `destination ${JSON.stringify(rel)}`;
   const leafName = cName(path.components[path.components.length - 1]!);
-  const walked = walkDirectories(root, path.components.slice(0, -1), true);
+  const walked = walkDirectories(
+    root,
+    path.components.slice(0, -1),
+    options.parents !== 'existing',
+    options.dirMode ?? DEFAULT_DIR_MODE,
+  );
   if (!walked.ok) return walked;
   try {
     const parent = walked.chain[walked.chain.length - 1]!;

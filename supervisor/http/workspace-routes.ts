@@ -5,7 +5,9 @@
  *   GET    /api/workspaces/:id                one, with its usage
  *   DELETE /api/workspaces/:id[?cancel=1]     409 workspace_busy while a turn runs, unless cancel
  *   PUT    /api/workspaces/:id/files?path=REL[&mode=create|replace]   host write (raw body)
- *   GET    /api/workspaces/:id/files?path=REL                         host read (raw bytes)
+ *   GET    /api/workspaces/:id/files[?path=REL]                       a file's bytes, or a directory's listing
+ *   POST   /api/workspaces/:id/files?path=REL&type=directory          mkdir -p, owned by the workspace uid
+ *   DELETE /api/workspaces/:id/files?path=REL[&recursive=1]           a file, link, empty dir, or a tree
  * Registered ahead of the app's 1 MiB body cap: the file routes enforce fs.hostWriteMaxBytes
  * themselves, the JSON route its own 1 MiB parser limit. Each handler parses the request, calls
  * the workspace service (supervisor/workspaces/) and answers its result.
@@ -50,6 +52,7 @@ const FAILURE_STATUS: Record<WorkspaceFileFailure, number> = {
   topology_changed: 409,
   alias_denied: 409,
   not_a_directory: 409,
+  not_empty: 409,
   io_error: 500,
 };
 
@@ -208,21 +211,66 @@ function deleteWorkspace(deps: WorkspaceRouteDeps): RequestHandler {
   };
 }
 
-/** GET /api/workspaces/:id/files?path=REL: the file's bytes and their sha256. */
+/** GET /api/workspaces/:id/files[?path=REL]: a file's bytes and their sha256, or a directory's entries. */
 function readWorkspaceFile(deps: WorkspaceRouteDeps): RequestHandler {
   return (req, res) => {
     const check = queryCheck(req, ['path']);
-    const rel = check.get('path');
-    if (rel === null) check.refuse('path', 'required');
-    if (refuseQuery(res, check) || rel === null) return;
-    const target = deps.workspaces.fileTarget(String(req.params['id']), rel);
+    const rel = check.get('path') ?? '';
+    if (refuseQuery(res, check)) return;
+    const target = deps.workspaces.fileTarget(String(req.params['id']), rel, { top: true });
     if (!target.ok) return sendFailure(res, target);
-    const read = deps.workspaces.readFile(target.workspace, rel);
+    const read = deps.workspaces.readEntry(target.workspace, rel);
     if (!read.ok) return sendFailure(res, read);
+    if (read.kind === 'directory') return void res.status(200).json({ entries: read.entries });
     res.setHeader('Content-Type', 'application/octet-stream');
     res.setHeader('X-Content-Sha256', read.sha256);
     res.status(200).send(read.data);
   };
+}
+
+/** The `path` every changing file route needs, checked with the route's other parameters. */
+function requiredPath(check: QueryCheck): string | null {
+  const rel = check.get('path');
+  if (rel === null) check.refuse('path', 'required');
+  return rel;
+}
+
+/** POST /api/workspaces/:id/files?path=REL&type=directory: 201 made (its address), 200 it existed. */
+function makeWorkspaceDirectory(deps: WorkspaceRouteDeps): RequestHandler {
+  return async (req, res) => {
+    const check = queryCheck(req, ['path', 'type']);
+    const rel = requiredPath(check);
+    const type = check.get('type');
+    if (type !== 'directory') check.refuse('type', type === null ? "required: 'directory'" : "expected 'directory'");
+    if (refuseQuery(res, check) || rel === null) return;
+    const target = deps.workspaces.fileTarget(String(req.params['id']), rel);
+    if (!target.ok) return sendFailure(res, target);
+    const made = await deps.workspaces.makeDirectory(target.workspace, rel);
+    if (!made.ok) return sendFailure(res, made);
+    if (made.made > 0) res.setHeader('Location', fileAddress(target.workspace.id, rel));
+    res.status(made.made > 0 ? 201 : 200).json({ path: rel, made: made.made });
+  };
+}
+
+/** DELETE /api/workspaces/:id/files?path=REL[&recursive=1]: a non-empty directory needs recursive. */
+function deleteWorkspaceFile(deps: WorkspaceRouteDeps): RequestHandler {
+  return (req, res) => {
+    const check = queryCheck(req, ['path', 'recursive']);
+    const rel = requiredPath(check);
+    const recursive = check.get('recursive');
+    if (recursive !== null && recursive !== '1' && recursive !== '0') check.refuse('recursive', "expected '1' or '0'");
+    if (refuseQuery(res, check) || rel === null) return;
+    const target = deps.workspaces.fileTarget(String(req.params['id']), rel);
+    if (!target.ok) return sendFailure(res, target);
+    const removed = deps.workspaces.removeEntry(target.workspace, rel, recursive === '1');
+    if (!removed.ok) return sendFailure(res, removed);
+    const { files, bytes, directories } = removed;
+    res.status(200).json({ path: rel, files, bytes, directories });
+  };
+}
+
+function fileAddress(workspaceId: string, rel: string): string {
+  return `/api/workspaces/${encodeURIComponent(workspaceId)}/files?${new URLSearchParams({ path: rel }).toString()}`;
 }
 
 /** PUT /api/workspaces/:id/files?path=REL[&mode=create|replace]: 201 with the file's address, or 200 replaced. */
@@ -246,11 +294,7 @@ function writeWorkspaceFile(deps: WorkspaceRouteDeps): RequestHandler {
       return sendFailure(res, written);
     }
     // The file's own address: GET reads it, PUT (replace by default) writes it again.
-    if (!written.replaced)
-      res.setHeader(
-        'Location',
-        `/api/workspaces/${encodeURIComponent(workspace.id)}/files?${new URLSearchParams({ path: rel }).toString()}`,
-      );
+    if (!written.replaced) res.setHeader('Location', fileAddress(workspace.id, rel));
     res.status(written.replaced ? 200 : 201).json(written);
   };
 }
@@ -259,5 +303,10 @@ export function registerWorkspaceRoutes(router: Router, deps: WorkspaceRouteDeps
   const json = express.json({ limit: MAX_BODY_BYTES, strict: true });
   route(router, '/api/workspaces', { post: [json, createWorkspace(deps)], get: listWorkspaces(deps) });
   route(router, '/api/workspaces/:id', { get: showWorkspace(deps), delete: [refuseBody, deleteWorkspace(deps)] });
-  route(router, '/api/workspaces/:id/files', { get: readWorkspaceFile(deps), put: writeWorkspaceFile(deps) });
+  route(router, '/api/workspaces/:id/files', {
+    get: readWorkspaceFile(deps),
+    put: writeWorkspaceFile(deps),
+    post: [refuseBody, makeWorkspaceDirectory(deps)],
+    delete: [refuseBody, deleteWorkspaceFile(deps)],
+  });
 }

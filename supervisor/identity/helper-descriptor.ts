@@ -6,6 +6,7 @@
  */
 import { CodedError } from '../../core/result.js';
 import { leaseKeyLines } from './helper-lease-keys.js';
+import { CONTROL_CHARS, isCanonicalAbsolutePath, isCanonicalRelativePath } from './helper-paths.js';
 
 export const DESCRIPTOR_PROTOCOL_VERSION = 2;
 export const DESCRIPTOR_LIMITS = {
@@ -23,7 +24,7 @@ export const DESCRIPTOR_LIMITS = {
   maxRlimitExclusive: 10n ** 18n,
 } as const;
 
-type HelperOp = 'probe' | 'launch' | 'view' | 'kill' | 'lease' | 'release' | 'usage';
+type HelperOp = 'probe' | 'launch' | 'view' | 'kill' | 'lease' | 'release' | 'usage' | 'mkdir';
 export type HelperRlimitName = 'nproc' | 'data' | 'fsize' | 'nofile';
 export type HelperProfile = 'governed' | 'strict';
 type HelperProtectMode = 'read_only' | 'mask_file' | 'mask_directory';
@@ -62,6 +63,8 @@ export interface HelperDescriptor {
   owner?: string;
   /** lease: an owner-less record (an older release's) takes `owner` when `uid` is its uid. */
   adopt?: boolean;
+  /** mkdir: the directory, relative to the workspace, to make with its parents. */
+  dir?: string;
 }
 
 export type HelperLaunchDescriptor = Omit<HelperDescriptor, 'op' | 'paths'> & {
@@ -115,12 +118,12 @@ const OP_KEYS: Record<HelperOp, { allowed: ReadonlySet<string>; required: readon
   },
   release: { allowed: LEASE_KEYS, required: [...LEASE_KEYS] },
   usage: { allowed: LEASE_KEYS, required: [...LEASE_KEYS] },
+  mkdir: { allowed: new Set([...LEASE_KEYS, 'dir']), required: [...LEASE_KEYS, 'dir'] },
 };
 
 const RLIMIT_NAMES: readonly HelperRlimitName[] = ['nproc', 'data', 'fsize', 'nofile'];
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,254}$/;
 const HOSTNAME = /^[A-Za-z0-9.][A-Za-z0-9.-]{0,63}$/;
-const CONTROL_CHARS = /[\u0000-\u001f\u007f]/;
 
 function refuse(field: string, message: string): never {
   throw new HelperDescriptorError(field, message);
@@ -137,26 +140,12 @@ function checkId(field: string, value: unknown): number {
   return value;
 }
 
-function isCanonicalAbsolutePath(path: string): boolean {
-  if (!path.startsWith('/') || Buffer.byteLength(path) >= 4096) return false;
-  if (path === '/') return true;
-  return path
-    .slice(1)
-    .split('/')
-    .every((component) => component !== '' && component !== '.' && component !== '..');
-}
-
 function checkPath(field: string, value: unknown): string {
   if (typeof value !== 'string' || !isCanonicalAbsolutePath(value)) {
     refuse(field, 'must be a canonical absolute path (no empty, "." or ".." components)');
   }
   checkText(field, value);
   return value;
-}
-
-/** Canonical and relative: what the helper accepts as a protected path. */
-export function isCanonicalRelativePath(path: string): boolean {
-  return path !== '' && !path.startsWith('/') && isCanonicalAbsolutePath(`/${path}`);
 }
 
 const PROTECT_MODES: readonly HelperProtectMode[] = ['read_only', 'mask_file', 'mask_directory'];
@@ -173,7 +162,6 @@ function protectLines(rules: unknown): string[] {
     if (typeof rule.path !== 'string' || !isCanonicalRelativePath(rule.path)) {
       refuse(`${field}.path`, 'must be relative to the workspace, with no empty, "." or ".." components');
     }
-    checkText(`${field}.path`, rule.path);
     return `protect ${rule.mode} ${rule.path}`;
   });
 }
@@ -234,7 +222,7 @@ function envLines(env: HelperDescriptor['env']): string[] {
 function checkOpKeys(d: HelperDescriptor): void {
   const rules = OP_KEYS[d.op];
   // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- the descriptor is checked whatever its type says
-  if (rules === undefined) refuse('op', 'must be probe, launch, view, kill, lease, release or usage');
+  if (rules === undefined) refuse('op', 'must be probe, launch, view, kill, lease, release, usage or mkdir');
   for (const [key, value] of Object.entries(d)) {
     if (key !== 'op' && value !== undefined && !rules.allowed.has(key)) refuse(key, `not valid for op ${d.op}`);
   }

@@ -1,10 +1,12 @@
 /**
  * The descriptor's workspace lease keys (identity-helper/src/descriptor.c): `lease` (the
- * workspace's id), `owner` (the supervisor instance the lease is held for, helper-owner.ts) and
- * `adopt` (an owner-less record of an older release takes the owner). Encoded for
+ * workspace's id), `owner` (the supervisor instance the lease is held for, helper-owner.ts),
+ * `adopt` (an owner-less record of an older release takes the owner) and `dir` (mkdir's
+ * directory beneath the workspace). Encoded for
  * helper-descriptor.ts, which hands in its own refusal so the field is named the same way.
  */
 import { isValidId } from '../../api/schema/ids.js';
+import { isCanonicalRelativePath } from './helper-paths.js';
 
 interface LeaseKeys {
   op: string;
@@ -12,6 +14,7 @@ interface LeaseKeys {
   lease?: string;
   owner?: string;
   adopt?: boolean;
+  dir?: string;
 }
 
 /** The lines of `lease`, `owner` and `adopt`; refuses what the helper would refuse. */
@@ -28,6 +31,10 @@ export function leaseKeyLines(d: LeaseKeys, refuse: (field: string, message: str
   // A leased launch runs in the lease's workspace: it must be this owner's too.
   if (d.op === 'launch' && (d.lease === undefined) !== (d.owner === undefined))
     refuse(d.lease === undefined ? 'lease' : 'owner', 'a launch names lease and owner together or neither');
+  if (d.dir !== undefined) {
+    if (typeof d.dir !== 'string' || !isCanonicalRelativePath(d.dir)) refuse('dir', 'must be a clean relative path');
+    lines.push(`dir ${d.dir}`);
+  }
   if (d.adopt === true) {
     if (d.uidSearch === true) refuse('adopt', "names the record's exact uid, not with uidSearch");
     lines.push('adopt yes');

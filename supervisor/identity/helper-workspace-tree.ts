@@ -1,7 +1,8 @@
 /**
- * A leased workspace's tree (identity-helper/src/workspace-lease.c, ops usage and release, by
- * way of tree-walk.c): usage measures it, release removes it and then ends the lease. Both walk
- * the tree as root without following a link, which the supervisor itself could not do safely.
+ * A leased workspace's tree (identity-helper/src/workspace-lease.c, ops usage, release and mkdir,
+ * the first two by way of tree-walk.c): usage measures it, release removes it and then ends the
+ * lease, mkdir makes directories in it owned by the lease's uid. Each works as root without
+ * following a link, which the supervisor itself could not do safely (nor chown, when not root).
  */
 import { fail, ok, type Result } from '../../core/result.js';
 import type { WorkspaceLeaseRequest } from './helper-lease.js';
@@ -45,4 +46,19 @@ export async function runHelperUsage(
   const files = countField(receipt, 'files');
   if (bytes === null || files === null) return fail('helper_output_invalid', 'usage answer lacks bytes or files');
   return ok({ bytes, files });
+}
+
+/**
+ * Makes `dir` and its missing parents beneath a leased workspace, each new one owned by the
+ * lease's uid (group the supervisor's, 02770) so the workspace's turns can write in it.
+ */
+export async function runHelperMakeDirectory(
+  helper: HelperLocation,
+  request: WorkspaceLeaseRequest & { dir: string },
+): Promise<Result<{ made: number }, HelperFailureReason>> {
+  const run = await runHelperOperation(helper, { op: 'mkdir', owner: helper.owner, ...request });
+  if (!run.ok) return run;
+  const made = decimalField(parseReceipt(run.stdout), 'made');
+  if (made === null) return fail('helper_output_invalid', 'mkdir answer lacks made');
+  return ok({ made });
 }

@@ -12,7 +12,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fail, ok, type Result } from '../../core/result.js';
 import type { TurnhostConfig } from '../config/types.js';
-import { DESCRIPTOR_LIMITS, isCanonicalRelativePath, type HelperProtectRule } from '../identity/helper-descriptor.js';
+import { DESCRIPTOR_LIMITS, type HelperProtectRule } from '../identity/helper-descriptor.js';
+import { isCanonicalRelativePath } from '../identity/helper-paths.js';
 import { tokenFilePath } from '../config/token-path.js';
 
 /**

@@ -14,9 +14,10 @@ import path from 'node:path';
 import { ID_DETAIL, isValidId } from '../../api/schema/ids.js';
 import type { Logger } from '../../core/log.js';
 import { fail, ok, type Result } from '../../core/result.js';
-import { validateRelativePath, type ReadReceipt, type WriteReceipt } from '../fs/guard.js';
+import { validateRelativePath, type WriteReceipt } from '../fs/guard.js';
 import type { HelperLocation } from '../identity/helper-process.js';
-import { readTreeFile, writeTreeFile } from './files.js';
+import type { RemoveReceipt } from '../fs/guard-entries.js';
+import { isTop, makeTreeDirectory, readTreeEntry, removeTreeEntry, writeTreeFile, type TreeRead } from './files.js';
 import {
   adoptWorkspaceLease,
   leaseWorkspace,
@@ -201,19 +202,44 @@ export class WorkspaceService {
     }
   }
 
-  /** Where a host read or write goes: a valid path (checked first) in a ready workspace. */
+  /**
+   * Where a host read or write goes: a valid path (checked first) in a ready workspace. With
+   * `top`, `''` and `.` name the workspace itself (a listing).
+   */
   fileTarget(
     id: string,
     rel: string,
+    options: { top?: boolean } = {},
   ): Result<{ workspace: WorkspaceView }, 'invalid_path' | 'workspace_not_found'> & { field?: string } {
+    if (options.top === true && isTop(rel)) return this.find(id);
     const valid = validateRelativePath(rel);
     if (!valid.ok) return { ...fail('invalid_path', `path: ${valid.detail}`), field: 'path' };
     return this.find(id);
   }
 
-  /** A host read of a workspace file, at most `fs.hostWriteMaxBytes` long. */
-  readFile(workspace: WorkspaceView, rel: string): Result<ReadReceipt, WorkspaceFileFailure> {
-    return readTreeFile(workspace.path, rel, this.deps.config().fs.hostWriteMaxBytes);
+  /** A directory's listing, or a file's bytes (at most `fs.hostWriteMaxBytes`). */
+  readEntry(workspace: WorkspaceView, rel: string): Result<TreeRead, WorkspaceFileFailure> {
+    return readTreeEntry(workspace.path, rel, this.deps.config().fs.hostWriteMaxBytes);
+  }
+
+  /** Makes a directory with its parents, owned as the workspace's turns need (files.ts). */
+  async makeDirectory(workspace: WorkspaceView, rel: string): Promise<Result<{ made: number }, WorkspaceFileFailure>> {
+    const made = await makeTreeDirectory(workspace, rel, this.deps.helper());
+    if (!made.ok) return this.refused(workspace, 'mkdir', rel, made);
+    this.event('workspace_directory_made', workspace.sessionId, {
+      workspaceId: workspace.id,
+      path: rel,
+      made: made.made,
+    });
+    return made;
+  }
+
+  /** Removes a file, link or empty directory, or with `recursive` a tree; never the workspace itself. */
+  removeEntry(workspace: WorkspaceView, rel: string, recursive: boolean): Result<RemoveReceipt, WorkspaceFileFailure> {
+    const removed = removeTreeEntry(workspace.path, rel, recursive);
+    if (!removed.ok) return this.refused(workspace, 'delete', rel, removed);
+    this.event('workspace_entry_removed', workspace.sessionId, { workspaceId: workspace.id, path: rel, ...removed });
+    return removed;
   }
 
   /**
@@ -236,11 +262,17 @@ export class WorkspaceService {
       );
     // The read above awaited: a delete may have begun meanwhile. From this check to the end of
     // the write nothing yields, so the write never lands in a tree being removed.
+    const parents = await this.makeParents(workspace, rel);
+    if (!parents.ok) return this.refused(workspace, 'write', rel, parents);
     if (this.store.get(workspace.id)?.state !== 'ready')
       return fail('workspace_not_found', `no workspace ${workspace.id} (being deleted)`);
     this.usageCache.invalidate(workspace.id);
-    const written = writeTreeFile(workspace.path, rel, data, { mode, maxBytes: config.fs.hostWriteMaxBytes });
-    if (!written.ok) return written;
+    const written = writeTreeFile(workspace.path, rel, data, {
+      mode,
+      maxBytes: config.fs.hostWriteMaxBytes,
+      parents: parents.made,
+    });
+    if (!written.ok) return this.refused(workspace, 'write', rel, written);
     this.event('host_write', workspace.sessionId, {
       path: rel,
       bytes: written.bytes,
@@ -248,6 +280,37 @@ export class WorkspaceService {
       replaced: written.replaced,
     });
     return written;
+  }
+
+  /**
+   * The parents of a file about to be written. In separate_uid the helper makes them (owned by
+   * the lease's uid) and the write then only uses them (`existing`); in shared_uid the guard's
+   * own walk makes them.
+   */
+  private async makeParents(
+    workspace: WorkspaceView,
+    rel: string,
+  ): Promise<Result<{ made: 'create' | 'existing' }, WorkspaceFileFailure>> {
+    const slash = rel.lastIndexOf('/');
+    if (workspace.identity === 'shared_uid' || slash < 0) return ok({ made: 'create' });
+    const made = await makeTreeDirectory(workspace, rel.slice(0, slash), this.deps.helper());
+    return made.ok ? ok({ made: 'existing' }) : made;
+  }
+
+  /** A refused file operation: its `workspace_file_refused` receipt, then the failure as it was. */
+  private refused<R extends string>(
+    workspace: WorkspaceView,
+    operation: 'write' | 'mkdir' | 'delete',
+    rel: string,
+    failure: { ok: false; reason: R; detail: string },
+  ): { ok: false; reason: R; detail: string } {
+    this.event('workspace_file_refused', workspace.sessionId, {
+      workspaceId: workspace.id,
+      operation,
+      path: rel.slice(0, 1024),
+      reason: failure.reason,
+    });
+    return failure;
   }
 
   /** The new workspace's directory: leased and made by the helper, or made here (shared_uid). */

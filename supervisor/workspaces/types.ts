@@ -8,7 +8,7 @@ import type { EventSink } from '../../core/events.js';
 import type { Logger } from '../../core/log.js';
 import type { Result } from '../../core/result.js';
 import type { TurnhostConfig } from '../config/types.js';
-import type { FsRefusal } from '../fs/guard.js';
+import type { EntryRefusal } from '../fs/guard-entries.js';
 import type { HelperLocation } from '../identity/helper-process.js';
 import type { WorkspaceRecord } from './store.js';
 
@@ -23,7 +23,7 @@ export type WorkspaceFailure =
   | 'workspaces_unavailable';
 
 /** A host read or write of a workspace file: the workspace's refusal or the fs guard's. */
-export type WorkspaceFileFailure = WorkspaceFailure | FsRefusal;
+export type WorkspaceFileFailure = WorkspaceFailure | EntryRefusal;
 
 export interface WorkspaceUsage {
   bytes: number;

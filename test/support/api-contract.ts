@@ -100,8 +100,13 @@ export function contractProblems(
   const answer: Json | undefined = operation['responses'][String(status)];
   if (answer === undefined) return [...problems, `${where}: status not documented`];
   problems.push(...missingHeaders(where, answer, headers));
-  const schema = answer['content']?.['application/json']?.schema as Json | undefined;
-  if (schema !== undefined) {
+  const content = (answer['content'] ?? {}) as Json;
+  const schema = content['application/json']?.schema as Json | undefined;
+  // An answer documented in two forms (a file's bytes or a directory's JSON listing) is checked
+  // as the form its Content-Type names, and that form must be documented.
+  const type = (headers['content-type'] ?? '').split(';')[0]!.trim();
+  if (Object.keys(content).length > 1 && !(type in content)) problems.push(`${where}: ${type} is not documented`);
+  if (schema !== undefined && (Object.keys(content).length === 1 || type === 'application/json')) {
     const body = json();
     const validate = validatorFor(`${method} ${matched!.template} ${status}`, schema);
     if (body !== undefined && !validate(body)) problems.push(`${where}: ${ajv.errorsText(validate.errors)}`);

@@ -58,7 +58,9 @@ export async function everyMethod(client: TurnhostClient): Promise<void> {
     getWorkspace: async () => (await client.getWorkspace('w')).bytes,
     deleteWorkspace: async () => (await client.deleteWorkspace('w', { cancel: true })).bytesRemoved,
     writeWorkspaceFile: () => client.writeWorkspaceFile('w', { path: 'a', mode: 'replace' }, Buffer.from('x')),
-    readWorkspaceFile: async () => (await client.readWorkspaceFile('w', 'a')).sha256,
+    readWorkspaceFile: async () => (await client.readWorkspaceFile('w', 'a')).kind,
+    makeWorkspaceDirectory: async () => (await client.makeWorkspaceDirectory('w', 'a')).made,
+    deleteWorkspaceFile: async () => (await client.deleteWorkspaceFile('w', 'a', { recursive: true })).files,
   } satisfies Record<keyof TurnhostClient, () => unknown>;
   for (const call of Object.values(calls)) {
     try {

@@ -128,8 +128,13 @@ t.test('every method against a real supervisor', async (t) => {
   t.equal(Buffer.concat(wsOutput).length, 0, 'the turn wrote only to its file');
   t.equal((await wsAttached.result)?.status, 'ok');
   const read = await client.readWorkspaceFile('client-ws', 'out.txt');
+  if (read.kind !== 'file') throw new Error('out.txt read as a directory');
   t.equal(read.data.toString(), 'from host\nturn\n');
   t.match(read.sha256, /^[0-9a-f]{64}$/);
+  t.same(await client.makeWorkspaceDirectory('client-ws', 'made/deep'), { path: 'made/deep', made: 2 });
+  const top = await client.readWorkspaceFile('client-ws', '.');
+  t.same(top.kind === 'directory' ? top.entries.map((e) => e.name) : top, ['in.txt', 'made', 'out.txt']);
+  t.match(await client.deleteWorkspaceFile('client-ws', 'made', { recursive: true }), { directories: 2 });
   t.same(
     (await client.listWorkspaces({ session: 'client-ws-session' })).map((w) => w.id),
     ['client-ws'],

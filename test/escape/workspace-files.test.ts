@@ -1,0 +1,216 @@
+/**
+ * The workspace file API through a real `turnhost serve`, driven with curl over its unix socket,
+ * in separate_uid (root supervisor, the identity helper) and shared_uid (non-root supervisor, the
+ * worker in a user namespace of its uid): an upload into a new directory leaves a directory the
+ * workspace's next turn writes in; listing, mkdir and delete; every operation refuses traversal
+ * and links; a turn swapping a directory for a link to a host directory while the host writes,
+ * makes directories, lists and removes there gets nothing done outside the workspace.
+ */
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import t from 'tap';
+import {
+  plainUid,
+  setUpHelper,
+  startSupervisor,
+  stopSupervisors,
+  supervisorBase,
+  type ServedSupervisor,
+} from '../support/served-supervisor.js';
+import { stopTapInjectingIntoChildren } from '../support/no-tap-inject.js';
+
+stopTapInjectingIntoChildren();
+
+const RANGE = { first: 3_191_000, count: 8 };
+const separateBase = supervisorBase('wsf-separate');
+const helper = setUpHelper([separateBase.dataDir], RANGE, { roots: [separateBase.workspacesRoot] });
+t.teardown(() => helper.remove());
+const supervisors: Array<[string, ServedSupervisor]> = [
+  ['separate_uid, root supervisor', await startSupervisor({ name: 'wsf-separate', helper, workspaces: true })],
+  ['shared_uid, non-root supervisor', await startSupervisor({ name: 'wsf-user', uid: plainUid(6), workspaces: true })],
+];
+t.teardown(() => stopSupervisors(supervisors.map(([, supervisor]) => supervisor)));
+
+interface Answer {
+  status: number;
+  body: string;
+  json: any;
+}
+
+/** curl, a client of its own, against the supervisor's (contract-checked) socket. */
+function curl(supervisor: ServedSupervisor, method: string, url: string, data?: string): Promise<Answer> {
+  const token = fs.readFileSync(path.join(supervisor.dataDir, 'api-token'), 'utf8').trim();
+  const args = ['-s', '-X', method, '--unix-socket', supervisor.socket, '-H', `Authorization: Bearer ${token}`];
+  if (data !== undefined) args.push('-H', 'Content-Type: application/octet-stream', '--data-binary', '@-');
+  // The contract proxy forwards a request without a length chunked: say there is no body.
+  else args.push('-H', 'Content-Length: 0');
+  args.push('-w', '\n%{http_code}', `http://turnhost${url}`);
+  return new Promise((resolve, reject) => {
+    const child = spawn('curl', args, { stdio: ['pipe', 'pipe', 'inherit'] });
+    const out: Buffer[] = [];
+    child.stdout.on('data', (d: Buffer) => out.push(d));
+    child.on('error', reject);
+    child.on('close', () => {
+      const text = Buffer.concat(out).toString('utf8');
+      const cut = text.lastIndexOf('\n');
+      const body = text.slice(0, cut);
+      let json: any = null;
+      try {
+        json = JSON.parse(body);
+      } catch {
+        json = null;
+      }
+      resolve({ status: Number(text.slice(cut + 1)), body, json });
+    });
+    child.stdin.end(data ?? '');
+  });
+}
+
+const files = (id: string, query: Record<string, string>) =>
+  `/api/workspaces/${id}/files?${new URLSearchParams(query).toString()}`;
+
+for (const [name, supervisor] of supervisors) {
+  t.test(name, async (t) => {
+    const root = path.join(path.dirname(supervisor.dataDir), 'workspaces');
+    const id = 'files';
+    const run = (script: string) => supervisor.cli(['run', '--workspace', id, '--', '/bin/sh', '-c', script]);
+    t.equal((await supervisor.cli(['workspace', 'create', id])).code, 0);
+    const shown = JSON.parse((await supervisor.cli(['workspace', 'show', id, '--json'])).stdout).workspace;
+    const owner = shown.uid ?? supervisor.uid;
+
+    t.test('an upload into a new directory: the next turn writes beside it', async (t) => {
+      const put = await curl(supervisor, 'PUT', files(id, { path: 'src/app.py' }), 'print(1)\n');
+      t.equal(put.status, 201, put.body);
+      const st = fs.statSync(path.join(root, id, 'src'));
+      t.equal(st.uid, owner, 'the new directory is the workspace uid');
+      t.equal(st.mode & 0o7777, 0o2770, '02770');
+      const turn = await run('echo new > src/new.py && mkdir src/sub && rm src/app.py && ls src');
+      t.equal(turn.code, 0, turn.stderr);
+      t.equal(turn.stdout, 'new.py\nsub\n');
+    });
+
+    t.test('list, stat fields, mkdir, delete', async (t) => {
+      const top = await curl(supervisor, 'GET', files(id, { path: '' }));
+      t.equal(top.status, 200, top.body);
+      t.same(
+        top.json.entries.map((e: any) => [e.name, e.type]),
+        [['src', 'directory']],
+      );
+      const src = await curl(supervisor, 'GET', `/api/workspaces/${id}/files?path=src`);
+      const entry = src.json.entries.find((e: any) => e.name === 'new.py');
+      t.match(entry, { type: 'file', size: 4 });
+      t.ok(Number.isInteger(entry.mode) && !Number.isNaN(Date.parse(entry.mtime)), 'mode and mtime');
+      t.equal((await curl(supervisor, 'GET', files(id, { path: '.' }))).json.entries.length, 1, '. is the top');
+
+      const made = await curl(supervisor, 'POST', files(id, { path: 'a/b/c', type: 'directory' }));
+      t.equal(made.status, 201, made.body);
+      t.equal(made.json.made, 3);
+      t.equal((await curl(supervisor, 'POST', files(id, { path: 'a/b/c', type: 'directory' }))).json.made, 0);
+      t.equal(fs.statSync(path.join(root, id, 'a/b')).uid, owner);
+      const noType = await curl(supervisor, 'POST', files(id, { path: 'x' }));
+      t.equal(noType.status, 400);
+      t.equal(noType.json.field, 'type');
+      t.equal((await run('echo deep > a/b/c/file && cat a/b/c/file')).stdout, 'deep\n', 'a turn writes in it');
+
+      const full = await curl(supervisor, 'DELETE', files(id, { path: 'a' }));
+      t.equal(full.status, 409);
+      t.equal(full.json.code, 'not_empty');
+      t.match(full.json.error, /recursive/, 'the refusal names recursive');
+      t.ok(fs.existsSync(path.join(root, id, 'a/b/c/file')), 'nothing removed');
+      const one = await curl(supervisor, 'DELETE', files(id, { path: 'src/new.py' }));
+      t.same(one.json, { path: 'src/new.py', files: 1, bytes: 4, directories: 0 });
+      const tree = await curl(supervisor, 'DELETE', files(id, { path: 'a', recursive: '1' }));
+      t.equal(tree.status, 200, tree.body);
+      t.match(tree.json, { files: 1, directories: 3 });
+      t.notOk(fs.existsSync(path.join(root, id, 'a')));
+      t.equal((await curl(supervisor, 'DELETE', files(id, { path: 'a' }))).status, 404);
+    });
+
+    t.test('the CLI: workspace files put, ls, get, mkdir, rm', async (t) => {
+      const cli = (args: string[], input?: string) =>
+        supervisor.cli(['workspace', 'files', ...args], input === undefined ? {} : { input });
+      const put = await cli(['put', id, 'cli/in.txt', '-'], 'from stdin\n');
+      t.equal(put.code, 0, put.stderr);
+      t.equal(put.stdout, 'created cli/in.txt: 11 bytes\n');
+      t.match((await cli(['ls', id, 'cli'])).stdout, /^file\s+0666\s+11 \S+ in\.txt\n$/);
+      t.equal((await cli(['get', id, 'cli/in.txt'])).stdout, 'from stdin\n');
+      t.equal((await cli(['mkdir', id, 'cli/sub'])).stdout, 'made cli/sub\n');
+      t.equal((await run('echo turn > cli/sub/t && cat cli/in.txt')).stdout, 'from stdin\n');
+      const refused = await cli(['rm', id, 'cli']);
+      t.equal(refused.code, 8, 'a non-empty directory without --recursive is a conflict');
+      t.match(refused.stderr, /recursive/);
+      t.equal((await cli(['rm', id, 'cli', '--recursive'])).code, 0);
+      t.equal((await cli(['get', id, 'cli/in.txt'])).code, 3, 'gone');
+      t.equal((await cli(['frob', id, 'x'])).code, 2);
+    });
+
+    t.test('traversal and links refused by every operation', async (t) => {
+      const outside = fs.mkdtempSync(path.join(path.dirname(supervisor.dataDir), 'outside-'));
+      fs.writeFileSync(path.join(outside, 'keep'), 'host\n');
+      fs.chownSync(outside, supervisor.uid, supervisor.uid);
+      fs.chownSync(path.join(outside, 'keep'), supervisor.uid, supervisor.uid);
+      t.equal((await run(`ln -s ${outside} link && ln -s ${outside}/keep filelink && mkdir real`)).code, 0);
+      for (const rel of ['../x', '/etc/passwd', 'a/../../x', 'a//b']) {
+        for (const [method, query] of [
+          ['GET', {}],
+          ['PUT', {}],
+          ['POST', { type: 'directory' }],
+          ['DELETE', {}],
+        ] as const) {
+          const answer = await curl(
+            supervisor,
+            method,
+            files(id, { path: rel, ...query }),
+            method === 'PUT' ? 'x' : undefined,
+          );
+          t.equal(answer.status, 400, `${method} ${rel}`);
+          t.equal(answer.json.field, 'path');
+        }
+      }
+      const refusals: Array<[string, string, Record<string, string>, string | undefined]> = [
+        ['GET', 'link/keep', {}, undefined],
+        ['GET', 'link', {}, undefined],
+        ['GET', 'filelink', {}, undefined],
+        ['PUT', 'link/planted', {}, 'x'],
+        ['PUT', 'filelink', { mode: 'replace' }, 'x'],
+        ['POST', 'link/made', { type: 'directory' }, undefined],
+        ['POST', 'link', { type: 'directory' }, undefined],
+        ['DELETE', 'link/keep', {}, undefined],
+        ['DELETE', 'link/keep', { recursive: '1' }, undefined],
+      ];
+      for (const [method, rel, query, data] of refusals) {
+        const answer = await curl(supervisor, method, files(id, { path: rel, ...query }), data);
+        t.equal(answer.status, 409, `${method} ${rel}: ${answer.body}`);
+        t.match(answer.json.code, /alias_denied|not_a_directory|exists/);
+      }
+      const link = await curl(supervisor, 'DELETE', files(id, { path: 'link', recursive: '1' }));
+      t.equal(link.status, 200, 'the link itself is removed');
+      t.same(fs.readdirSync(outside), ['keep'], 'nothing made, removed or written outside');
+      t.equal(fs.readFileSync(path.join(outside, 'keep'), 'utf8'), 'host\n');
+      fs.rmSync(outside, { recursive: true });
+    });
+
+    t.test('a turn swapping a directory for a link during the operations', async (t) => {
+      const outside = fs.mkdtempSync(path.join(path.dirname(supervisor.dataDir), 'swap-'));
+      fs.writeFileSync(path.join(outside, 'keep'), 'host\n');
+      fs.chownSync(outside, supervisor.uid, supervisor.uid);
+      const swapper = run(
+        `while [ ! -e stop ]; do rm -rf d; mkdir d; echo in > d/f; mkdir d/sub; rm -rf d; ln -s ${outside} d; done 2>/dev/null; rm -rf d`,
+      );
+      for (let i = 0; i < 30; i++) {
+        await curl(supervisor, 'PUT', files(id, { path: `d/w${i}` }), 'x');
+        await curl(supervisor, 'POST', files(id, { path: `d/m${i}/n`, type: 'directory' }));
+        await curl(supervisor, 'GET', files(id, { path: 'd' }));
+        await curl(supervisor, 'DELETE', files(id, { path: 'd/keep' }));
+        await curl(supervisor, 'DELETE', files(id, { path: 'd', recursive: '1' }));
+      }
+      t.equal((await curl(supervisor, 'PUT', files(id, { path: 'stop' }), '')).status < 300, true);
+      const ended = await swapper;
+      t.equal(ended.code, 0, ended.stderr);
+      t.same(fs.readdirSync(outside), ['keep'], 'nothing landed in or vanished from the host directory');
+      t.equal(fs.readFileSync(path.join(outside, 'keep'), 'utf8'), 'host\n');
+      fs.rmSync(outside, { recursive: true });
+    });
+  });
+}
