@@ -24,6 +24,18 @@ export const AttachServerMessage = Type.Union(
       stream: Type.Union([Type.Literal('stdout'), Type.Literal('stderr'), Type.Literal('pty')]),
       data: Type.String({ contentEncoding: 'base64' }),
     }),
+    Type.Object(
+      {
+        type: Type.Literal('dropped'),
+        stream: Type.Union([Type.Literal('stdout'), Type.Literal('stderr'), Type.Literal('pty')]),
+        bytes: Type.Integer({ minimum: 1 }),
+      },
+      {
+        description:
+          'That many more bytes of the stream came past turns.outputRetainBytes and are not kept: the ' +
+          'output of the stream received so far is all there is of it, up to the cap.',
+      },
+    ),
     Type.Object({ type: Type.Literal('exit'), result: TurnResult }),
     Type.Object({
       type: Type.Literal('error'),

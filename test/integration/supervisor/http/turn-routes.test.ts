@@ -1,7 +1,11 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import t from 'tap';
+import { createMemoryLogger } from '../../../../core/log.js';
 import { fail, ok } from '../../../../core/result.js';
 import { defaultConfig } from '../../../../supervisor/config/load.js';
-import { createOutputChannel, type OutputChannel } from '../../../../supervisor/turns/output.js';
+import { ENDED_TURN_CONTROLS, OutputFiles, outputAttachment, TurnOutput } from '../../../../supervisor/turns/output.js';
 import type { TurnAttachment, TurnManager, TurnRecord, TurnResult } from '../../../../supervisor/turns/types.js';
 import { validateTurnRequest } from '../../../../supervisor/turns/validate.js';
 import { nextMessages, opened, startTestServer, upgradeRefusal } from './fixtures/server.js';
@@ -23,7 +27,10 @@ const RESULT: TurnResult = {
   limitHits: [],
 };
 
-/** A turn manager that validates with the real validator and echoes input back as output. */
+/**
+ * A turn manager that validates with the real validator and echoes input back as output, kept
+ * by the real output store in a directory of its own.
+ */
 function fakeTurns(): {
   turns: TurnManager;
   inputs: string[];
@@ -35,7 +42,11 @@ function fakeTurns(): {
   const config = defaultConfig({ installed: false, cwd: '/work' });
   config.turns.workspaceRoots = ['/work'];
   const records = new Map<string, TurnRecord>();
-  const channels = new Map<string, OutputChannel>();
+  const outputDir = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-routes-output-'));
+  t.teardown(() => fs.rmSync(outputDir, { recursive: true, force: true }));
+  const files = new OutputFiles(outputDir);
+  const channels = new Map<string, TurnOutput>();
+  const ended = new Map<string, () => void>();
   const inputs: string[] = [];
   const resizes: Array<[number, number]> = [];
   const signals: string[] = [];
@@ -44,7 +55,8 @@ function fakeTurns(): {
     const record = records.get(id)!;
     record.state = 'finished';
     record.result = RESULT;
-    channels.get(id)!.push({ type: 'exit', result: RESULT });
+    channels.get(id)!.end(RESULT);
+    ended.get(id)?.();
   };
   const turns: TurnManager = {
     async create(body) {
@@ -69,8 +81,8 @@ function fakeTurns(): {
         result: null,
       };
       records.set(id, record);
-      const channel = createOutputChannel();
-      channel.push({ type: 'output', stream: 'stdout', data: Buffer.from('before attach\n') });
+      const channel = TurnOutput.open(files, id, record.tty, 1024 * 1024, createMemoryLogger().logger);
+      channel.push('stdout', Buffer.from('before attach\n'));
       channels.set(id, channel);
       return ok({ turn: record });
     },
@@ -91,28 +103,33 @@ function fakeTurns(): {
       finish(id);
       return ok({ turn: record });
     },
-    attach(id) {
+    attach(id, offsets = {}) {
       const channel = channels.get(id);
       if (!channel) return fail('not_found', `no turn ${id}`);
-      let unsubscribe = (): void => undefined;
-      const attachment: TurnAttachment = {
-        onEvent: (listener) => {
-          unsubscribe = channel.subscribe(listener);
-        },
+      const attachment: TurnAttachment = outputAttachment(channel, offsets, {
+        ...ENDED_TURN_CONTROLS,
         write: (data) => {
           inputs.push(data.toString());
-          channel.push({ type: 'output', stream: 'stderr', data });
+          channel.push('stderr', data);
           return ok({});
         },
         endInput: () => ok({}),
         resize: (cols, rows) => void resizes.push([cols, rows]),
         signal: (signal) => void signals.push(signal),
-        pauseOutput: () => undefined,
-        resumeOutput: () => undefined,
-        detach: () => unsubscribe(),
-      };
+      });
       return ok({ attachment });
     },
+    output(id) {
+      const channel = channels.get(id);
+      return channel ? ok({ output: channel }) : fail('not_found', `no turn ${id}`);
+    },
+    waitForEnd: (id, seconds, signal) =>
+      new Promise<void>((resolve) => {
+        if (records.get(id)?.state !== 'running') return resolve();
+        const timer = setTimeout(resolve, seconds * 1000);
+        signal.addEventListener('abort', () => resolve());
+        ended.set(id, () => (clearTimeout(timer), resolve()));
+      }),
     roots: (id) => fail('not_found', `no turn ${id}`),
     wait: async () => undefined,
     preparedWorkers: () => ({ ready: 0, starting: 0 }),
