@@ -1,5 +1,5 @@
 /**
- * An attach to a turn over its WebSocket: the output (backlog first) with backpressure, the
+ * An attach to a turn over its WebSocket: the output (what the server kept first) with backpressure, the
  * exit result, and the controls of the turn's terminal.
  */
 import WebSocket from 'ws';
@@ -29,7 +29,7 @@ export interface DroppedOutput {
 
 /** An attached turn: its output until it exits, and the controls of its terminal. */
 export interface Attachment {
-  /** The output, backlog first; ends when the turn exited or the connection closed. */
+  /** The output, what the server kept first; ends when the turn exited or the connection closed. */
   output: AsyncIterable<OutputChunk>;
   /** The exit result, or null when the connection closed before the exit arrived. */
   result: Promise<TurnResult | null>;

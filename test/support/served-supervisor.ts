@@ -48,6 +48,8 @@ export interface SupervisorOptions {
   limits?: Record<string, string | number>;
   /** workspaces.root at `<base>/workspaces`, the supervisor's own (0711). */
   workspaces?: boolean;
+  /** More `turns` keys (e.g. outputRetainBytes). */
+  turns?: Record<string, unknown>;
 }
 
 export interface CliResult {
@@ -236,7 +238,7 @@ export function writeSupervisorConfig(
         : { path: null, configPath: null },
       limits: options.limits ?? { memory: '512M', pids: 128, cpu: 1, open_files: 1024, tmp_size: '16M' },
       egress: { allowAddressRanges: [] },
-      turns: { workspaceRoots: [workspace], preparedWorkers: 0 },
+      turns: { workspaceRoots: [workspace], preparedWorkers: 0, ...options.turns },
       ...(options.workspaces ? { workspaces: { root: workspacesRoot } } : {}),
     }),
   );

@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
@@ -8,7 +9,8 @@ import { defaultConfig } from '../../../../supervisor/config/load.js';
 import { ENDED_TURN_CONTROLS, OutputFiles, outputAttachment, TurnOutput } from '../../../../supervisor/turns/output.js';
 import type { TurnAttachment, TurnManager, TurnRecord, TurnResult } from '../../../../supervisor/turns/types.js';
 import { validateTurnRequest } from '../../../../supervisor/turns/validate.js';
-import { nextMessages, opened, startTestServer, upgradeRefusal } from './fixtures/server.js';
+import { until } from '../../../support/until.js';
+import { nextMessages, opened, startTestServer, TOKEN, upgradeRefusal } from './fixtures/server.js';
 
 const RESULT: TurnResult = {
   status: 'nonzero_exit',
@@ -38,6 +40,8 @@ function fakeTurns(): {
   signals: string[];
   finish(id: string): void;
   mode: { next: string | null };
+  /** Every wait the routes started, and whether it was aborted. */
+  waits: AbortSignal[];
 } {
   const config = defaultConfig({ installed: false, cwd: '/work' });
   config.turns.workspaceRoots = ['/work'];
@@ -47,6 +51,7 @@ function fakeTurns(): {
   const files = new OutputFiles(outputDir);
   const channels = new Map<string, TurnOutput>();
   const ended = new Map<string, () => void>();
+  const waits: AbortSignal[] = [];
   const inputs: string[] = [];
   const resizes: Array<[number, number]> = [];
   const signals: string[] = [];
@@ -125,9 +130,10 @@ function fakeTurns(): {
     },
     waitForEnd: (id, seconds, signal) =>
       new Promise<void>((resolve) => {
+        waits.push(signal);
         if (records.get(id)?.state !== 'running') return resolve();
         const timer = setTimeout(resolve, seconds * 1000);
-        signal.addEventListener('abort', () => resolve());
+        signal.addEventListener('abort', () => (clearTimeout(timer), resolve()));
         ended.set(id, () => (clearTimeout(timer), resolve()));
       }),
     roots: (id) => fail('not_found', `no turn ${id}`),
@@ -136,7 +142,7 @@ function fakeTurns(): {
     egressRelay: () => null,
     close: async () => undefined,
   };
-  return { turns, inputs, resizes, signals, finish, mode };
+  return { turns, inputs, resizes, signals, finish, mode, waits };
 }
 
 const body = (extra: Record<string, unknown> = {}) =>
@@ -335,4 +341,50 @@ t.test('attach: backlog, input, resize, signal, exit record, auth', async (t) =>
     ['output', 'output', 'exit'],
     'a finished turn replays its backlog and exit',
   );
+});
+
+t.test('a wait ends when its client goes away, and does not hold up shutdown', async (t) => {
+  const fake = fakeTurns();
+  const s = await startTestServer({ turns: fake.turns });
+  await s.request('POST', '/api/turns', { body: body({ turnId: 'long' }), headers: json });
+  const port = s.server.tcp!.port;
+  const leaving = http.request({
+    host: '127.0.0.1',
+    port,
+    path: '/api/turns/long?wait=300',
+    headers: { authorization: `Bearer ${TOKEN}` },
+  });
+  leaving.on('error', () => undefined);
+  leaving.end();
+  t.ok(await until(() => fake.waits.length === 1), 'the route waits');
+  t.notOk(fake.waits[0]!.aborted);
+  leaving.destroy();
+  t.ok(await until(() => fake.waits[0]!.aborted), 'the disconnect aborted the wait');
+
+  const staying = http.request({
+    host: '127.0.0.1',
+    port,
+    path: '/api/turns/long/cancel?wait=300',
+    method: 'POST',
+    headers: { authorization: `Bearer ${TOKEN}` },
+  });
+  staying.on('error', () => undefined);
+  staying.end();
+  t.ok(await until(() => fake.waits.length === 2));
+  // The fake ends the turn on cancel: the wait answered at once with the ended record.
+  t.ok(fake.waits[1]);
+
+  const third = http.request({
+    host: '127.0.0.1',
+    port,
+    path: '/api/turns/att2?wait=300',
+    headers: { authorization: `Bearer ${TOKEN}` },
+  });
+  third.on('error', () => undefined);
+  await s.request('POST', '/api/turns', { body: body({ turnId: 'att2' }), headers: json });
+  third.end();
+  t.ok(await until(() => fake.waits.length === 3));
+  await s.close();
+  // The server's close resolves as it destroys the connections; their close events come next.
+  t.ok(await until(() => fake.waits[2]!.aborted), 'closing the server ended the pending wait');
 });
