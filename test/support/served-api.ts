@@ -96,14 +96,14 @@ function connectSocket(connection: Connection, urlPath: string): { socket: WebSo
 }
 
 /** An answer read as bytes (a raw-bytes route), its headers with it. */
-export interface BytesResponse {
+interface BytesResponse {
   status: number;
   headers: http.IncomingHttpHeaders;
   data: Buffer;
 }
 
 /** One request whose answer is kept as bytes; rejects when the answer breaks the API contract. */
-export function apiBytes(connection: Connection, method: string, urlPath: string): Promise<BytesResponse> {
+function apiBytes(connection: Connection, method: string, urlPath: string): Promise<BytesResponse> {
   const target = connection.target;
   const where = target.kind === 'tcp' ? { host: target.host, port: target.port } : { socketPath: target.path };
   return new Promise((resolve, reject) => {
