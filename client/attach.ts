@@ -39,8 +39,8 @@ export interface Attachment {
   resize(cols: number, rows: number): void;
   signal(signal: TurnSignal): void;
   /**
-   * Bytes of a stream past the server's retention cap (turns.outputRetainBytes): not kept, so
-   * the stream's output received is all there is of it up to the cap.
+   * Bytes of a stream written before the attach past the server's retention cap
+   * (turns.outputRetainBytes): not kept, so not sent. Output written while attached comes whole.
    */
   onDropped(listener: (dropped: DroppedOutput) => void): void;
   /** Refusals of a sent message, e.g. a resize out of range (`errors` lists every refused field). */

@@ -32,8 +32,8 @@ export const AttachServerMessage = Type.Union(
       },
       {
         description:
-          'That many more bytes of the stream came past turns.outputRetainBytes and are not kept: the ' +
-          'output of the stream received so far is all there is of it, up to the cap.',
+          'After a replay of kept output: that many more bytes of the stream were written past ' +
+          'turns.outputRetainBytes, not kept, and so not sent. Live output is sent whole.',
       },
     ),
     Type.Object({ type: Type.Literal('exit'), result: TurnResult }),

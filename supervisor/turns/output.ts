@@ -2,8 +2,9 @@
  * A turn's output, kept on disk: every byte a stream writes is appended, as it arrives, to its
  * own file under the data directory (`<dataDir>/output/<turnId>/<stream>`: stdout and stderr
  * apart with pipes, `pty` with a terminal), up to `turns.outputRetainBytes` per stream. What
- * comes past the cap is counted as dropped, and every reader is told so (a `dropped` event),
- * never silently cut. The supervisor holds no backlog in memory: an attach replays from the
+ * comes past the cap is counted as dropped: a reader attached while it was written gets it
+ * live, and a reader that replays from the files is told of what it missed (a `dropped` event),
+ * never cut silently. The supervisor holds no backlog in memory: an attach replays from the
  * files in bounded reads, then follows the live output, and the output route reads the same
  * files. The directory is the supervisor's own (0700 in a data directory no view shows), so no
  * turn can read another's output or change its own record of it.
@@ -91,7 +92,10 @@ export class OutputFiles {
   }
 }
 
-/** One reader of a turn's output: an attach. */
+/**
+ * One reader of a turn's output: an attach. It gets the kept bytes from its offsets, then a
+ * `dropped` for each stream's bytes it missed that were not kept, then every byte live.
+ */
 export interface OutputSubscriber {
   deliver(event: TurnStreamEvent): void;
   /** Resolves once the reader has room for more replayed output. */
@@ -113,10 +117,12 @@ interface StreamState {
 interface Subscription {
   subscriber: OutputSubscriber;
   live: boolean;
-  /** Per stream, the file offset up to which the reader has its bytes. */
+  /**
+   * Per stream, the offset in the stream up to which the reader has its bytes (or was told they
+   * were dropped). The cap stops writing for good, so byte i of a stream is in its file exactly
+   * when i < kept: stream and file offsets agree on every kept byte.
+   */
   sent: Map<OutputStreamName, number>;
-  /** Per stream, the dropped bytes the reader was told of. */
-  droppedSent: Map<OutputStreamName, number>;
 }
 
 /**
@@ -172,28 +178,28 @@ export class TurnOutput implements TurnOutputReader {
     return output;
   }
 
-  /** Appends what the stream wrote, up to the cap; the rest is counted and reported as dropped. */
+  /**
+   * Appends what the stream wrote, up to the cap; the rest is counted as dropped. Readers that
+   * follow live get every byte, kept or not: the cap bounds what is kept for later readers.
+   */
   push(stream: OutputStreamName, data: Buffer): void {
     const state = this.state.get(stream);
     if (state === undefined || this.exit !== null) return;
     const room = state.fd === null ? 0 : Math.max(0, this.retainBytes - state.kept);
-    const start = state.kept;
+    const keptBefore = state.kept;
     let keep = data.subarray(0, Math.min(room, data.length));
     if (keep.length > 0 && !this.append(stream, state, keep))
-      keep = keep.subarray(0, Math.max(0, Math.min(keep.length, state.kept - start)));
-    state.kept = start + keep.length;
+      keep = keep.subarray(0, Math.max(0, Math.min(keep.length, state.kept - keptBefore)));
+    state.kept = keptBefore + keep.length;
+    const start = state.written;
     state.written += data.length;
-    const dropped = data.length - keep.length;
-    state.dropped += dropped;
+    state.dropped += data.length - keep.length;
     for (const subscription of this.subscriptions) {
       if (!subscription.live) continue;
-      const sent = subscription.sent.get(stream) ?? 0;
-      const from = Math.max(0, sent - start);
-      if (from < keep.length) {
-        subscription.sent.set(stream, start + keep.length);
-        subscription.subscriber.deliver({ type: 'output', stream, data: keep.subarray(from) });
-      }
-      if (dropped > 0) reportDropped(subscription, stream, state.dropped);
+      const from = Math.max(0, (subscription.sent.get(stream) ?? 0) - start);
+      if (from >= data.length) continue;
+      subscription.sent.set(stream, state.written);
+      subscription.subscriber.deliver({ type: 'output', stream, data: data.subarray(from) });
     }
   }
 
@@ -237,7 +243,6 @@ export class TurnOutput implements TurnOutputReader {
       subscriber,
       live: false,
       sent: new Map(this.streams.map((stream) => [stream, offsets[stream] ?? 0])),
-      droppedSent: new Map(this.streams.map((stream) => [stream, 0])),
     };
     this.subscriptions.add(subscription);
     void this.replay(subscription).catch((error: unknown) => {
@@ -292,21 +297,20 @@ export class TurnOutput implements TurnOutputReader {
         subscription.sent.set(behind, from + bytesRead);
         subscription.subscriber.deliver({ type: 'output', stream: behind, data: buffer.subarray(0, bytesRead) });
       }
+      // Caught up with the files: what the streams wrote past them was not kept, and is said so.
+      for (const stream of this.streams) {
+        const sent = subscription.sent.get(stream) ?? 0;
+        const written = this.state.get(stream)?.written ?? 0;
+        if (written <= sent) continue;
+        subscription.sent.set(stream, written);
+        subscription.subscriber.deliver({ type: 'dropped', stream, bytes: written - sent });
+      }
       subscription.live = true;
-      for (const stream of this.streams) reportDropped(subscription, stream, this.state.get(stream)?.dropped ?? 0);
       if (this.exit !== null) subscription.subscriber.deliver({ type: 'exit', result: this.exit });
     } finally {
       for (const handle of handles.values()) await handle.close();
     }
   }
-}
-
-/** Tells the reader of the dropped bytes it has not been told of yet. */
-function reportDropped(subscription: Subscription, stream: OutputStreamName, dropped: number): void {
-  const told = subscription.droppedSent.get(stream) ?? 0;
-  if (dropped <= told) return;
-  subscription.droppedSent.set(stream, dropped);
-  subscription.subscriber.deliver({ type: 'dropped', stream, bytes: dropped - told });
 }
 
 /** What an attachment controls beyond the output: the running turn's input and terminal. */

@@ -188,9 +188,10 @@ for (const [config, served] of supervisors) {
     const created = await create('out-live', ['/bin/sh', '-c', script]);
     t.equal(created.status, 201);
     const id = turnOf(created.body).id;
-    // Polled over HTTP until the first half is there (bounded; the turn then waits for input).
+    // Polled over HTTP until the first half is there (bounded against a hang, not a timing:
+    // the turn then waits for its input, so the count stops there).
     let written = 0;
-    for (let tries = 0; written < 1_500_000 && tries < 3000; tries++) {
+    for (let tries = 0; written < 1_500_000 && tries < 15_000; tries++) {
       written = outputHeaders((await api.bytes('GET', `/api/turns/${id}/output`)).headers).written;
       if (written < 1_500_000) await new Promise((resolve) => setTimeout(resolve, 20));
     }
@@ -250,6 +251,20 @@ for (const [config, served] of supervisors) {
       late.messages.slice(-2).map((m) => m.type),
       ['dropped', 'exit'],
     );
+
+    // A client attached while the bytes are written gets them all: the cap bounds what is kept.
+    const created = await create('out-cap', ['/bin/sh', '-c', `read go; ${script}`]);
+    const id = turnOf(created.body).id;
+    const live = await api.attach(id);
+    t.teardown(() => live.close());
+    live.send({ type: 'input', data: Buffer.from('go\n').toString('base64') });
+    t.ok(await live.waitFor((m) => m.type === 'exit', 60_000));
+    const all = collected(live.messages);
+    t.ok(all.streams['stdout']?.equals(want), 'live: every byte, past the cap too');
+    t.same(all.dropped, {}, 'nothing was missed live');
+    const kept = await api.bytes('GET', `/api/turns/${id}/output`);
+    t.same(outputHeaders(kept.headers), { written: 4_000_000, dropped: 500_000, complete: 'true' });
+    t.ok(kept.data.equals(want.subarray(0, RETAIN)), 'and still only the cap kept');
   });
 
   t.test(`${config}: a terminal turn's output is its pty stream`, async (t) => {
