@@ -1,5 +1,5 @@
 /**
- * An attach to a turn over its WebSocket: the output (backlog first) with backpressure, the
+ * An attach to a turn over its WebSocket: the output (what the server kept first) with backpressure, the
  * exit result, and the controls of the turn's terminal.
  */
 import WebSocket from 'ws';
@@ -21,9 +21,15 @@ export interface AttachError {
   errors?: FieldError[];
 }
 
+/** Bytes of a stream the server did not keep (past its retention cap). */
+export interface DroppedOutput {
+  stream: 'stdout' | 'stderr' | 'pty';
+  bytes: number;
+}
+
 /** An attached turn: its output until it exits, and the controls of its terminal. */
 export interface Attachment {
-  /** The output, backlog first; ends when the turn exited or the connection closed. */
+  /** The output, what the server kept first; ends when the turn exited or the connection closed. */
   output: AsyncIterable<OutputChunk>;
   /** The exit result, or null when the connection closed before the exit arrived. */
   result: Promise<TurnResult | null>;
@@ -32,6 +38,11 @@ export interface Attachment {
   eof(): void;
   resize(cols: number, rows: number): void;
   signal(signal: TurnSignal): void;
+  /**
+   * Bytes of a stream written before the attach past the server's retention cap
+   * (turns.outputRetainBytes): not kept, so not sent. Output written while attached comes whole.
+   */
+  onDropped(listener: (dropped: DroppedOutput) => void): void;
   /** Refusals of a sent message, e.g. a resize out of range (`errors` lists every refused field). */
   onError(listener: (error: AttachError) => void): void;
   /** Stops reading: the server then pauses the turn's output (backpressure). */
@@ -55,6 +66,7 @@ class SocketAttachment implements Attachment {
   readonly #ws: WebSocket;
   readonly #queue: MessageQueue<OutputChunk>;
   readonly #errorListeners: Array<(e: AttachError) => void> = [];
+  readonly #droppedListeners: Array<(d: DroppedOutput) => void> = [];
   // The socket is read while neither the caller paused nor unread output is above the mark.
   #callerPaused = false;
   #settle: (result: TurnResult | null) => void = () => undefined;
@@ -86,7 +98,9 @@ class SocketAttachment implements Attachment {
       this.#queue.push({ stream: message.stream, data: Buffer.from(message.data, 'base64') });
       if (this.#queue.size() > HIGH_WATER_MESSAGES) this.#ws.pause();
     } else if (message.type === 'exit') this.#settle(message.result);
-    else {
+    else if (message.type === 'dropped') {
+      for (const listener of this.#droppedListeners) listener({ stream: message.stream, bytes: message.bytes });
+    } else {
       const { type: _type, ...refusal } = message;
       for (const listener of this.#errorListeners) listener(refusal);
     }
@@ -114,6 +128,10 @@ class SocketAttachment implements Attachment {
 
   onError(listener: (error: AttachError) => void): void {
     this.#errorListeners.push(listener);
+  }
+
+  onDropped(listener: (dropped: DroppedOutput) => void): void {
+    this.#droppedListeners.push(listener);
   }
 
   pause(): void {

@@ -37,16 +37,20 @@ export type {
 } from '../api/schema/index.js';
 export type { GovernedStatus, ModeAvailability, WorkerLimitsStatus } from '../api/schema/index.js';
 
-export type { AttachError, Attachment, OutputChunk } from './attach.js';
+export type { AttachError, Attachment, DroppedOutput, OutputChunk } from './attach.js';
 export { TurnhostApiError } from './errors.js';
 export type { EventQuery, EventStreamOptions } from './event-stream.js';
 export type { ClientOptions, ServerTarget } from './transport.js';
 export {
   TurnhostClient,
+  type AttachOffsets,
   type EventPageQuery,
   type HostWrite,
+  type OutputQuery,
   type SessionQuery,
+  type TurnOutputRead,
   type TurnQuery,
+  type WaitOption,
   type WorkspaceFile,
 } from './turnhost-client.js';
 

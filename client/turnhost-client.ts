@@ -69,6 +69,45 @@ export interface WorkspaceFile {
   sha256: string;
 }
 
+/** Seconds (0 < S <= 300) to wait for the turn's end before the answer; its record's state says which came first. */
+export interface WaitOption {
+  wait?: number;
+}
+
+export interface OutputQuery {
+  /** Default the turn's first stream: stdout (pipes) or pty (a terminal). */
+  stream?: 'stdout' | 'stderr' | 'pty';
+  /** The first byte wanted (default 0). */
+  offset?: number;
+}
+
+/** A stream's kept output from the offset asked for, and how far the stream got. */
+export interface TurnOutputRead {
+  data: Buffer;
+  /** Every byte the stream wrote so far. */
+  written: number;
+  /** Bytes past the server's retention cap: counted, not kept. */
+  dropped: number;
+  /** The turn has ended: nothing more will be written. */
+  complete: boolean;
+}
+
+export interface AttachOffsets {
+  /** Where the replay of stdout (pty with a terminal) starts. */
+  offset?: number;
+  /** Where the replay of stderr starts. */
+  stderrOffset?: number;
+}
+
+const wantWait = (options: WaitOption): string => query({ wait: options.wait });
+
+function headerCount(headers: Record<string, string | string[] | undefined>, name: string): number {
+  const value = Number(headers[name]);
+  if (!Number.isSafeInteger(value) || value < 0)
+    throw new TurnhostApiError(0, 'protocol_error', `${name}: expected a byte count`);
+  return value;
+}
+
 const turnPath = (id: string, rest = ''): string => `/api/turns/${encodeURIComponent(id)}${rest}`;
 const workspacePath = (id: string, rest = ''): string => `/api/workspaces/${encodeURIComponent(id)}${rest}`;
 
@@ -125,12 +164,27 @@ export class TurnhostClient {
     return (await this.#transport.exchange('GET', '/metrics', undefined, [200], true)).data.toString('utf8');
   }
 
-  async createTurn(request: TurnCreateRequest): Promise<TurnRecord> {
-    return (await this.#transport.request<{ turn: TurnRecord }>('POST', '/api/turns', jsonBody(request), [201])).turn;
+  /** With `wait`, answers once the turn ended or the wait passed (its `state` says which). */
+  async createTurn(request: TurnCreateRequest, options: WaitOption = {}): Promise<TurnRecord> {
+    const path = `/api/turns${wantWait(options)}`;
+    return (await this.#transport.request<{ turn: TurnRecord }>('POST', path, jsonBody(request), [201])).turn;
   }
 
-  async getTurn(id: string): Promise<TurnRecord> {
-    return (await this.#transport.request<{ turn: TurnRecord }>('GET', turnPath(id))).turn;
+  /** With `wait`, answers once the turn ended or the wait passed (its `state` says which). */
+  async getTurn(id: string, options: WaitOption = {}): Promise<TurnRecord> {
+    return (await this.#transport.request<{ turn: TurnRecord }>('GET', turnPath(id, wantWait(options)))).turn;
+  }
+
+  /** A stream's kept output from `offset` to what the server has now (while the turn runs too). */
+  async output(id: string, q: OutputQuery = {}): Promise<TurnOutputRead> {
+    const path = turnPath(id, `/output${query({ stream: q.stream, offset: q.offset })}`);
+    const answer = await this.#transport.exchange('GET', path, undefined, [200], true);
+    return {
+      data: answer.data,
+      written: headerCount(answer.headers, 'x-turnhost-output-written'),
+      dropped: headerCount(answer.headers, 'x-turnhost-output-dropped'),
+      complete: answer.headers['x-turnhost-output-complete'] === 'true',
+    };
   }
 
   /** One page of turns, newest first; pass `nextAfter` back as `after` for the next. */
@@ -149,12 +203,16 @@ export class TurnhostClient {
     }
   }
 
-  async cancelTurn(id: string): Promise<TurnRecord> {
-    return (await this.#transport.request<{ turn: TurnRecord }>('POST', turnPath(id, '/cancel'))).turn;
+  /** With `wait`, answers once the turn has ended (or the wait passed). */
+  async cancelTurn(id: string, options: WaitOption = {}): Promise<TurnRecord> {
+    return (await this.#transport.request<{ turn: TurnRecord }>('POST', turnPath(id, `/cancel${wantWait(options)}`)))
+      .turn;
   }
 
-  async attachTurn(id: string): Promise<Attachment> {
-    return attachTurn(this.#transport, turnPath(id, '/attach'));
+  /** The output kept so far (from the offsets), then live output, then the exit. */
+  async attachTurn(id: string, offsets: AttachOffsets = {}): Promise<Attachment> {
+    const params = query({ offset: offsets.offset, stderrOffset: offsets.stderrOffset });
+    return attachTurn(this.#transport, turnPath(id, `/attach${params}`));
   }
 
   writeHostFile(id: string, write: HostWrite, data: Buffer | string): Promise<HostWriteAnswer> {

@@ -268,6 +268,9 @@ export const TurnhostConfig = Type.Object(
           'Workers booted ahead of the turn that claims them (same mode, cwd, limits, egress additions); 0 turns it off.',
         ),
         preparedWorkerIdleSeconds: positiveInteger('An unclaimed prepared worker is stopped after this long.'),
+        outputRetainBytes: positiveInteger(
+          "The bytes of each of a turn's output streams kept on disk (dataDir/output); past it the rest is counted as dropped.",
+        ),
       },
       section,
     ),

@@ -12,6 +12,7 @@ export const ERROR_STATUS = {
   forbidden: 403,
   not_found: 404,
   workspace_not_found: 404,
+  output_gone: 410,
   method_not_allowed: 405,
   conflict: 409,
   not_running: 409,

@@ -24,6 +24,18 @@ export const AttachServerMessage = Type.Union(
       stream: Type.Union([Type.Literal('stdout'), Type.Literal('stderr'), Type.Literal('pty')]),
       data: Type.String({ contentEncoding: 'base64' }),
     }),
+    Type.Object(
+      {
+        type: Type.Literal('dropped'),
+        stream: Type.Union([Type.Literal('stdout'), Type.Literal('stderr'), Type.Literal('pty')]),
+        bytes: Type.Integer({ minimum: 1 }),
+      },
+      {
+        description:
+          'After a replay of kept output: that many more bytes of the stream were written past ' +
+          'turns.outputRetainBytes, not kept, and so not sent. Live output is sent whole.',
+      },
+    ),
     Type.Object({ type: Type.Literal('exit'), result: TurnResult }),
     Type.Object({
       type: Type.Literal('error'),

@@ -79,6 +79,20 @@ const eventFilters = {
   },
 } satisfies Record<string, QueryParameter>;
 
+const waitParameter = {
+  wait: {
+    schema: Type.Number({ exclusiveMinimum: 0, maximum: 300 }),
+    description:
+      'Seconds (more than 0, at most 300) to wait for the turn to end before answering: the answer ' +
+      "comes at its end or when they have passed, and the record's state says which.",
+  },
+} satisfies Record<string, QueryParameter>;
+
+const byteOffset = (description: string): QueryParameter => ({
+  schema: Type.Integer({ minimum: 0 }),
+  description,
+});
+
 export const ROUTES: ApiRoute[] = [
   {
     method: 'get',
@@ -187,8 +201,9 @@ export const ROUTES: ApiRoute[] = [
     method: 'post',
     path: '/api/turns',
     operationId: 'createTurn',
-    summary: 'Starts a turn; answers once its worker runs.',
+    summary: 'Starts a turn; answers once its worker runs (with wait, once it ended or the wait passed).',
     auth: 'token',
+    query: waitParameter,
     body: { contentType: 'application/json', schema: TurnCreateRequest },
     responses: { 201: { description: 'Running.', schema: TurnAnswer, headers: ['Location'] } },
     errors: ['body_too_large', 'unsupported_media_type', 'conflict', 'capacity_exhausted', 'worker_host_unsupported'],
@@ -224,8 +239,9 @@ export const ROUTES: ApiRoute[] = [
     method: 'get',
     path: '/api/turns/:id',
     operationId: 'getTurn',
-    summary: 'One turn.',
+    summary: 'One turn (with wait, once it ended or the wait passed).',
     auth: 'token',
+    query: waitParameter,
     responses: { 200: { description: 'The turn.', schema: TurnAnswer } },
     errors: ['not_found'],
     optional: 'turns',
@@ -234,18 +250,52 @@ export const ROUTES: ApiRoute[] = [
     method: 'post',
     path: '/api/turns/:id/cancel',
     operationId: 'cancelTurn',
-    summary: 'Stops a running turn. Takes no body.',
+    summary: 'Stops a running turn (with wait, answers once it ended). Takes no body.',
     auth: 'token',
-    responses: { 200: { description: 'The turn, being stopped.', schema: TurnAnswer } },
+    query: waitParameter,
+    responses: { 200: { description: 'The turn, being stopped (with wait: ended).', schema: TurnAnswer } },
     errors: ['not_found', 'not_running', 'body_too_large'],
+    optional: 'turns',
+  },
+  {
+    method: 'get',
+    path: '/api/turns/:id/output',
+    operationId: 'output',
+    summary:
+      "A stream's kept output from offset to what is there now, while the turn runs and after; each " +
+      'stream keeps up to turns.outputRetainBytes, the rest is counted as dropped.',
+    auth: 'token',
+    query: {
+      stream: {
+        schema: Type.Union([Type.Literal('stdout'), Type.Literal('stderr'), Type.Literal('pty')]),
+        description: 'stdout or stderr (a turn with pipes), pty (a turn with a terminal); default the first.',
+      },
+      offset: byteOffset('The first byte to answer (default 0); at most the bytes kept.'),
+    },
+    responses: {
+      200: {
+        description:
+          'The raw bytes. X-Turnhost-Output-Written: every byte the stream wrote; X-Turnhost-Output-Dropped: ' +
+          'those past the cap, not kept; X-Turnhost-Output-Complete: true once the turn has ended.',
+        contentType: 'application/octet-stream',
+        headers: ['X-Turnhost-Output-Written', 'X-Turnhost-Output-Dropped', 'X-Turnhost-Output-Complete'],
+      },
+    },
+    errors: ['not_found', 'output_gone'],
     optional: 'turns',
   },
   {
     method: 'get',
     path: '/api/turns/:id/attach',
     operationId: 'attachTurn',
-    summary: 'WebSocket: the turn output (backlog first), then its exit; input, resize and signals.',
+    summary:
+      'WebSocket: the turn output (what was kept first, from the start or the offsets, then live; ' +
+      'dropped bytes as dropped messages), then its exit; input, resize and signals.',
     auth: 'token',
+    query: {
+      offset: byteOffset('Where the replay of stdout (pty with a terminal) starts; at most the bytes kept.'),
+      stderrOffset: byteOffset('Where the replay of stderr starts; at most the bytes kept.'),
+    },
     responses: { 101: { description: 'Switching to the WebSocket protocol.' } },
     errors: ['not_found', 'upgrade_required'],
     websocket: { server: AttachServerMessage, client: AttachClientMessage },

@@ -125,6 +125,17 @@ export const TurnCreateRequest = Type.Object(
 );
 export type TurnCreateRequest = Static<typeof TurnCreateRequest>;
 
+const StreamCount = Type.Object(
+  {
+    written: Type.Integer({ minimum: 0, description: 'Every byte the stream wrote.' }),
+    dropped: Type.Integer({
+      minimum: 0,
+      description: 'The bytes past turns.outputRetainBytes: counted, not kept (always the last ones).',
+    }),
+  },
+  { additionalProperties: false },
+);
+
 const TurnUsage = Type.Object({
   userCpuUsec: Type.Union([Type.Number(), Type.Null()]),
   systemCpuUsec: Type.Union([Type.Number(), Type.Null()]),
@@ -184,6 +195,17 @@ export const TurnResult = Type.Object(
       Type.Object(
         { id: Type.String(), bytes: Type.Integer({ minimum: 0 }), files: Type.Integer({ minimum: 0 }) },
         { description: 'A workspace turn: what its workspace held when the turn ended.' },
+      ),
+    ),
+    output: Type.Optional(
+      Type.Object(
+        { stdout: Type.Optional(StreamCount), stderr: Type.Optional(StreamCount), pty: Type.Optional(StreamCount) },
+        {
+          additionalProperties: false,
+          description:
+            "What each of the turn's streams wrote (stdout and stderr with pipes, pty with a terminal). " +
+            'Absent for a turn refused before it ran and in records of earlier versions.',
+        },
       ),
     ),
   },

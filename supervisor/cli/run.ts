@@ -91,6 +91,7 @@ function remoteAttachment(attached: Attachment): TurnAttachment {
   return {
     onEvent(listener) {
       attached.onError((error) => process.stderr.write(`turnhost: attach: ${error.error}\n`));
+      attached.onDropped(({ stream, bytes }) => listener({ type: 'dropped', stream, bytes }));
       void (async () => {
         for await (const chunk of attached.output) listener({ type: 'output', stream: chunk.stream, data: chunk.data });
         // The result's own type is the wire type; the daemon's is the same shape with narrower unions.
@@ -178,6 +179,11 @@ function drive(
             attachment.resumeOutput();
           });
         }
+        return;
+      }
+      if (event.type === 'dropped') {
+        if (!options.json)
+          process.stderr.write(`turnhost: ${event.bytes} more bytes of ${event.stream} were past the retention cap\n`);
         return;
       }
       if (rawMode) stdin.setRawMode(false);

@@ -94,6 +94,7 @@ export function defaultConfig(options: { installed: boolean; cwd: string }): Tur
       workspaceRoots: [],
       preparedWorkers: 1,
       preparedWorkerIdleSeconds: 120,
+      outputRetainBytes: 16 * 1024 * 1024,
     },
     workspaces: { root: options.installed ? INSTALLED_WORKSPACES_ROOT : null, maxBytes: 10 * 1024 * 1024 * 1024 },
     probeRoots: { proc: '/proc', sysFsCgroup: '/sys/fs/cgroup' },

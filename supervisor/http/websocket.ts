@@ -3,8 +3,10 @@
  * - `/api/governance/events/stream?session=&turn=&kind=&after=`: `{type:"event", event}` text
  *   messages. With `after`, stored events after that id are replayed first, then live ones;
  *   ids only increase, so a client never sees a gap or a duplicate.
- * - `/api/turns/:id/attach`: output as `{type:"output", stream, data(base64)}`, then
- *   `{type:"exit", result}` and a normal close. The client sends `{type:"input", data(base64)}`,
+ * - `/api/turns/:id/attach?offset=&stderrOffset=`: output as `{type:"output", stream,
+ *   data(base64)}`, kept output first (from the start, or from `offset` of stdout or pty and
+ *   `stderrOffset` of stderr) then live, `{type:"dropped", stream, bytes}` for bytes past the
+ *   retention cap, then `{type:"exit", result}` and a normal close. The client sends `{type:"input", data(base64)}`,
  *   `{type:"eof"}` (ends the command's input), `{type:"resize", cols, rows}` and `{type:"signal", signal}`.
  * A client that falls more than MAX_BUFFERED_BYTES behind is closed with 1013 (try again).
  */
@@ -19,6 +21,7 @@ import { sameOrigin, type UiSessions } from './ui-session.js';
 import { MAX_BODY_BYTES, type ErrorCode } from './errors.js';
 import { eventMatches, MAX_EVENT_PAGE, parseEventQuery } from './event-query.js';
 import { QueryCheck, queryRefusalBody } from './query-params.js';
+import { parseOffset } from './turn-output-route.js';
 import { REQUEST_ID_HEADER, resolveRequestId } from './request-id.js';
 import { isValidId } from '../../api/schema/ids.js';
 import { ATTACH_CLIENT_MESSAGES, type AttachClientMessage } from '../../api/schema/messages.js';
@@ -136,9 +139,14 @@ function streamEvents(ws: WebSocket, store: EventStore, query: EventQuery, logge
 }
 
 function encodeStreamEvent(event: TurnStreamEvent): string {
-  return event.type === 'output'
-    ? JSON.stringify({ type: 'output', stream: event.stream, data: event.data.toString('base64') })
-    : JSON.stringify({ type: 'exit', result: event.result });
+  switch (event.type) {
+    case 'output':
+      return JSON.stringify({ type: 'output', stream: event.stream, data: event.data.toString('base64') });
+    case 'dropped':
+      return JSON.stringify({ type: 'dropped', stream: event.stream, bytes: event.bytes });
+    case 'exit':
+      return JSON.stringify({ type: 'exit', result: event.result });
+  }
 }
 
 type ClientMessageError = {
@@ -204,16 +212,28 @@ function attachTurn(ws: WebSocket, attachment: TurnAttachment): void {
     if (above) attachment.pauseOutput();
     else attachment.resumeOutput();
   };
-  attachment.onEvent((event) => {
-    if (finished || ws.readyState !== ws.OPEN) return;
-    if (event.type === 'output' && tooSlow(ws)) return;
-    ws.send(encodeStreamEvent(event), flow);
-    flow();
-    if (event.type === 'exit') {
-      finished = true;
-      ws.close(1000, 'exit');
-    }
-  });
+  // The replay of kept output waits for the client to read below the mark between its reads.
+  let flushed: Promise<void> = Promise.resolve();
+  const drained = (): Promise<void> =>
+    ws.readyState !== ws.OPEN || ws.bufferedAmount <= ATTACH_HIGH_WATER_BYTES ? Promise.resolve() : flushed;
+  attachment.onEvent(
+    (event) => {
+      if (finished || ws.readyState !== ws.OPEN) return;
+      if (event.type === 'output' && tooSlow(ws)) return;
+      flushed = new Promise((resolve) =>
+        ws.send(encodeStreamEvent(event), () => {
+          flow();
+          resolve();
+        }),
+      );
+      flow();
+      if (event.type === 'exit') {
+        finished = true;
+        ws.close(1000, 'exit');
+      }
+    },
+    { drained },
+  );
   ws.on('message', (data, isBinary) => {
     const refused = isBinary
       ? invalidMessage([{ field: 'message', detail: 'expected JSON text' }])
@@ -285,17 +305,28 @@ export function createUpgradeHandler(deps: UpgradeDeps): UpgradeHandler {
       const id = attach[1] ?? '';
       if (!isValidId(id) || turns.get(id) === undefined)
         return rejectUpgrade(socket, request, 404, 'not_found', 'no such turn');
-      const refused = new QueryCheck(url.searchParams, []).failure();
+      const check = new QueryCheck(url.searchParams, ['offset', 'stderrOffset']);
+      const offset = parseOffset(check, 'offset');
+      const stderrOffset = parseOffset(check, 'stderrOffset');
+      const refused = check.failure();
       if (refused !== null)
         return rejectUpgrade(socket, request, 400, 'invalid_request', refused.detail, queryRefusalBody(refused));
-      return accept(req, socket, head, request, (ws) => {
-        const attached = turns.attach(id);
-        if (!attached.ok) {
-          ws.close(1008, 'no such turn');
-          return;
-        }
-        attachTurn(ws, attached.attachment);
-      });
+      const record = turns.get(id);
+      const offsets = {
+        ...(offset === undefined ? {} : { [record?.tty ? 'pty' : 'stdout']: offset }),
+        ...(stderrOffset === undefined ? {} : { stderr: stderrOffset }),
+      };
+      // Checked before the upgrade, so an offset past the kept bytes is a named 400.
+      const attached = turns.attach(id, offsets);
+      if (!attached.ok) {
+        if (attached.reason === 'not_found') return rejectUpgrade(socket, request, 404, 'not_found', 'no such turn');
+        const field = attached.field ?? 'offset';
+        return rejectUpgrade(socket, request, 400, 'invalid_request', attached.detail, {
+          field,
+          errors: [{ field, detail: attached.detail.replace(/^[^:]*: /, '') }],
+        });
+      }
+      return accept(req, socket, head, request, (ws) => attachTurn(ws, attached.attachment));
     }
     rejectUpgrade(socket, request, 404, 'not_found', 'no WebSocket endpoint at this path');
   }

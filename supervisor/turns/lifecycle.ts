@@ -58,7 +58,7 @@ import { fail, type Result } from '../../core/result.js';
 import { openRoot } from '../fs/guard.js';
 import { acquireHoldings, awaitReady, probeBoundary, spawnWorkerProcess, startEgressProxy } from './launch-steps.js';
 import type { LaunchEnvironment } from './launch-environment.js';
-import type { OutputChannel } from './output.js';
+import type { TurnOutput } from './output.js';
 import { preparedWorkerName, type PreparedWorkerPool } from './prepared-workers.js';
 import { hostRefusal, Turn, type LaunchOutcome } from './running-turn.js';
 import { beginLaunch, refuseBeforeWorker, type ClaimOutcome, type WorkerState } from './turn-launch.js';
@@ -210,7 +210,7 @@ export async function launchTurn(
   env: LaunchEnvironment,
   pool: PreparedWorkerPool<Worker, WorkerSpec>,
   request: TurnRequest & { turnId: string },
-  output: OutputChannel,
+  output: TurnOutput,
   workspaceLease?: WorkspaceLease,
 ): Promise<LaunchOutcome> {
   const { deps } = env;

@@ -11,7 +11,7 @@ import { kernelRelayReport } from '../../proxy/relay/kernel-relay.js';
 import type { HostWriteRoots, HostWriteTurn } from '../fs/host-write.js';
 import { prepareLaunchEnvironment, type LaunchEnvironment } from './launch-environment.js';
 import { launchTurn, prepareWorker, type Worker, type WorkspaceLease } from './lifecycle.js';
-import { createOutputChannel } from './output.js';
+import { ENDED_TURN_CONTROLS, OutputFiles, outputAttachment, TurnOutput } from './output.js';
 import { createPreparedWorkerPool, type PreparedWorkerPool } from './prepared-workers.js';
 import { recoverInterruptedTurns } from './recovery.js';
 import type { RunningTurn } from './running-turn.js';
@@ -29,10 +29,12 @@ import { createTurnRecordStore, type TurnRecordStore } from './store.js';
 import { workerKey, type WorkerSpec } from './turn-request.js';
 import { requestStdin, validateTurnRequest } from './validate.js';
 import type {
+  OutputOffsets,
   TurnAttachment,
   TurnCreateFailure,
   TurnManager as TurnManagerSurface,
   TurnManagerDeps,
+  TurnOutputReader,
   TurnPage,
   TurnPageQuery,
   TurnRecord,
@@ -40,8 +42,6 @@ import type {
   TurnResult,
   TurnWorkspaces,
 } from './types.js';
-
-const RECENT_TURNS_KEPT = 64;
 
 type CreateOutcome = Awaited<ReturnType<TurnManagerSurface['create']>>;
 type CreateRefusal = Fail<TurnCreateFailure> & { field?: string };
@@ -74,8 +74,8 @@ class SessionHolds {
 
 export class TurnManager implements TurnManagerSurface {
   private readonly running = new Map<string, RunningTurn>();
-  /** Recently finished turns keep their output backlog, so a client that attaches late still gets it. */
-  private readonly recent = new Map<string, RunningTurn>();
+  /** Callers waiting for a running turn to end (waitForEnd); each removes itself when done. */
+  private readonly endWaiters = new Map<string, Set<() => void>>();
   private readonly sessionHolds = new SessionHolds();
   /**
    * Sessions whose delete is under way: from its first check to its end no turn of the session,
@@ -98,12 +98,13 @@ export class TurnManager implements TurnManagerSurface {
   static async start(deps: TurnManagerDeps, workspaces: TurnWorkspaces): Promise<TurnManager> {
     const records = createTurnRecordStore(deps.db);
     const launchEnv = prepareLaunchEnvironment(deps, records);
-    recoverInterruptedTurns(launchEnv);
+    const outputs = new OutputFiles(deps.config.dataDir);
+    recoverInterruptedTurns(launchEnv, outputs);
     launchEnv.workspaceUsage = (id) => workspaces.usage(id);
     workspaces.useSharedLauncher(launchEnv.sharedLauncher, launchEnv.sharedLauncherProblem);
     // Before any turn: a workspace half made or half removed by a crash is settled first.
     await workspaces.recover();
-    return new TurnManager(deps, workspaces, records, launchEnv);
+    return new TurnManager(deps, workspaces, records, launchEnv, outputs);
   }
 
   private constructor(
@@ -111,12 +112,14 @@ export class TurnManager implements TurnManagerSurface {
     private readonly workspaces: TurnWorkspaces,
     private readonly records: TurnRecordStore,
     private readonly launchEnv: LaunchEnvironment,
+    private readonly outputs: OutputFiles,
   ) {
     this.sessionDeps = {
       db: deps.db,
       events: deps.events,
       logger: deps.logger.child({ component: 'sessions' }),
       isBusy: (sessionId) => this.sessionHolds.has(sessionId),
+      removeTurnOutput: (turnId) => outputs.remove(turnId),
     };
     this.pool = createPreparedWorkerPool<Worker, WorkerSpec>({
       capacity: deps.config.turns.preparedWorkers,
@@ -177,19 +180,17 @@ export class TurnManager implements TurnManagerSurface {
         return removed.reason === 'workspace_busy'
           ? fail('session_busy', `session ${sessionId}: ${removed.detail}`)
           : fail('workspaces_unavailable', `session ${sessionId}: ${removed.detail}`);
-      const deleted = deleteSession(this.sessionDeps, sessionId, {
+      return deleteSession(this.sessionDeps, sessionId, {
         trigger: 'api',
         workspacesDeleted: removed.deleted.length,
       });
-      if (deleted.ok) this.forgetSession(sessionId);
-      return deleted;
     } finally {
       this.deletingSessions.delete(sessionId);
     }
   }
 
   pruneSessions(now = new Date()): Result<{ deleted: SessionDeletion[] }, 'store_unavailable'> {
-    const pruned = pruneSessions(this.sessionDeps, {
+    return pruneSessions(this.sessionDeps, {
       now,
       retentionDays: this.deps.config.events.sessionRetentionDays,
       // A workspace keeps its session: retention never deletes a tree someone may still use.
@@ -198,8 +199,6 @@ export class TurnManager implements TurnManagerSurface {
           ? fail('session_has_workspaces', `session ${sessionId} has workspaces; delete them or the session`)
           : ok({}),
     });
-    if (pruned.ok) for (const { sessionId } of pruned.deleted) this.forgetSession(sessionId);
-    return pruned;
   }
 
   cancel(id: string): Result<{ turn: TurnRecord }, 'not_found' | 'not_running'> {
@@ -212,12 +211,45 @@ export class TurnManager implements TurnManagerSurface {
     return ok({ turn: turn.record });
   }
 
-  attach(id: string): Result<{ attachment: TurnAttachment }, 'not_found'> {
-    const turn = this.running.get(id) ?? this.recent.get(id);
-    const record = turn?.record ?? this.records.get(id);
-    if (!record) return fail('not_found', `no turn ${id}`);
-    const attachment: TurnAttachment = turn ? turn.attach() : finishedAttachment(record);
-    return ok({ attachment });
+  attach(
+    id: string,
+    offsets: OutputOffsets = {},
+  ): Result<{ attachment: TurnAttachment }, 'not_found' | 'invalid_offset'> & { field?: string } {
+    const turn = this.running.get(id);
+    const output = turn?.output ?? this.finishedOutput(id);
+    if (output === null) return fail('not_found', `no turn ${id}`);
+    for (const [stream, offset] of Object.entries(offsets) as Array<[keyof OutputOffsets, number]>) {
+      const field = stream === 'stderr' ? 'stderrOffset' : 'offset';
+      const state = output.stream(stream);
+      if (state === null) return { ...fail('invalid_offset', `${field}: turn ${id} has no ${stream} stream`), field };
+      if (offset > state.kept)
+        return { ...fail('invalid_offset', `${field}: beyond the ${state.kept} bytes kept of ${stream}`), field };
+    }
+    return ok({ attachment: turn ? turn.attach(offsets) : outputAttachment(output, offsets, ENDED_TURN_CONTROLS) });
+  }
+
+  output(id: string): Result<{ output: TurnOutputReader }, 'not_found'> {
+    const output = this.running.get(id)?.output ?? this.finishedOutput(id);
+    return output === null ? fail('not_found', `no turn ${id}`) : ok({ output });
+  }
+
+  async waitForEnd(id: string, seconds: number, signal: AbortSignal): Promise<void> {
+    if (!this.running.has(id) || signal.aborted) return;
+    await new Promise<void>((resolve) => {
+      const waiters = this.endWaiters.get(id) ?? new Set<() => void>();
+      this.endWaiters.set(id, waiters);
+      const done = (): void => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', done);
+        waiters.delete(done);
+        if (waiters.size === 0 && this.endWaiters.get(id) === waiters) this.endWaiters.delete(id);
+        resolve();
+      };
+      // Unref'd: a wait never keeps the process alive, and close() ends every turn (so every wait).
+      const timer = setTimeout(done, seconds * 1000).unref();
+      signal.addEventListener('abort', done, { once: true });
+      waiters.add(done);
+    });
   }
 
   /** Held roots for host writes (supervisor/http/host-write-route.ts). */
@@ -311,21 +343,30 @@ export class TurnManager implements TurnManagerSurface {
 
   /** Launches the validated turn; resolves once its worker runs it (or refused it). */
   private async launch(id: string, request: TurnRequest, workspaceLease?: WorkspaceLease): Promise<CreateOutcome> {
-    const output = createOutputChannel();
     // Held from before the launch's first await, so a delete of the session cannot slip in.
     const releaseSession = this.sessionHolds.hold(request.sessionId);
     let launched: Awaited<ReturnType<typeof launchTurn>>;
     try {
+      const output = TurnOutput.open(
+        this.outputs,
+        id,
+        request.tty !== undefined,
+        this.deps.config.turns.outputRetainBytes,
+        this.deps.logger.child({ turnId: id, component: 'output' }),
+      );
       launched = await launchTurn(this.launchEnv, this.pool, { ...request, turnId: id }, output, workspaceLease);
     } catch (error) {
       this.launching.delete(id);
       releaseSession();
+      this.outputs.remove(id);
       throw error;
     }
     // Out of `launching` and into `running` in one step: a delete never sees neither.
     this.launching.delete(id);
     if (!launched.ok) {
       releaseSession();
+      // No command ran: there is no output to keep (a refused turn's record says so).
+      this.outputs.remove(id);
       return launched;
     }
     const turn = launched.turn;
@@ -333,36 +374,19 @@ export class TurnManager implements TurnManagerSurface {
     const stdin = requestStdin(request);
     if (stdin !== null) turn.provideInput(stdin, 'the input was given with the turn request (stdin)');
     this.running.set(id, turn);
-    void turn.done.then(() => this.retire(id, turn));
+    void turn.done.then(() => this.retire(id));
     return ok({ turn: turn.record });
   }
 
-  private retire(id: string, turn: RunningTurn): void {
+  private retire(id: string): void {
     this.running.delete(id);
-    this.recent.set(id, turn);
-    for (const oldest of this.recent.keys()) {
-      if (this.recent.size <= RECENT_TURNS_KEPT) break;
-      this.recent.delete(oldest);
-    }
+    for (const done of [...(this.endWaiters.get(id) ?? [])]) done();
   }
 
-  /** A deleted session's finished turns leave the attach backlog too. */
-  private forgetSession(sessionId: string): void {
-    for (const [id, turn] of this.recent) if (turn.record.sessionId === sessionId) this.recent.delete(id);
+  /** A finished turn's output from its files and its record; null when there is no such turn. */
+  private finishedOutput(id: string): TurnOutput | null {
+    const record = this.records.get(id);
+    if (!record?.result) return null;
+    return TurnOutput.finished(this.outputs, id, record.tty, record.result);
   }
-}
-
-/** Attaching to a finished turn replays only its exit record. */
-function finishedAttachment(record: TurnRecord): TurnAttachment {
-  const result = record.result as TurnResult;
-  return {
-    onEvent: (listener) => listener({ type: 'exit', result }),
-    write: () => fail('input_closed', 'the turn has finished'),
-    endInput: () => fail('input_closed', 'the turn has finished'),
-    resize: () => undefined,
-    signal: () => undefined,
-    pauseOutput: () => undefined,
-    resumeOutput: () => undefined,
-    detach: () => undefined,
-  };
 }

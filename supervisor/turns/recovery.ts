@@ -4,15 +4,20 @@
  * turn's /tmp (a tmpfs of its own, turn-tmp.ts) is purged with it: a tmpfs ends with the last
  * process and fd holding it, the supervisor's fd died with the supervisor, and the reap ends
  * every process of the turn. Its `turn_temp_purge` receipt says whether that was established.
+ *
+ * An interrupted turn keeps the output that reached its files, and its result counts those
+ * bytes (what was dropped over the cap before the restart is not known, so none is counted).
+ * Output no turn record names (a delete interrupted between the record and its files) is removed.
  */
 import { reapStaleTurnCgroups } from '../../cgroup/reap.js';
 import { serverTurnEvent } from '../../core/events.js';
 import type { LaunchEnvironment } from './launch-environment.js';
+import { streamsOf, type OutputFiles } from './output.js';
 import { isPreparedWorkerName } from './prepared-workers.js';
 import { finishedWithoutRun } from './turn-result.js';
-import type { TurnRecord } from './types.js';
+import type { OutputCounts, TurnRecord } from './types.js';
 
-export function recoverInterruptedTurns(env: LaunchEnvironment): void {
+export function recoverInterruptedTurns(env: LaunchEnvironment, outputs: OutputFiles): void {
   const { deps, records } = env;
   const unfinished = records.unfinished();
   // A turn that claimed a prepared worker runs in a leaf named after the worker, not the turn.
@@ -55,13 +60,23 @@ export function recoverInterruptedTurns(env: LaunchEnvironment): void {
         { bytes: 0, inodes: 0, outcome: emptied.get(turn.id) === true ? 'recovered' : 'unconfirmed' },
       ),
     );
-    records.update(
-      finishedWithoutRun(
-        turn,
-        'interrupted',
-        'the supervisor stopped while this turn ran; its processes were killed at the next start',
-      ),
+    const interrupted = finishedWithoutRun(
+      turn,
+      'interrupted',
+      'the supervisor stopped while this turn ran; its processes were killed at the next start',
     );
+    if (interrupted.result) interrupted.result.output = keptOutput(outputs, turn);
+    records.update(interrupted);
     deps.logger.warn('turn interrupted by a supervisor restart', { turnId: turn.id });
   }
+  for (const turnId of outputs.removeOrphans((id) => records.exists(id)))
+    deps.logger.info('output of a deleted turn removed', { turnId });
+}
+
+/** What an interrupted turn's files hold, as its counts. */
+function keptOutput(outputs: OutputFiles, turn: TurnRecord): OutputCounts {
+  const counts: OutputCounts = {};
+  for (const stream of streamsOf(turn.tty))
+    counts[stream] = { written: outputs.keptBytes(turn.id, stream) ?? 0, dropped: 0 };
+  return counts;
 }

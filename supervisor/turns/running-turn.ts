@@ -13,10 +13,18 @@ import { closeRoot, type RootHandle } from '../fs/guard.js';
 import type { HostWriteRoots, HostWriteTurn } from '../fs/host-write.js';
 import type { ForwardableSignal } from '../../worker/protocol.js';
 import type { LaunchEnvironment } from './launch-environment.js';
-import type { OutputChannel } from './output.js';
+import { outputAttachment, type TurnOutput } from './output.js';
 import { finishedWithoutRun } from './turn-result.js';
 import { fail, ok } from '../../core/result.js';
-import type { InputOutcome, TurnAttachment, TurnCreateFailure, TurnRecord, TurnRequest, TurnResult } from './types.js';
+import type {
+  InputOutcome,
+  OutputOffsets,
+  TurnAttachment,
+  TurnCreateFailure,
+  TurnRecord,
+  TurnRequest,
+  TurnResult,
+} from './types.js';
 import type { WorkerConnection } from './worker-connection.js';
 
 /** Why a turn got no worker: one shape for every refusal, naming the field or the requirement. */
@@ -34,7 +42,9 @@ export interface RunningTurn {
   record: TurnRecord;
   done: Promise<TurnResult>;
   stop(reason: 'cancelled' | 'timeout'): void;
-  attach(): TurnAttachment;
+  attach(offsets?: OutputOffsets): TurnAttachment;
+  /** The turn's output: its files and counts. */
+  readonly output: TurnOutput;
   /** Writes the command's whole input and ends it; attach input is refused from then on. */
   provideInput(data: Buffer, why: string): void;
   /** The held roots for host writes while the worker runs; null once it has exited. */
@@ -77,7 +87,7 @@ export class Turn implements RunningTurn {
   constructor(
     private readonly env: LaunchEnvironment,
     readonly request: TurnRequest & { turnId: string },
-    private readonly output: OutputChannel,
+    readonly output: TurnOutput,
     private readonly workspace: RootHandle,
     limits: ResolvedLimits,
   ) {
@@ -152,7 +162,7 @@ export class Turn implements RunningTurn {
     this.env.records.insert(this.record, [...worker.cgroupPaths]);
     const stream = this.record.tty ? 'pty' : 'stdout';
     worker.connection.readOutput(({ stream: from, data }) =>
-      this.output.push({ type: 'output', stream: from === 'stderr' ? 'stderr' : stream, data }),
+      this.output.push(from === 'stderr' ? 'stderr' : stream, data),
     );
     const timeoutSeconds = this.request.timeoutSeconds ?? this.env.deps.config.turns.defaultTimeoutSeconds;
     this.timer = setTimeout(() => this.stop('timeout'), timeoutSeconds * 1000);
@@ -190,6 +200,7 @@ export class Turn implements RunningTurn {
   }
 
   finish(result: TurnResult): void {
+    result.output = this.output.counts();
     this.record.state = 'finished';
     this.record.endedAt = new Date().toISOString();
     this.record.result = result;
@@ -208,7 +219,7 @@ export class Turn implements RunningTurn {
       }),
     );
     logFinished(this.log, result);
-    this.output.push({ type: 'exit', result });
+    this.output.end(result);
     this.resolveLaunched({ ok: true, turn: this });
     this.resolveDone(result);
   }
@@ -243,32 +254,14 @@ export class Turn implements RunningTurn {
     this.endInput(why);
   }
 
-  attach(): TurnAttachment {
-    let unsubscribe: (() => void) | null = null;
-    let releaseOutput: (() => void) | null = null;
-    const resumeOutput = (): void => {
-      releaseOutput?.();
-      releaseOutput = null;
-    };
-    return {
-      onEvent: (listener) => {
-        unsubscribe?.();
-        unsubscribe = this.output.subscribe(listener);
-      },
+  attach(offsets: OutputOffsets = {}): TurnAttachment {
+    return outputAttachment(this.output, offsets, {
       write: (data) => this.writeInput(data),
       endInput: () => this.endInput('the input was ended (eof)'),
       resize: (cols, rows) => this.worker?.connection.send({ type: 'resize', cols, rows }),
       signal: (signal) => this.worker?.connection.send({ type: 'signal', signal: signal as ForwardableSignal }),
-      pauseOutput: () => {
-        releaseOutput ??= this.worker?.connection.holdOutput() ?? null;
-      },
-      resumeOutput,
-      detach: () => {
-        resumeOutput();
-        unsubscribe?.();
-        unsubscribe = null;
-      },
-    };
+      holdOutput: () => this.worker?.connection.holdOutput() ?? null,
+    });
   }
 
   hostWriteTarget(): { roots: HostWriteRoots; turn: HostWriteTurn } | null {

@@ -35,11 +35,14 @@ export interface SessionDeps {
   logger: Logger;
   /** A turn of the session runs or is being launched (the turn manager knows; the records may lag). */
   isBusy(sessionId: string): boolean;
+  /** Removes a turn's kept output (supervisor/turns/output.ts), once its record is deleted. */
+  removeTurnOutput(turnId: string): void;
 }
 
 interface SessionStatements {
   countEvents: Database.Statement<[string], { n: number }>;
   countTurns: Database.Statement<[string], { n: number }>;
+  turnIds: Database.Statement<[string], { id: string }>;
   unfinishedTurns: Database.Statement<[string], { n: number }>;
   deleteEvents: Database.Statement<[string]>;
   deleteTurns: Database.Statement<[string]>;
@@ -54,6 +57,7 @@ function prepared(db: Database.Database): SessionStatements {
     found = {
       countEvents: db.prepare('SELECT count(*) AS n FROM events WHERE session_id = ?'),
       countTurns: db.prepare('SELECT count(*) AS n FROM turns WHERE session_id = ?'),
+      turnIds: db.prepare('SELECT id FROM turns WHERE session_id = ?'),
       unfinishedTurns: db.prepare("SELECT count(*) AS n FROM turns WHERE session_id = ? AND state != 'finished'"),
       deleteEvents: db.prepare('DELETE FROM events WHERE session_id = ?'),
       deleteTurns: db.prepare('DELETE FROM turns WHERE session_id = ?'),
@@ -100,19 +104,27 @@ export function deleteSession<R extends string = never>(
     if (!before.ok) return before;
   }
   let deleted: SessionDeletion;
+  let turnIds: string[];
   try {
     // IMMEDIATE: the counts and the deletes see one state of the database.
-    deleted = deps.db
-      .transaction(() => ({
-        sessionId,
-        events: statementsOf.deleteEvents.run(sessionId).changes,
-        turns: statementsOf.deleteTurns.run(sessionId).changes,
-        workspaces: options.workspacesDeleted ?? 0,
-      }))
+    [deleted, turnIds] = deps.db
+      .transaction((): [SessionDeletion, string[]] => {
+        const ids = statementsOf.turnIds.all(sessionId).map((row) => row.id);
+        const counts = {
+          sessionId,
+          events: statementsOf.deleteEvents.run(sessionId).changes,
+          turns: statementsOf.deleteTurns.run(sessionId).changes,
+          workspaces: options.workspacesDeleted ?? 0,
+        };
+        return [counts, ids];
+      })
       .immediate();
   } catch (error) {
     return unavailable(deps, error);
   }
+  // The output goes after its records: a crash in between leaves files no record names, which
+  // the next start removes (supervisor/turns/recovery.ts); never a record whose output vanished.
+  for (const turnId of turnIds) removeOutput(deps, turnId);
   deps.events.append({
     sessionId: null,
     turnId: null,
@@ -124,6 +136,15 @@ export function deleteSession<R extends string = never>(
   });
   deps.logger.info('session deleted', { ...deleted, trigger: options.trigger });
   return ok({ deleted });
+}
+
+function removeOutput(deps: SessionDeps, turnId: string): void {
+  try {
+    deps.removeTurnOutput(turnId);
+  } catch (error) {
+    // The record is gone already; the next start removes what is left (recovery.ts).
+    deps.logger.error('turn output not removed', { turnId, detail: (error as Error).message });
+  }
 }
 
 function unavailable(deps: SessionDeps, error: unknown): Fail<'store_unavailable'> {

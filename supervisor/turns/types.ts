@@ -114,7 +114,22 @@ export interface TurnResult {
   spawnError?: 'not_found' | 'not_executable';
   /** The turn's egress through its proxy: counts and the first denials; absent when no proxy served it. */
   egress?: EgressSummary;
+  /**
+   * What each of the turn's streams wrote (supervisor/turns/output.ts): every byte, and those
+   * past `turns.outputRetainBytes` that were not kept. Absent in records of earlier versions
+   * and of turns refused before they ran.
+   */
+  output?: OutputCounts;
 }
+
+export type OutputStreamName = 'stdout' | 'stderr' | 'pty';
+
+/** What one stream wrote: `written` every byte, `dropped` those past the cap (not kept). */
+interface StreamCount {
+  written: number;
+  dropped: number;
+}
+export type OutputCounts = Partial<Record<OutputStreamName, StreamCount>>;
 
 export interface TurnRecord {
   id: string;
@@ -142,13 +157,43 @@ export interface TurnRecord {
   timeoutSeconds: number | null;
 }
 
-/** What an attached client receives, in order; `exit` is last. */
+/**
+ * What an attached client receives, in order; `exit` is last. `dropped`: that many more bytes of
+ * the stream were past the retention cap and are not kept (none of the stream's later bytes are).
+ */
 export type TurnStreamEvent =
-  { type: 'output'; stream: 'stdout' | 'stderr' | 'pty'; data: Buffer } | { type: 'exit'; result: TurnResult };
+  | { type: 'output'; stream: OutputStreamName; data: Buffer }
+  | { type: 'dropped'; stream: OutputStreamName; bytes: number }
+  | { type: 'exit'; result: TurnResult };
+
+/** Where an attach starts in each stream (absent: the start). */
+export type OutputOffsets = Partial<Record<OutputStreamName, number>>;
+
+/** One stream of a turn's output as it stands: its bytes kept on disk and its counts. */
+export interface OutputStreamState {
+  /** Bytes in the file now: the readable range is [0, kept). */
+  kept: number;
+  written: number;
+  dropped: number;
+  /** The turn has ended: nothing more is written. */
+  complete: boolean;
+  /** The file is gone (removed from the data directory) though the record says bytes were kept. */
+  gone: boolean;
+}
+
+/** A turn's output for reading over HTTP (supervisor/turns/output.ts). */
+export interface TurnOutputReader {
+  streams: readonly OutputStreamName[];
+  stream(stream: OutputStreamName): OutputStreamState | null;
+  filePath(stream: OutputStreamName): string;
+}
 
 export interface TurnAttachment {
-  /** Output produced before attaching is replayed first (bounded backlog). */
-  onEvent(listener: (event: TurnStreamEvent) => void): void;
+  /**
+   * Output kept before attaching is replayed first, from the files, then live output follows.
+   * `drained` (the client's backpressure) resolves once the client can take more replay.
+   */
+  onEvent(listener: (event: TurnStreamEvent) => void, flow?: { drained(): Promise<void> }): void;
   /** `input_closed` once the turn's input has ended (eof, request stdin, or the turn finished). */
   write(data: Buffer): InputOutcome;
   /** Ends the command's input: EOF on its stdin pipe, or the terminal's EOF character (VEOF) on a pty. */
@@ -193,7 +238,18 @@ export interface TurnManager {
   ): Promise<Result<{ deleted: SessionDeletion }, SessionDeleteFailure | 'workspaces_unavailable'>>;
   /** One retention pass (`events.sessionRetentionDays`, read now) as of `now`: the ended sessions it deleted. */
   pruneSessions(now?: Date): Result<{ deleted: SessionDeletion[] }, 'store_unavailable'>;
-  attach(id: string): Result<{ attachment: TurnAttachment }, 'not_found'>;
+  /** Attaches from `offsets` (each at most the bytes kept of its stream: `invalid_offset` otherwise). */
+  attach(
+    id: string,
+    offsets?: OutputOffsets,
+  ): Result<{ attachment: TurnAttachment }, 'not_found' | 'invalid_offset'> & { field?: string };
+  /** The turn's output as it stands (running or finished). */
+  output(id: string): Result<{ output: TurnOutputReader }, 'not_found'>;
+  /**
+   * Resolves once the turn has ended, `seconds` have passed or `signal` aborted, whichever is
+   * first; holds nothing after (no timer, no listener).
+   */
+  waitForEnd(id: string, seconds: number, signal: AbortSignal): Promise<void>;
   /**
    * A running turn's held roots for host writes. Valid until the caller next yields
    * to the event loop: use them synchronously. `turn_finished` once the worker has exited.

@@ -15,6 +15,7 @@ import Database from 'better-sqlite3';
 import { contractProblems } from '../support/api-contract.js';
 import { serveHarnessApp } from '../support/app-server.js';
 import { createTurnHarness, type TurnHarness } from '../support/turn-harness.js';
+import type { TurnResult } from '../../supervisor/turns/types.js';
 
 stopTapInjectingIntoChildren();
 const TOKEN = 'workspaces-test-token-0123456789';
@@ -67,10 +68,16 @@ async function runTurn(api: Api, harness: TurnHarness, body: Record<string, unkn
   if (created.status !== 201) throw new Error(`turn refused: ${created.text}`);
   const id = created.json.turn.id as string;
   const attached = harness.turns.attach(id);
+  if (!attached.ok) throw new Error(attached.detail);
   const out: Buffer[] = [];
-  if (attached.ok) attached.attachment.onEvent((e) => e.type === 'output' && out.push(e.data));
-  const result = await harness.turns.wait(id);
-  return { id, result: result!, output: Buffer.concat(out).toString(), record: harness.turns.get(id)! };
+  // The exit comes after the replay of every kept byte (the turn's own end may come before it).
+  const result = await new Promise<TurnResult>((resolve) =>
+    attached.attachment.onEvent((e) => {
+      if (e.type === 'output') out.push(e.data);
+      if (e.type === 'exit') resolve(e.result);
+    }),
+  );
+  return { id, result, output: Buffer.concat(out).toString(), record: harness.turns.get(id)! };
 }
 
 function processesOf(uid: number): number[] {

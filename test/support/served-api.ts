@@ -93,12 +93,45 @@ function connectSocket(connection: Connection, urlPath: string): { socket: WebSo
   return { socket, opened };
 }
 
+/** An answer read as bytes (a raw-bytes route), its headers with it. */
+interface BytesResponse {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  data: Buffer;
+}
+
+/** One request whose answer is kept as bytes; rejects when the answer breaks the API contract. */
+function apiBytes(connection: Connection, method: string, urlPath: string): Promise<BytesResponse> {
+  const target = connection.target;
+  const where = target.kind === 'tcp' ? { host: target.host, port: target.port } : { socketPath: target.path };
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      { ...where, method, path: urlPath, headers: { authorization: `Bearer ${connection.token}` } },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('end', () => {
+          const data = Buffer.concat(chunks);
+          const problems = contractProblems(method, urlPath, res.statusCode ?? 0, res.headers, data.toString('utf8'));
+          if (problems.length > 0) return reject(new Error(`contract: ${problems.join('; ')}`));
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, data });
+        });
+      },
+    );
+    req.on('error', reject);
+    req.end();
+  });
+}
+
 export interface ServedApi {
   connection: Connection;
   request(method: string, urlPath: string, body?: unknown): Promise<ApiResponse>;
+  /** A request whose answer is bytes (the output route). */
+  bytes(method: string, urlPath: string): Promise<BytesResponse>;
   /** Creates a turn in the supervisor's workspace; `extra` adds or overrides body fields. */
   createTurn(sessionId: string, argv: string[], extra?: Record<string, unknown>): Promise<ApiResponse>;
-  attach(turnId: string): Promise<Attached>;
+  /** `query`: the upgrade's query string without `?` (offsets). */
+  attach(turnId: string, query?: string): Promise<Attached>;
 }
 
 interface AttachMessage {
@@ -108,6 +141,7 @@ interface AttachMessage {
   code?: string;
   error?: string;
   result?: { status: string; exitCode: number | null };
+  bytes?: number;
 }
 
 interface Attached {
@@ -129,6 +163,7 @@ export function servedApi(supervisor: ServedSupervisor): ServedApi {
   return {
     connection,
     request: (method, urlPath, body) => apiRequest(connection, method, urlPath, body),
+    bytes: (method, urlPath) => apiBytes(connection, method, urlPath),
     createTurn: (sessionId, argv, extra = {}) =>
       apiRequest(connection, 'POST', '/api/turns', {
         sessionId,
@@ -137,8 +172,9 @@ export function servedApi(supervisor: ServedSupervisor): ServedApi {
         cwd: supervisor.workspace,
         ...extra,
       }),
-    async attach(turnId) {
-      const { socket, opened } = connectSocket(connection, `/api/turns/${encodeURIComponent(turnId)}/attach`);
+    async attach(turnId, query) {
+      const urlPath = `/api/turns/${encodeURIComponent(turnId)}/attach${query === undefined ? '' : `?${query}`}`;
+      const { socket, opened } = connectSocket(connection, urlPath);
       const messages: AttachMessage[] = [];
       // Every message the server sends is checked against the document's AttachServerMessage.
       const violations: string[] = [];

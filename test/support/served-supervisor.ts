@@ -50,6 +50,8 @@ export interface SupervisorOptions {
   workspaces?: boolean;
   /** With `workspaces`: this workspaces.root instead, made by the caller (shared by two supervisors). */
   workspacesRoot?: string;
+  /** More `turns` keys (e.g. outputRetainBytes). */
+  turns?: Record<string, unknown>;
 }
 
 export interface CliResult {
@@ -241,7 +243,7 @@ export function writeSupervisorConfig(
         : { path: null, configPath: null },
       limits: options.limits ?? { memory: '512M', pids: 128, cpu: 1, open_files: 1024, tmp_size: '16M' },
       egress: { allowAddressRanges: [] },
-      turns: { workspaceRoots: [workspace], preparedWorkers: 0 },
+      turns: { workspaceRoots: [workspace], preparedWorkers: 0, ...options.turns },
       ...(options.workspaces ? { workspaces: { root: workspacesRoot } } : {}),
     }),
   );

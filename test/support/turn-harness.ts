@@ -22,6 +22,7 @@ import type { ProbeContext } from '../../supervisor/probes/index.js';
 import { writeHelperConfig } from '../../supervisor/identity/helper-config.js';
 import { composeTurnServices } from '../../supervisor/compose.js';
 import type { TurnManager } from '../../supervisor/turns/manager.js';
+import type { TurnResult } from '../../supervisor/turns/types.js';
 import type { WorkspaceService } from '../../supervisor/workspaces/service.js';
 import type { EventStore } from '../../supervisor/events/types.js';
 import type { OwnListeners } from '../../proxy/self-connection.js';
@@ -230,13 +231,17 @@ export async function runTurn(
   if (!attached.ok) throw new Error(attached.detail);
   const chunks: Buffer[] = [];
   const stderr: Buffer[] = [];
-  attached.attachment.onEvent((event) => {
-    if (event.type === 'output') (event.stream === 'stderr' ? stderr : chunks).push(event.data);
-  });
-  const result = await harness.turns.wait(id);
+  // The attach replays kept output from its files, then follows live: its exit comes after
+  // every byte, where the turn's own end may come before the replay has caught up.
+  const result = await new Promise<TurnResult>((resolve) =>
+    attached.attachment.onEvent((event) => {
+      if (event.type === 'output') (event.stream === 'stderr' ? stderr : chunks).push(event.data);
+      if (event.type === 'exit') resolve(event.result);
+    }),
+  );
   return {
     id,
-    result: result!,
+    result,
     stdout: Buffer.concat(chunks).toString(),
     stderr: Buffer.concat(stderr).toString(),
     record: harness.turns.get(id)!,

@@ -107,7 +107,7 @@ async function startWaitingTurn(): Promise<{ id: string; tmpdir: string; output:
   const tmpdir = await new Promise<string>((resolve, reject) => {
     attached.attachment.onEvent((event) => {
       if (event.type === 'exit') reject(new Error(`turn ended early: ${JSON.stringify(event.result)}`));
-      else if (event.stream !== 'stderr') {
+      else if (event.type === 'output' && event.stream !== 'stderr') {
         out += event.data.toString();
         if (out.includes('\n')) resolve(out.split('\n')[0]!);
       }

@@ -1,10 +1,16 @@
+import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
 import t from 'tap';
+import { createMemoryLogger } from '../../../../core/log.js';
 import { fail, ok } from '../../../../core/result.js';
 import { defaultConfig } from '../../../../supervisor/config/load.js';
-import { createOutputChannel, type OutputChannel } from '../../../../supervisor/turns/output.js';
+import { ENDED_TURN_CONTROLS, OutputFiles, outputAttachment, TurnOutput } from '../../../../supervisor/turns/output.js';
 import type { TurnAttachment, TurnManager, TurnRecord, TurnResult } from '../../../../supervisor/turns/types.js';
 import { validateTurnRequest } from '../../../../supervisor/turns/validate.js';
-import { nextMessages, opened, startTestServer, upgradeRefusal } from '../../../support/app-server.js';
+import { nextMessages, opened, startTestServer, TOKEN, upgradeRefusal } from '../../../support/app-server.js';
+import { until } from '../../../support/until.js';
 
 const RESULT: TurnResult = {
   status: 'nonzero_exit',
@@ -23,7 +29,10 @@ const RESULT: TurnResult = {
   limitHits: [],
 };
 
-/** A turn manager that validates with the real validator and echoes input back as output. */
+/**
+ * A turn manager that validates with the real validator and echoes input back as output, kept
+ * by the real output store in a directory of its own.
+ */
 function fakeTurns(): {
   turns: TurnManager;
   inputs: string[];
@@ -31,11 +40,18 @@ function fakeTurns(): {
   signals: string[];
   finish(id: string): void;
   mode: { next: string | null };
+  /** Every wait the routes started, and whether it was aborted. */
+  waits: AbortSignal[];
 } {
   const config = defaultConfig({ installed: false, cwd: '/work' });
   config.turns.workspaceRoots = ['/work'];
   const records = new Map<string, TurnRecord>();
-  const channels = new Map<string, OutputChannel>();
+  const outputDir = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-routes-output-'));
+  t.teardown(() => fs.rmSync(outputDir, { recursive: true, force: true }));
+  const files = new OutputFiles(outputDir);
+  const channels = new Map<string, TurnOutput>();
+  const ended = new Map<string, () => void>();
+  const waits: AbortSignal[] = [];
   const inputs: string[] = [];
   const resizes: Array<[number, number]> = [];
   const signals: string[] = [];
@@ -44,7 +60,8 @@ function fakeTurns(): {
     const record = records.get(id)!;
     record.state = 'finished';
     record.result = RESULT;
-    channels.get(id)!.push({ type: 'exit', result: RESULT });
+    channels.get(id)!.end(RESULT);
+    ended.get(id)?.();
   };
   const turns: TurnManager = {
     async create(body) {
@@ -74,8 +91,8 @@ function fakeTurns(): {
         timeoutSeconds: validated.request.timeoutSeconds ?? 600,
       };
       records.set(id, record);
-      const channel = createOutputChannel();
-      channel.push({ type: 'output', stream: 'stdout', data: Buffer.from('before attach\n') });
+      const channel = TurnOutput.open(files, id, record.tty, 1024 * 1024, createMemoryLogger().logger);
+      channel.push('stdout', Buffer.from('before attach\n'));
       channels.set(id, channel);
       return ok({ turn: record });
     },
@@ -97,35 +114,41 @@ function fakeTurns(): {
       finish(id);
       return ok({ turn: record });
     },
-    attach(id) {
+    attach(id, offsets = {}) {
       const channel = channels.get(id);
       if (!channel) return fail('not_found', `no turn ${id}`);
-      let unsubscribe = (): void => undefined;
-      const attachment: TurnAttachment = {
-        onEvent: (listener) => {
-          unsubscribe = channel.subscribe(listener);
-        },
+      const attachment: TurnAttachment = outputAttachment(channel, offsets, {
+        ...ENDED_TURN_CONTROLS,
         write: (data) => {
           inputs.push(data.toString());
-          channel.push({ type: 'output', stream: 'stderr', data });
+          channel.push('stderr', data);
           return ok({});
         },
         endInput: () => ok({}),
         resize: (cols, rows) => void resizes.push([cols, rows]),
         signal: (signal) => void signals.push(signal),
-        pauseOutput: () => undefined,
-        resumeOutput: () => undefined,
-        detach: () => unsubscribe(),
-      };
+      });
       return ok({ attachment });
     },
+    output(id) {
+      const channel = channels.get(id);
+      return channel ? ok({ output: channel }) : fail('not_found', `no turn ${id}`);
+    },
+    waitForEnd: (id, seconds, signal) =>
+      new Promise<void>((resolve) => {
+        waits.push(signal);
+        if (records.get(id)?.state !== 'running') return resolve();
+        const timer = setTimeout(resolve, seconds * 1000);
+        signal.addEventListener('abort', () => (clearTimeout(timer), resolve()));
+        ended.set(id, () => (clearTimeout(timer), resolve()));
+      }),
     roots: (id) => fail('not_found', `no turn ${id}`),
     wait: async () => undefined,
     preparedWorkers: () => ({ ready: 0, starting: 0 }),
     egressRelay: () => null,
     close: async () => undefined,
   };
-  return { turns, inputs, resizes, signals, finish, mode };
+  return { turns, inputs, resizes, signals, finish, mode, waits };
 }
 
 const body = (extra: Record<string, unknown> = {}) =>
@@ -324,4 +347,50 @@ t.test('attach: backlog, input, resize, signal, exit record, auth', async (t) =>
     ['output', 'output', 'exit'],
     'a finished turn replays its backlog and exit',
   );
+});
+
+t.test('a wait ends when its client goes away, and does not hold up shutdown', async (t) => {
+  const fake = fakeTurns();
+  const s = await startTestServer({ turns: fake.turns });
+  await s.request('POST', '/api/turns', { body: body({ turnId: 'long' }), headers: json });
+  const port = s.server.tcp!.port;
+  const leaving = http.request({
+    host: '127.0.0.1',
+    port,
+    path: '/api/turns/long?wait=300',
+    headers: { authorization: `Bearer ${TOKEN}` },
+  });
+  leaving.on('error', () => undefined);
+  leaving.end();
+  t.ok(await until(() => fake.waits.length === 1), 'the route waits');
+  t.notOk(fake.waits[0]!.aborted);
+  leaving.destroy();
+  t.ok(await until(() => fake.waits[0]!.aborted), 'the disconnect aborted the wait');
+
+  const staying = http.request({
+    host: '127.0.0.1',
+    port,
+    path: '/api/turns/long/cancel?wait=300',
+    method: 'POST',
+    headers: { authorization: `Bearer ${TOKEN}` },
+  });
+  staying.on('error', () => undefined);
+  staying.end();
+  t.ok(await until(() => fake.waits.length === 2));
+  // The fake ends the turn on cancel: the wait answered at once with the ended record.
+  t.ok(fake.waits[1]);
+
+  const third = http.request({
+    host: '127.0.0.1',
+    port,
+    path: '/api/turns/att2?wait=300',
+    headers: { authorization: `Bearer ${TOKEN}` },
+  });
+  third.on('error', () => undefined);
+  await s.request('POST', '/api/turns', { body: body({ turnId: 'att2' }), headers: json });
+  third.end();
+  t.ok(await until(() => fake.waits.length === 3));
+  await s.close();
+  // The server's close resolves as it destroys the connections; their close events come next.
+  t.ok(await until(() => fake.waits[2]!.aborted), 'closing the server ended the pending wait');
 });

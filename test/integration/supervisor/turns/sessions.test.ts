@@ -150,6 +150,7 @@ t.test('a database that cannot be used answers store_unavailable and deletes not
     events: { append: (e: unknown) => (appended.push(e), { ok: true as const, stored: 'database' as const, ids: [] }) },
     logger: quiet,
     isBusy: () => false,
+    removeTurnOutput: () => undefined,
   };
   opened.db.close();
   const answer = deleteSession(deps, 'any', { trigger: 'api' });
@@ -173,6 +174,7 @@ t.test('the hook before the delete can stop it', async (t) => {
     events: { append: () => ({ ok: true as const, stored: 'database' as const, ids: [] }) },
     logger: quiet,
     isBusy: () => false,
+    removeTurnOutput: () => undefined,
   };
   const refused = deleteSession(deps, 's', {
     trigger: 'api',
