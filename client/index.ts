@@ -50,6 +50,8 @@ export {
   type SessionQuery,
   type TurnOutputRead,
   type TurnQuery,
+  type RunOptions,
+  type RunResult,
   type WaitOption,
   type WorkspaceFile,
 } from './turnhost-client.js';

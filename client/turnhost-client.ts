@@ -1,8 +1,9 @@
 /**
- * The operations of the supervisor API, one method per route named by its operationId (and
- * `allTurns`, the pager over listTurns). Every refusal is a TurnhostApiError.
+ * The operations of the supervisor API, one method per route named by its operationId (and two
+ * conveniences built on them: `allTurns`, the pager over listTurns, and `run`, a command's exit
+ * and whole output in one call). Every refusal is a TurnhostApiError.
  */
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import type {
   ActivityView,
   EventsPage,
@@ -16,6 +17,7 @@ import type {
   TurnCreateRequest,
   TurnList,
   TurnRecord,
+  TurnResult,
   WorkerHostStatus,
   Workspace,
   WorkspaceCreateRequest,
@@ -80,6 +82,26 @@ export interface OutputQuery {
   /** The first byte wanted (default 0). */
   offset?: number;
 }
+
+/** `run`'s request: a turn request without argv, its session and mode defaulted. */
+export type RunOptions = Omit<TurnCreateRequest, 'argv' | 'sessionId' | 'mode'> &
+  Partial<Pick<TurnCreateRequest, 'sessionId' | 'mode'>>;
+
+/** A finished turn's exit, its output kept by the server, and its record. */
+export interface RunResult {
+  exitCode: number | null;
+  /** stdout, or the terminal's output for a tty turn. */
+  stdout: Buffer;
+  /** stderr; empty for a tty turn (one stream). */
+  stderr: Buffer;
+  /** Bytes past the server's retention cap, per stream: counted, not kept (0 when all was kept). */
+  dropped: { stdout: number; stderr: number };
+  result: TurnResult;
+  turn: TurnRecord;
+}
+
+/** The longest wait one request may ask for (the API's bound). */
+const MAX_WAIT_SECONDS = 300;
 
 /** A stream's kept output from the offset asked for, and how far the stream got. */
 export interface TurnOutputRead {
@@ -185,6 +207,49 @@ export class TurnhostClient {
       dropped: headerCount(answer.headers, 'x-turnhost-output-dropped'),
       complete: answer.headers['x-turnhost-output-complete'] === 'true',
     };
+  }
+
+  /**
+   * Runs `argv` as a turn and answers once it has ended: its exit code, every kept byte of its
+   * output and its result. Without `sessionId` the turn gets a session of its own; `mode` is
+   * ordinary unless given.
+   */
+  async run(argv: string[], options: RunOptions = {}): Promise<RunResult> {
+    const { sessionId, mode, ...rest } = options;
+    const request: TurnCreateRequest = {
+      ...rest,
+      sessionId: sessionId ?? `run_${randomUUID()}`,
+      mode: mode ?? 'ordinary',
+      argv,
+    };
+    let turn = await this.createTurn(request, { wait: MAX_WAIT_SECONDS });
+    while (turn.state !== 'finished') turn = await this.getTurn(turn.id, { wait: MAX_WAIT_SECONDS });
+    const stdout = await this.#wholeOutput(turn.id, turn.tty ? 'pty' : 'stdout');
+    const stderr = turn.tty ? { data: Buffer.alloc(0), dropped: 0 } : await this.#wholeOutput(turn.id, 'stderr');
+    const result = turn.result!;
+    return {
+      exitCode: result.exitCode,
+      stdout: stdout.data,
+      stderr: stderr.data,
+      dropped: { stdout: stdout.dropped, stderr: stderr.dropped },
+      result,
+      turn,
+    };
+  }
+
+  /** A finished turn's kept output of one stream, read until nothing more comes. */
+  async #wholeOutput(id: string, stream: 'stdout' | 'stderr' | 'pty'): Promise<{ data: Buffer; dropped: number }> {
+    const chunks: Buffer[] = [];
+    let offset = 0;
+    let dropped = 0;
+    for (;;) {
+      const read = await this.output(id, { stream, offset });
+      dropped = read.dropped;
+      if (read.data.length === 0) break;
+      chunks.push(read.data);
+      offset += read.data.length;
+    }
+    return { data: Buffer.concat(chunks), dropped };
   }
 
   /** One page of turns, newest first; pass `nextAfter` back as `after` for the next. */

@@ -24,7 +24,7 @@ import { until } from '../support/until.js';
 
 stopTapInjectingIntoChildren();
 
-const SEPARATE_RANGE = { first: 3_186_000, count: 8 };
+const SEPARATE_RANGE = { first: 3_194_000, count: 8 };
 const NON_ROOT_UID = plainUid(7);
 
 type ConfigName = 'separate_uid' | 'shared_uid, root supervisor' | 'shared_uid, non-root supervisor';

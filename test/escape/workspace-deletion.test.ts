@@ -21,7 +21,7 @@ import { stopTapInjectingIntoChildren } from '../support/no-tap-inject.js';
 
 stopTapInjectingIntoChildren();
 
-const RANGE = { first: 3_193_000, count: 8 };
+const RANGE = { first: 3_196_000, count: 8 };
 const separateBase = supervisorBase('del-separate');
 const helper = setUpHelper([separateBase.dataDir], RANGE, { roots: [separateBase.workspacesRoot] });
 t.teardown(() => helper.remove());
@@ -30,7 +30,7 @@ const supervisors: Array<[string, ServedSupervisor]> = [
   ['shared_uid, root supervisor', await startSupervisor({ name: 'del-shared-root', workspaces: true })],
   [
     'shared_uid, non-root supervisor',
-    await startSupervisor({ name: 'del-shared-user', uid: plainUid(6), workspaces: true }),
+    await startSupervisor({ name: 'del-shared-user', uid: plainUid(8), workspaces: true }),
   ],
 ];
 t.teardown(() => stopSupervisors(supervisors.map(([, supervisor]) => supervisor)));

@@ -39,7 +39,10 @@ export async function everyMethod(client: TurnhostClient): Promise<void> {
     getTurn: () => client.getTurn('t'),
     listTurns: () => client.listTurns({ session: 's', workspace: 'w', state: 'finished', after: '1', limit: 5 }),
     allTurns: () => client.allTurns({ workspace: 'w' }),
-    cancelTurn: () => client.cancelTurn('t'),
+    cancelTurn: () => client.cancelTurn('t', { wait: 5 }),
+    output: async () => (await client.output('t', { stream: 'stderr', offset: 0 })).data.byteLength,
+    run: async () => (await client.run(['true'], { sessionId: 's' })).exitCode,
+    listSessions: async () => (await client.listSessions()).sessions.length,
     activity: async () => (await client.activity()).runningTurns.length,
     metrics: async () => (await client.metrics()).length,
     attachTurn: async () => {
@@ -86,7 +89,13 @@ const turn = await client.createTurn({ sessionId: 'pack-session', mode: 'ordinar
 const attached = await client.attachTurn(turn.id);
 for await (const _ of attached.output);
 const result = await attached.result;
-console.log(JSON.stringify({ health: health.status, release: status.software.release, exitCode: result?.exitCode }));
+const ran = await client.run(['/bin/sh', '-c', 'echo out; echo err >&2; exit 3'], { cwd: process.argv[2] });
+console.log(JSON.stringify({
+  health: health.status,
+  release: status.software.release,
+  exitCode: result?.exitCode,
+  run: { exitCode: ran.exitCode, stdout: ran.stdout.toString(), stderr: ran.stderr.toString() },
+}));
 `;
 
 function du(dir: string): number {
@@ -204,5 +213,14 @@ t.test('the client package installs offline into a scratch project, small, typed
   child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
   const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
   t.equal(code, 0, stderr);
-  t.same(JSON.parse(stdout), { health: 'ok', release: version, exitCode: 0 });
+  t.same(
+    JSON.parse(stdout),
+    {
+      health: 'ok',
+      release: version,
+      exitCode: 0,
+      run: { exitCode: 3, stdout: 'out\n', stderr: 'err\n' },
+    },
+    'run() answers the exit code and both streams in one call',
+  );
 });

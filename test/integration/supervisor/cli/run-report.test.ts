@@ -22,7 +22,7 @@ import { until } from '../../../support/until.js';
 
 stopTapInjectingIntoChildren();
 
-const SEPARATE_RANGE = { first: 3_187_000, count: 8 };
+const SEPARATE_RANGE = { first: 3_195_000, count: 8 };
 const helper = setUpHelper([supervisorBase('runreport-separate').dataDir], SEPARATE_RANGE);
 t.teardown(() => helper.remove());
 const supervisors: Array<[string, ServedSupervisor]> = [
