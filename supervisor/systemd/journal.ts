@@ -105,57 +105,72 @@ export function encodeJournalEntry(fields: Array<[string, string]>): Buffer {
   return Buffer.concat(chunks);
 }
 
-export interface JournalEventSink {
-  send(event: GovernanceEvent): void;
-  counts(): { sent: number; failed: number };
-  close(): void;
+interface JournalEventSinkOptions {
+  /** The journal's native socket; tests point it at a socket of their own. */
+  socketPath?: string;
+  logger: Logger;
 }
 
-export function createJournalEventSink(options: { socketPath?: string; logger: Logger }): JournalEventSink {
-  const { logger } = options;
-  const socketPath = options.socketPath ?? JOURNAL_SOCKET;
-  let sent = 0;
-  let failed = 0;
-  let failing = false;
-  const parsed = unixAddress(socketPath);
-  const opened = parsed.ok ? openDatagramSocket() : null;
-  const address: SocketAddress | null = parsed.ok ? parsed.address : null;
-  const fd = opened?.ok ? opened.fd : null;
-  if (fd === null)
-    logger.warn('events.journal is on but no journal socket can be opened; events stay in the database only', {
-      detail: !parsed.ok ? parsed.detail : opened && !opened.ok ? opened.detail : 'unknown',
-    });
-  let closed = false;
+export class JournalEventSink {
+  private readonly logger: Logger;
+  private readonly socketPath: string;
+  /** Null when the socket address is unusable or no socket could be opened: every send then counts as failed. */
+  private readonly fd: number | null;
+  private readonly address: SocketAddress | null;
+  private sent = 0;
+  private failed = 0;
+  /** True from a failed send until one goes through again: the streak is logged once. */
+  private failing = false;
+  private closed = false;
 
-  return {
-    send(event) {
-      if (fd === null || address === null || closed) {
-        failed += 1;
-        return;
-      }
-      let result = sendDatagram(fd, address, encodeJournalEntry(journalFields(event)));
-      if (!result.ok && result.reason === 'too_large')
-        result = sendDatagram(fd, address, encodeJournalEntry(journalFields(event, { omitPayload: true })));
-      if (result.ok) {
-        sent += 1;
-        if (failing) logger.info('governance events reach the journal again', { socket: socketPath });
-        failing = false;
-        return;
-      }
-      failed += 1;
-      if (!failing)
-        logger.warn('a governance event could not be sent to the journal (the database keeps it)', {
-          socket: socketPath,
-          kind: event.kind,
-          detail: result.detail,
-        });
-      failing = true;
-    },
-    counts: () => ({ sent, failed }),
-    close() {
-      if (closed) return;
-      closed = true;
-      if (fd !== null) closeDatagramSocket(fd);
-    },
-  };
+  constructor(options: JournalEventSinkOptions) {
+    this.logger = options.logger;
+    this.socketPath = options.socketPath ?? JOURNAL_SOCKET;
+    const parsed = unixAddress(this.socketPath);
+    const opened = parsed.ok ? openDatagramSocket() : null;
+    this.address = parsed.ok ? parsed.address : null;
+    this.fd = opened?.ok ? opened.fd : null;
+    if (this.fd === null)
+      this.logger.warn('events.journal is on but no journal socket can be opened; events stay in the database only', {
+        detail: !parsed.ok ? parsed.detail : opened && !opened.ok ? opened.detail : 'unknown',
+      });
+  }
+
+  send(event: GovernanceEvent): void {
+    if (this.fd === null || this.address === null || this.closed) {
+      this.failed += 1;
+      return;
+    }
+    let result = sendDatagram(this.fd, this.address, encodeJournalEntry(journalFields(event)));
+    if (!result.ok && result.reason === 'too_large')
+      result = sendDatagram(this.fd, this.address, encodeJournalEntry(journalFields(event, { omitPayload: true })));
+    if (result.ok) {
+      this.sent += 1;
+      if (this.failing) this.logger.info('governance events reach the journal again', { socket: this.socketPath });
+      this.failing = false;
+      return;
+    }
+    this.failed += 1;
+    if (!this.failing)
+      this.logger.warn('a governance event could not be sent to the journal (the database keeps it)', {
+        socket: this.socketPath,
+        kind: event.kind,
+        detail: result.detail,
+      });
+    this.failing = true;
+  }
+
+  counts(): { sent: number; failed: number } {
+    return { sent: this.sent, failed: this.failed };
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.fd !== null) closeDatagramSocket(this.fd);
+  }
+}
+
+export function createJournalEventSink(options: JournalEventSinkOptions): JournalEventSink {
+  return new JournalEventSink(options);
 }
