@@ -18,38 +18,40 @@ const SESSION_COOKIE = 'turnhost_session';
 const SESSION_TTL_SECONDS = 12 * 60 * 60;
 const MAX_SESSIONS = 1000;
 
-export interface UiSessions {
-  /** A new session id (to set as the cookie) and its lifetime. */
-  create(): { id: string; maxAgeSeconds: number };
-  valid(id: string | null): boolean;
-  revoke(id: string | null): void;
-}
-
 const digest = (id: string): string => createHash('sha256').update(id, 'utf8').digest('base64url');
 
+export class UiSessions {
+  /** Session expiry (epoch milliseconds) by the digest of its id. */
+  private readonly expiries = new Map<string, number>();
+
+  constructor(private readonly now: () => number = Date.now) {}
+
+  /** A new session id (to set as the cookie) and its lifetime. */
+  create(): { id: string; maxAgeSeconds: number } {
+    const id = randomBytes(32).toString('base64url');
+    for (const [key, expiry] of this.expiries) if (expiry <= this.now()) this.expiries.delete(key);
+    while (this.expiries.size >= MAX_SESSIONS) this.expiries.delete(this.expiries.keys().next().value as string);
+    this.expiries.set(digest(id), this.now() + SESSION_TTL_SECONDS * 1000);
+    return { id, maxAgeSeconds: SESSION_TTL_SECONDS };
+  }
+
+  valid(id: string | null): boolean {
+    if (id === null) return false;
+    const key = digest(id);
+    const expiry = this.expiries.get(key);
+    if (expiry === undefined) return false;
+    if (expiry > this.now()) return true;
+    this.expiries.delete(key);
+    return false;
+  }
+
+  revoke(id: string | null): void {
+    if (id !== null) this.expiries.delete(digest(id));
+  }
+}
+
 export function createUiSessions(now: () => number = Date.now): UiSessions {
-  const expiries = new Map<string, number>();
-  return {
-    create() {
-      const id = randomBytes(32).toString('base64url');
-      for (const [key, expiry] of expiries) if (expiry <= now()) expiries.delete(key);
-      while (expiries.size >= MAX_SESSIONS) expiries.delete(expiries.keys().next().value as string);
-      expiries.set(digest(id), now() + SESSION_TTL_SECONDS * 1000);
-      return { id, maxAgeSeconds: SESSION_TTL_SECONDS };
-    },
-    valid(id) {
-      if (id === null) return false;
-      const key = digest(id);
-      const expiry = expiries.get(key);
-      if (expiry === undefined) return false;
-      if (expiry > now()) return true;
-      expiries.delete(key);
-      return false;
-    },
-    revoke(id) {
-      if (id !== null) expiries.delete(digest(id));
-    },
-  };
+  return new UiSessions(now);
 }
 
 /** The session id of a `Cookie` header, or null. */

@@ -43,43 +43,68 @@ function fromRow(row: WorkspaceRow): WorkspaceRecord {
   };
 }
 
-export interface WorkspaceStore {
-  insert(record: WorkspaceRecord): void;
-  setReady(id: string, uid: number | null): void;
-  setDeleting(id: string): void;
-  touch(id: string, at: string): void;
-  remove(id: string): void;
-  get(id: string): WorkspaceRecord | undefined;
-  list(filter?: { sessionId?: string }): WorkspaceRecord[];
+export class WorkspaceStore {
+  private readonly insertStatement: Database.Statement;
+  private readonly setReadyStatement: Database.Statement;
+  private readonly setDeletingStatement: Database.Statement;
+  private readonly touchStatement: Database.Statement;
+  private readonly removeStatement: Database.Statement;
+  private readonly getStatement: Database.Statement;
+  private readonly listAllStatement: Database.Statement;
+  private readonly listSessionStatement: Database.Statement;
+  private readonly unsettledStatement: Database.Statement;
+
+  constructor(db: Database.Database) {
+    this.insertStatement = db.prepare(
+      `INSERT INTO workspaces (id, session_id, uid, identity, path, state, created_at, last_used_at)
+     VALUES (@id, @sessionId, @uid, @identity, @path, @state, @createdAt, @lastUsedAt)`,
+    );
+    this.setReadyStatement = db.prepare(`UPDATE workspaces SET state = 'ready', uid = ? WHERE id = ?`);
+    this.setDeletingStatement = db.prepare(`UPDATE workspaces SET state = 'deleting' WHERE id = ?`);
+    this.touchStatement = db.prepare(`UPDATE workspaces SET last_used_at = ? WHERE id = ?`);
+    this.removeStatement = db.prepare(`DELETE FROM workspaces WHERE id = ?`);
+    this.getStatement = db.prepare(`SELECT * FROM workspaces WHERE id = ?`);
+    this.listAllStatement = db.prepare(`SELECT * FROM workspaces ORDER BY created_at, id`);
+    this.listSessionStatement = db.prepare(`SELECT * FROM workspaces WHERE session_id = ? ORDER BY created_at, id`);
+    this.unsettledStatement = db.prepare(`SELECT * FROM workspaces WHERE state != 'ready' ORDER BY created_at, id`);
+  }
+
+  insert(record: WorkspaceRecord): void {
+    this.insertStatement.run(record);
+  }
+
+  setReady(id: string, uid: number | null): void {
+    this.setReadyStatement.run(uid, id);
+  }
+
+  setDeleting(id: string): void {
+    this.setDeletingStatement.run(id);
+  }
+
+  touch(id: string, at: string): void {
+    this.touchStatement.run(at, id);
+  }
+
+  remove(id: string): void {
+    this.removeStatement.run(id);
+  }
+
+  get(id: string): WorkspaceRecord | undefined {
+    const row = this.getStatement.get(id) as WorkspaceRow | undefined;
+    return row ? fromRow(row) : undefined;
+  }
+
+  list(filter?: { sessionId?: string }): WorkspaceRecord[] {
+    const rows = filter?.sessionId ? this.listSessionStatement.all(filter.sessionId) : this.listAllStatement.all();
+    return (rows as WorkspaceRow[]).map(fromRow);
+  }
+
   /** Rows a crash left half made or half removed. */
-  unsettled(): WorkspaceRecord[];
+  unsettled(): WorkspaceRecord[] {
+    return (this.unsettledStatement.all() as WorkspaceRow[]).map(fromRow);
+  }
 }
 
 export function createWorkspaceStore(db: Database.Database): WorkspaceStore {
-  const insert = db.prepare(
-    `INSERT INTO workspaces (id, session_id, uid, identity, path, state, created_at, last_used_at)
-     VALUES (@id, @sessionId, @uid, @identity, @path, @state, @createdAt, @lastUsedAt)`,
-  );
-  const setReady = db.prepare(`UPDATE workspaces SET state = 'ready', uid = ? WHERE id = ?`);
-  const setDeleting = db.prepare(`UPDATE workspaces SET state = 'deleting' WHERE id = ?`);
-  const touch = db.prepare(`UPDATE workspaces SET last_used_at = ? WHERE id = ?`);
-  const remove = db.prepare(`DELETE FROM workspaces WHERE id = ?`);
-  const getOne = db.prepare(`SELECT * FROM workspaces WHERE id = ?`);
-  const listAll = db.prepare(`SELECT * FROM workspaces ORDER BY created_at, id`);
-  const listSession = db.prepare(`SELECT * FROM workspaces WHERE session_id = ? ORDER BY created_at, id`);
-  const unsettled = db.prepare(`SELECT * FROM workspaces WHERE state != 'ready' ORDER BY created_at, id`);
-  return {
-    insert: (record) => insert.run(record),
-    setReady: (id, uid) => setReady.run(uid, id),
-    setDeleting: (id) => setDeleting.run(id),
-    touch: (id, at) => touch.run(at, id),
-    remove: (id) => remove.run(id),
-    get: (id) => {
-      const row = getOne.get(id) as WorkspaceRow | undefined;
-      return row ? fromRow(row) : undefined;
-    },
-    list: (filter) =>
-      ((filter?.sessionId ? listSession.all(filter.sessionId) : listAll.all()) as WorkspaceRow[]).map(fromRow),
-    unsettled: () => (unsettled.all() as WorkspaceRow[]).map(fromRow),
-  };
+  return new WorkspaceStore(db);
 }
