@@ -67,6 +67,23 @@ function fromRow(row: TurnRow): TurnRecord {
   };
 }
 
+/** The columns an insert and an update both write. */
+function recordParams(turn: TurnRecord) {
+  return {
+    id: turn.id,
+    sessionId: turn.sessionId,
+    mode: turn.mode,
+    profile: turn.profile,
+    state: turn.state,
+    identity: turn.identity,
+    workerUid: turn.workerUid,
+    createdAt: turn.createdAt,
+    endedAt: turn.endedAt,
+    tty: turn.tty ? 1 : 0,
+    result: turn.result ? JSON.stringify(turn.result) : null,
+  };
+}
+
 /** What ran, as stored: written once, with the record. */
 function ranParams(turn: TurnRecord) {
   const json = (value: unknown): string | null => (value === null ? null : JSON.stringify(value));
@@ -79,96 +96,110 @@ function ranParams(turn: TurnRecord) {
   };
 }
 
-export interface TurnRecordStore {
-  insert(turn: TurnRecord, cgroupPaths: string[]): void;
-  update(turn: TurnRecord): void;
-  setCgroupPaths(id: string, paths: string[]): void;
-  get(id: string): TurnRecord | undefined;
-  exists(id: string): boolean;
-  list(filter: { sessionId?: string; limit?: number }): TurnRecord[];
-  page(query: TurnPageQuery): TurnPage;
-  /** Turns not finished (a previous process died while they ran), with their cgroup paths. */
-  unfinished(): Array<{ turn: TurnRecord; cgroupPaths: string[] }>;
-}
+type PageRow = TurnRow & { cursor: number };
 
-export function createTurnRecordStore(db: Database.Database): TurnRecordStore {
-  const insert = db.prepare(
-    `INSERT INTO turns (id, session_id, mode, profile, state, identity, worker_uid, cgroup_paths, created_at, ended_at, tty, result_json, workspace_id,
+/** Turn record writes and reads over prepared statements on the supervisor database. */
+export class TurnRecordStore {
+  private readonly insertStatement: Database.Statement;
+  private readonly updateStatement: Database.Statement;
+  private readonly setPathsStatement: Database.Statement;
+  private readonly getOneStatement: Database.Statement;
+  private readonly listAllStatement: Database.Statement;
+  private readonly listSessionStatement: Database.Statement;
+  private readonly unfinishedStatement: Database.Statement;
+  private readonly pageStatements = new Map<string, Database.Statement<unknown[], PageRow>>();
+
+  constructor(private readonly db: Database.Database) {
+    this.insertStatement = db.prepare(
+      `INSERT INTO turns (id, session_id, mode, profile, state, identity, worker_uid, cgroup_paths, created_at, ended_at, tty, result_json, workspace_id,
                         argv_json, cwd, env_names_json, limits_json, timeout_seconds)
      VALUES (@id, @sessionId, @mode, @profile, @state, @identity, @workerUid, @cgroupPaths, @createdAt, @endedAt, @tty, @result, @workspaceId,
              @argv, @cwd, @envNames, @limits, @timeoutSeconds)`,
-  );
-  const update = db.prepare(
-    `UPDATE turns SET state = @state, identity = @identity, worker_uid = @workerUid, ended_at = @endedAt, result_json = @result WHERE id = @id`,
-  );
-  const setPaths = db.prepare(`UPDATE turns SET cgroup_paths = ? WHERE id = ?`);
-  const getOne = db.prepare(`SELECT * FROM turns WHERE id = ?`);
-  const listAll = db.prepare(`SELECT * FROM turns ORDER BY created_at DESC, id LIMIT ?`);
-  const listSession = db.prepare(`SELECT * FROM turns WHERE session_id = ? ORDER BY created_at DESC, id LIMIT ?`);
-  const unfinished = db.prepare(`SELECT * FROM turns WHERE state != 'finished'`);
-  const pageStatements = new Map<string, Database.Statement<unknown[], TurnRow & { cursor: number }>>();
-  const pageStatement = (used: ReadonlyArray<{ column: string }>, after: boolean) => {
+    );
+    this.updateStatement = db.prepare(
+      `UPDATE turns SET state = @state, identity = @identity, worker_uid = @workerUid, ended_at = @endedAt, result_json = @result WHERE id = @id`,
+    );
+    this.setPathsStatement = db.prepare(`UPDATE turns SET cgroup_paths = ? WHERE id = ?`);
+    this.getOneStatement = db.prepare(`SELECT * FROM turns WHERE id = ?`);
+    this.listAllStatement = db.prepare(`SELECT * FROM turns ORDER BY created_at DESC, id LIMIT ?`);
+    this.listSessionStatement = db.prepare(
+      `SELECT * FROM turns WHERE session_id = ? ORDER BY created_at DESC, id LIMIT ?`,
+    );
+    this.unfinishedStatement = db.prepare(`SELECT * FROM turns WHERE state != 'finished'`);
+  }
+
+  insert(turn: TurnRecord, cgroupPaths: string[]): void {
+    this.insertStatement.run({
+      ...recordParams(turn),
+      cgroupPaths: JSON.stringify(cgroupPaths),
+      workspaceId: turn.workspaceId ?? null,
+      ...ranParams(turn),
+    });
+  }
+
+  update(turn: TurnRecord): void {
+    this.updateStatement.run(recordParams(turn));
+  }
+
+  setCgroupPaths(id: string, paths: string[]): void {
+    this.setPathsStatement.run(JSON.stringify(paths), id);
+  }
+
+  get(id: string): TurnRecord | undefined {
+    const row = this.getOneStatement.get(id) as TurnRow | undefined;
+    return row ? fromRow(row) : undefined;
+  }
+
+  exists(id: string): boolean {
+    return this.getOneStatement.get(id) !== undefined;
+  }
+
+  list({ sessionId, limit = 100 }: { sessionId?: string; limit?: number }): TurnRecord[] {
+    const rows = sessionId ? this.listSessionStatement.all(sessionId, limit) : this.listAllStatement.all(limit);
+    return (rows as TurnRow[]).map(fromRow);
+  }
+
+  page(query: TurnPageQuery): TurnPage {
+    const limit = query.limit ?? DEFAULT_TURN_PAGE;
+    const used = TURN_FILTER_COLUMNS.filter(({ key }) => query[key] !== undefined);
+    const params: unknown[] = used.map(({ key }) => query[key]);
+    if (query.after !== undefined) params.push(Number(query.after));
+    // One row more than the page tells whether another page follows.
+    const rows = this.pageStatement(used, query.after !== undefined).all(...params, limit + 1);
+    const shown = rows.slice(0, limit);
+    const last = shown.at(-1);
+    return {
+      turns: shown.map(fromRow),
+      nextAfter: rows.length > limit && last ? String(last.cursor) : null,
+    };
+  }
+
+  /** Turns not finished (a previous process died while they ran), with their cgroup paths. */
+  unfinished(): Array<{ turn: TurnRecord; cgroupPaths: string[] }> {
+    return (this.unfinishedStatement.all() as TurnRow[]).map((row) => ({
+      turn: fromRow(row),
+      cgroupPaths: row.cgroup_paths ? (JSON.parse(row.cgroup_paths) as string[]) : [],
+    }));
+  }
+
+  /** One statement per combination of filters used and cursor, prepared on first use. */
+  private pageStatement(
+    used: ReadonlyArray<{ column: string }>,
+    after: boolean,
+  ): Database.Statement<unknown[], PageRow> {
     const key = `${used.map((f) => f.column).join(',')}|${after}`;
-    let statement = pageStatements.get(key);
+    let statement = this.pageStatements.get(key);
     if (!statement) {
       const where = [...used.map((f) => `${f.column} = ?`), ...(after ? ['rowid < ?'] : [])];
-      statement = db.prepare<unknown[], TurnRow & { cursor: number }>(
+      statement = this.db.prepare<unknown[], PageRow>(
         `SELECT rowid AS cursor, * FROM turns ${where.length > 0 ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY rowid DESC LIMIT ?`,
       );
-      pageStatements.set(key, statement);
+      this.pageStatements.set(key, statement);
     }
     return statement;
-  };
+  }
+}
 
-  const params = (turn: TurnRecord) => ({
-    id: turn.id,
-    sessionId: turn.sessionId,
-    mode: turn.mode,
-    profile: turn.profile,
-    state: turn.state,
-    identity: turn.identity,
-    workerUid: turn.workerUid,
-    createdAt: turn.createdAt,
-    endedAt: turn.endedAt,
-    tty: turn.tty ? 1 : 0,
-    result: turn.result ? JSON.stringify(turn.result) : null,
-  });
-
-  return {
-    insert: (turn, cgroupPaths) =>
-      insert.run({
-        ...params(turn),
-        cgroupPaths: JSON.stringify(cgroupPaths),
-        workspaceId: turn.workspaceId ?? null,
-        ...ranParams(turn),
-      }),
-    update: (turn) => update.run(params(turn)),
-    setCgroupPaths: (id, paths) => setPaths.run(JSON.stringify(paths), id),
-    get: (id) => {
-      const row = getOne.get(id) as TurnRow | undefined;
-      return row ? fromRow(row) : undefined;
-    },
-    exists: (id) => getOne.get(id) !== undefined,
-    list: ({ sessionId, limit = 100 }) =>
-      ((sessionId ? listSession.all(sessionId, limit) : listAll.all(limit)) as TurnRow[]).map(fromRow),
-    page: (query) => {
-      const limit = query.limit ?? DEFAULT_TURN_PAGE;
-      const used = TURN_FILTER_COLUMNS.filter(({ key }) => query[key] !== undefined);
-      const params: unknown[] = used.map(({ key }) => query[key]);
-      if (query.after !== undefined) params.push(Number(query.after));
-      // One row more than the page tells whether another page follows.
-      const rows = pageStatement(used, query.after !== undefined).all(...params, limit + 1);
-      const shown = rows.slice(0, limit);
-      const last = shown.at(-1);
-      return {
-        turns: shown.map(fromRow),
-        nextAfter: rows.length > limit && last ? String(last.cursor) : null,
-      };
-    },
-    unfinished: () =>
-      (unfinished.all() as TurnRow[]).map((row) => ({
-        turn: fromRow(row),
-        cgroupPaths: row.cgroup_paths ? (JSON.parse(row.cgroup_paths) as string[]) : [],
-      })),
-  };
+export function createTurnRecordStore(db: Database.Database): TurnRecordStore {
+  return new TurnRecordStore(db);
 }
