@@ -243,121 +243,169 @@ function attachTurn(ws: WebSocket, attachment: TurnAttachment): void {
   ws.on('close', () => attachment.detach());
 }
 
-export function createUpgradeHandler(deps: UpgradeDeps): UpgradeHandler {
-  const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_BODY_BYTES });
-  const upgrades = new WeakMap<IncomingMessage, UpgradeRequest>();
-  // The 101 answer echoes the request's id like every other answer.
-  wss.on('headers', (headers, req) => {
-    const request = upgrades.get(req);
-    if (request !== undefined) headers.push(`${REQUEST_ID_HEADER}: ${request.id}`);
-  });
+/** Why an upgrade is refused: the answer's status, code and message, and extra body members. */
+interface UpgradeRefusal {
+  status: number;
+  code: ErrorCode;
+  error: string;
+  members?: Record<string, unknown>;
+}
 
-  const accept = (
+/** What an endpoint makes of an upgrade request: a refusal, or what to do with the opened WebSocket. */
+type RouteOutcome = { refusal: UpgradeRefusal } | { opened: (ws: WebSocket) => void };
+
+function refuseUpgrade(socket: Duplex, request: UpgradeRequest, refusal: UpgradeRefusal): void {
+  rejectUpgrade(socket, request, refusal.status, refusal.code, refusal.error, refusal.members);
+}
+
+/**
+ * The checks every upgrade passes before its endpoint: a WebSocket handshake, authenticated by
+ * the token (or, for the event stream, by a status-page session from the page's origin), with GET.
+ */
+function handshakeRefusal(req: IncomingMessage, url: URL, deps: UpgradeDeps): UpgradeRefusal | null {
+  // Node hands every request with an Upgrade header to this handler; only WebSocket is served.
+  const handshake = handshakeProblem(req);
+  if (handshake !== null)
+    return { status: 400, code: 'invalid_request', error: handshake.detail, members: { field: handshake.field } };
+  const bySession =
+    url.pathname === EVENTS_STREAM_PATH &&
+    sessionAuthorizes(req.method ?? '', req.headers, deps.statusPage?.sessions) &&
+    sameOrigin(req.headers, { required: true });
+  if (!isAuthorized(req.headers, deps.token) && !bySession)
+    return { status: 401, code: 'unauthenticated', error: UNAUTHENTICATED_MESSAGE };
+  if (req.method !== 'GET') return { status: 405, code: 'method_not_allowed', error: 'WebSocket upgrades use GET' };
+  return null;
+}
+
+/** The event stream: its query is checked before the handshake completes. */
+function eventStreamRoute(url: URL, store: EventStore, logger: Logger): RouteOutcome {
+  const parsed = parseEventQuery(url.searchParams, { allowLimit: false });
+  if (!parsed.ok)
+    return {
+      refusal: { status: 400, code: 'invalid_request', error: parsed.detail, members: queryRefusalBody(parsed) },
+    };
+  return { opened: (ws) => streamEvents(ws, store, parsed.query, logger) };
+}
+
+/** A turn's attach: the turn and the offsets are checked, and the turn attached, before the handshake completes. */
+function attachRoute(url: URL, turns: TurnManager, id: string): RouteOutcome {
+  const noSuchTurn: RouteOutcome = { refusal: { status: 404, code: 'not_found', error: 'no such turn' } };
+  if (!isValidId(id) || turns.get(id) === undefined) return noSuchTurn;
+  const check = new QueryCheck(url.searchParams, ['offset', 'stderrOffset']);
+  const offset = parseOffset(check, 'offset');
+  const stderrOffset = parseOffset(check, 'stderrOffset');
+  const refused = check.failure();
+  if (refused !== null)
+    return {
+      refusal: { status: 400, code: 'invalid_request', error: refused.detail, members: queryRefusalBody(refused) },
+    };
+  const record = turns.get(id);
+  const offsets = {
+    ...(offset === undefined ? {} : { [record?.tty ? 'pty' : 'stdout']: offset }),
+    ...(stderrOffset === undefined ? {} : { stderr: stderrOffset }),
+  };
+  // Checked before the upgrade, so an offset past the kept bytes is a named 400.
+  const attached = turns.attach(id, offsets);
+  if (!attached.ok) {
+    if (attached.reason === 'not_found') return noSuchTurn;
+    const field = attached.field ?? 'offset';
+    return {
+      refusal: {
+        status: 400,
+        code: 'invalid_request',
+        error: attached.detail,
+        members: { field, errors: [{ field, detail: attached.detail.replace(/^[^:]*: /, '') }] },
+      },
+    };
+  }
+  return { opened: (ws) => attachTurn(ws, attached.attachment) };
+}
+
+/** The WebSocket server behind the upgrade requests: each request checked, routed to its endpoint and logged. */
+class UpgradeRouter implements UpgradeHandler {
+  private readonly wss = new WebSocketServer({ noServer: true, maxPayload: MAX_BODY_BYTES });
+  private readonly upgrades = new WeakMap<IncomingMessage, UpgradeRequest>();
+
+  constructor(private readonly deps: UpgradeDeps) {
+    // The 101 answer echoes the request's id like every other answer.
+    this.wss.on('headers', (headers, req) => {
+      const request = this.upgrades.get(req);
+      if (request !== undefined) headers.push(`${REQUEST_ID_HEADER}: ${request.id}`);
+    });
+    // The handshake refusals ws finds itself (a malformed protocol or extension header) are
+    // answered like every other refusal: JSON, with the request's id, and logged.
+    this.wss.on('wsClientError', (error, socket, req) => {
+      const request = this.upgrades.get(req);
+      if (request === undefined) return void socket.destroy();
+      rejectUpgrade(socket, request, 400, 'invalid_request', `websocket handshake: ${error.message}`);
+    });
+  }
+
+  handle(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    socket.on('error', () => socket.destroy());
+    const resolved = resolveRequestId(req.headers['x-request-id']);
+    const request: UpgradeRequest = {
+      id: resolved.id,
+      logger: this.deps.logger.child({ requestId: resolved.id }),
+      path: null,
+    };
+    if (!resolved.ok)
+      return rejectUpgrade(socket, request, 400, 'invalid_request', resolved.detail, { field: resolved.field });
+    try {
+      withLogFields({ requestId: request.id }, () => this.route(req, socket, head, request));
+    } catch (error) {
+      // An upgrade runs outside express: a throw here would end the daemon, not one request.
+      request.logger.error('websocket upgrade failed', {
+        error: error instanceof Error ? (error.stack ?? error.message) : String(error),
+      });
+      if (socket.writable) rejectUpgrade(socket, request, 500, 'internal_error', 'internal error');
+      else socket.destroy();
+    }
+  }
+
+  close(): void {
+    for (const ws of this.wss.clients) ws.close(1001, 'server shutting down');
+    this.wss.close();
+  }
+
+  private route(req: IncomingMessage, socket: Duplex, head: Buffer, request: UpgradeRequest): void {
+    const url = URL.canParse(req.url ?? '/', 'http://localhost') ? new URL(req.url ?? '/', 'http://localhost') : null;
+    if (url === null) return rejectUpgrade(socket, request, 400, 'invalid_request', 'url: not a valid request target');
+    request.path = url.pathname;
+    const refused = handshakeRefusal(req, url, this.deps);
+    if (refused !== null) return refuseUpgrade(socket, request, refused);
+    const outcome = this.endpoint(url, request);
+    if (outcome === null) return rejectUpgrade(socket, request, 404, 'not_found', 'no WebSocket endpoint at this path');
+    if ('refusal' in outcome) return refuseUpgrade(socket, request, outcome.refusal);
+    this.accept(req, socket, head, request, outcome.opened);
+  }
+
+  /** The endpoint at the request's path, or null when there is none. */
+  private endpoint(url: URL, request: UpgradeRequest): RouteOutcome | null {
+    if (url.pathname === EVENTS_STREAM_PATH) return eventStreamRoute(url, this.deps.store, request.logger);
+    const attach = ATTACH_PATH.exec(url.pathname);
+    if (attach !== null && this.deps.turns !== undefined) return attachRoute(url, this.deps.turns, attach[1] ?? '');
+    return null;
+  }
+
+  private accept(
     req: IncomingMessage,
     socket: Duplex,
     head: Buffer,
     request: UpgradeRequest,
     opened: (ws: WebSocket) => void,
-  ): void => {
-    upgrades.set(req, request);
-    wss.handleUpgrade(req, socket, head, (ws) => {
+  ): void {
+    this.upgrades.set(req, request);
+    this.wss.handleUpgrade(req, socket, head, (ws) => {
       request.logger.info('websocket upgrade', { path: request.path, status: 101 });
       ws.on('error', (error) => request.logger.debug('websocket error', { error: error.message }));
       opened(ws);
     });
-  };
-
-  // The handshake refusals ws finds itself (a malformed protocol or extension header) are
-  // answered like every other refusal: JSON, with the request's id, and logged.
-  wss.on('wsClientError', (error, socket, req) => {
-    const request = upgrades.get(req);
-    if (request === undefined) return void socket.destroy();
-    rejectUpgrade(socket, request, 400, 'invalid_request', `websocket handshake: ${error.message}`);
-  });
-
-  function route(req: IncomingMessage, socket: Duplex, head: Buffer, request: UpgradeRequest): void {
-    const url = URL.canParse(req.url ?? '/', 'http://localhost') ? new URL(req.url ?? '/', 'http://localhost') : null;
-    if (url === null) return rejectUpgrade(socket, request, 400, 'invalid_request', 'url: not a valid request target');
-    request.path = url.pathname;
-    // Node hands every request with an Upgrade header to this handler; only WebSocket is served.
-    const handshake = handshakeProblem(req);
-    if (handshake !== null)
-      return rejectUpgrade(socket, request, 400, 'invalid_request', handshake.detail, { field: handshake.field });
-    const bySession =
-      url.pathname === EVENTS_STREAM_PATH &&
-      sessionAuthorizes(req.method ?? '', req.headers, deps.statusPage?.sessions) &&
-      sameOrigin(req.headers, { required: true });
-    if (!isAuthorized(req.headers, deps.token) && !bySession)
-      return rejectUpgrade(socket, request, 401, 'unauthenticated', UNAUTHENTICATED_MESSAGE);
-    if (req.method !== 'GET')
-      return rejectUpgrade(socket, request, 405, 'method_not_allowed', 'WebSocket upgrades use GET');
-
-    if (url.pathname === EVENTS_STREAM_PATH) {
-      const parsed = parseEventQuery(url.searchParams, { allowLimit: false });
-      if (!parsed.ok)
-        return rejectUpgrade(socket, request, 400, 'invalid_request', parsed.detail, queryRefusalBody(parsed));
-      return accept(req, socket, head, request, (ws) => streamEvents(ws, deps.store, parsed.query, request.logger));
-    }
-
-    const attach = ATTACH_PATH.exec(url.pathname);
-    if (attach !== null && deps.turns !== undefined) {
-      const turns = deps.turns;
-      const id = attach[1] ?? '';
-      if (!isValidId(id) || turns.get(id) === undefined)
-        return rejectUpgrade(socket, request, 404, 'not_found', 'no such turn');
-      const check = new QueryCheck(url.searchParams, ['offset', 'stderrOffset']);
-      const offset = parseOffset(check, 'offset');
-      const stderrOffset = parseOffset(check, 'stderrOffset');
-      const refused = check.failure();
-      if (refused !== null)
-        return rejectUpgrade(socket, request, 400, 'invalid_request', refused.detail, queryRefusalBody(refused));
-      const record = turns.get(id);
-      const offsets = {
-        ...(offset === undefined ? {} : { [record?.tty ? 'pty' : 'stdout']: offset }),
-        ...(stderrOffset === undefined ? {} : { stderr: stderrOffset }),
-      };
-      // Checked before the upgrade, so an offset past the kept bytes is a named 400.
-      const attached = turns.attach(id, offsets);
-      if (!attached.ok) {
-        if (attached.reason === 'not_found') return rejectUpgrade(socket, request, 404, 'not_found', 'no such turn');
-        const field = attached.field ?? 'offset';
-        return rejectUpgrade(socket, request, 400, 'invalid_request', attached.detail, {
-          field,
-          errors: [{ field, detail: attached.detail.replace(/^[^:]*: /, '') }],
-        });
-      }
-      return accept(req, socket, head, request, (ws) => attachTurn(ws, attached.attachment));
-    }
-    rejectUpgrade(socket, request, 404, 'not_found', 'no WebSocket endpoint at this path');
   }
+}
 
-  return {
-    handle(req, socket, head) {
-      socket.on('error', () => socket.destroy());
-      const resolved = resolveRequestId(req.headers['x-request-id']);
-      const request: UpgradeRequest = {
-        id: resolved.id,
-        logger: deps.logger.child({ requestId: resolved.id }),
-        path: null,
-      };
-      if (!resolved.ok)
-        return rejectUpgrade(socket, request, 400, 'invalid_request', resolved.detail, { field: resolved.field });
-      try {
-        withLogFields({ requestId: request.id }, () => route(req, socket, head, request));
-      } catch (error) {
-        // An upgrade runs outside express: a throw here would end the daemon, not one request.
-        request.logger.error('websocket upgrade failed', {
-          error: error instanceof Error ? (error.stack ?? error.message) : String(error),
-        });
-        if (socket.writable) rejectUpgrade(socket, request, 500, 'internal_error', 'internal error');
-        else socket.destroy();
-      }
-    },
-    close() {
-      for (const ws of wss.clients) ws.close(1001, 'server shutting down');
-      wss.close();
-    },
-  };
+export function createUpgradeHandler(deps: UpgradeDeps): UpgradeHandler {
+  return new UpgradeRouter(deps);
 }
 
 /** What makes a request no WebSocket handshake (RFC 6455 section 4.2.1), or null. */

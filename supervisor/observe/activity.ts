@@ -19,17 +19,6 @@ interface RunningTurnView {
   limits: Record<string, unknown>;
 }
 
-export interface Activity {
-  runningTurns(): RunningTurnView[];
-  /** The newest `egress_denial` events since boot, oldest first. */
-  recentDenials(): GovernanceEvent[];
-  /** The newest events of every kind since boot, oldest first. */
-  recentEvents(): GovernanceEvent[];
-  /** Called for each committed event after the activity has taken it in. */
-  onEvent(listener: (event: GovernanceEvent) => void): () => void;
-  close(): void;
-}
-
 const RECENT_DENIALS_KEPT = 50;
 const RECENT_EVENTS_KEPT = 100;
 
@@ -43,47 +32,72 @@ function keepLast<T>(list: T[], item: T, max: number): void {
 const turnKey = (event: GovernanceEvent): string | null =>
   event.turnId === null ? null : `${event.sessionId ?? ''}\u0000${event.turnId}`;
 
-export function createActivity(store: EventStore): Activity {
-  const running = new Map<string, RunningTurnView>();
-  const denials: GovernanceEvent[] = [];
-  const recent: GovernanceEvent[] = [];
-  const listeners = new Set<(event: GovernanceEvent) => void>();
+/** The activity view over one event store: it follows the store from construction until `close`. */
+export class Activity {
+  private readonly running = new Map<string, RunningTurnView>();
+  private readonly denials: GovernanceEvent[] = [];
+  private readonly recent: GovernanceEvent[] = [];
+  private readonly listeners = new Set<(event: GovernanceEvent) => void>();
+  private readonly unsubscribe: () => void;
 
-  const take = (event: GovernanceEvent): void => {
+  constructor(store: EventStore) {
+    this.unsubscribe = store.subscribe((event) => this.take(event));
+  }
+
+  runningTurns(): RunningTurnView[] {
+    return [...this.running.values()];
+  }
+
+  /** The newest `egress_denial` events since boot, oldest first. */
+  recentDenials(): GovernanceEvent[] {
+    return [...this.denials];
+  }
+
+  /** The newest events of every kind since boot, oldest first. */
+  recentEvents(): GovernanceEvent[] {
+    return [...this.recent];
+  }
+
+  /** Called for each committed event after the activity has taken it in. */
+  onEvent(listener: (event: GovernanceEvent) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  close(): void {
+    this.unsubscribe();
+    this.listeners.clear();
+  }
+
+  private take(event: GovernanceEvent): void {
     const key = turnKey(event);
-    const p = event.payload;
     if (event.kind === 'worker_launch' && key !== null) {
-      running.set(key, {
-        turnId: event.turnId ?? '',
-        sessionId: event.sessionId,
-        mode: typeof p['mode'] === 'string' ? p['mode'] : 'unknown',
-        identity: typeof p['identity'] === 'string' ? p['identity'] : 'unknown',
-        workerUid: typeof p['workerUid'] === 'number' ? p['workerUid'] : null,
-        command: typeof p['command'] === 'string' ? p['command'] : '',
-        startedAt: event.at,
-        limits: typeof p['limits'] === 'object' && p['limits'] !== null ? (p['limits'] as Record<string, unknown>) : {},
-      });
+      this.running.set(key, runningTurnView(event));
     } else if (event.kind === 'worker_exit' && key !== null) {
-      running.delete(key);
+      this.running.delete(key);
     } else if (event.kind === 'egress_denial') {
-      keepLast(denials, event, RECENT_DENIALS_KEPT);
+      keepLast(this.denials, event, RECENT_DENIALS_KEPT);
     }
-    keepLast(recent, event, RECENT_EVENTS_KEPT);
-    for (const listener of listeners) listener(event);
-  };
-  const unsubscribe = store.subscribe(take);
+    keepLast(this.recent, event, RECENT_EVENTS_KEPT);
+    for (const listener of this.listeners) listener(event);
+  }
+}
 
+/** A running turn as its `worker_launch` event describes it. */
+function runningTurnView(event: GovernanceEvent): RunningTurnView {
+  const p = event.payload;
   return {
-    runningTurns: () => [...running.values()],
-    recentDenials: () => [...denials],
-    recentEvents: () => [...recent],
-    onEvent(listener) {
-      listeners.add(listener);
-      return () => listeners.delete(listener);
-    },
-    close() {
-      unsubscribe();
-      listeners.clear();
-    },
+    turnId: event.turnId ?? '',
+    sessionId: event.sessionId,
+    mode: typeof p['mode'] === 'string' ? p['mode'] : 'unknown',
+    identity: typeof p['identity'] === 'string' ? p['identity'] : 'unknown',
+    workerUid: typeof p['workerUid'] === 'number' ? p['workerUid'] : null,
+    command: typeof p['command'] === 'string' ? p['command'] : '',
+    startedAt: event.at,
+    limits: typeof p['limits'] === 'object' && p['limits'] !== null ? (p['limits'] as Record<string, unknown>) : {},
   };
+}
+
+export function createActivity(store: EventStore): Activity {
+  return new Activity(store);
 }
