@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "private-dir.h"
@@ -59,12 +58,6 @@ static int open_workspace(int root, const struct descriptor *d, int *top, struct
   return 0;
 }
 
-static uint64_t deadline_from_now(unsigned seconds) {
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return ((uint64_t)now.tv_sec + seconds) * 1000000000u + (uint64_t)now.tv_nsec;
-}
-
 int run_shared_usage(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
   int root = -1;
   int top = -1;
@@ -75,9 +68,7 @@ int run_shared_usage(const struct helper_config *c, const struct descriptor *d, 
   }
   struct tree_totals totals = {0, 0};
   struct tree_walk_options options;
-  memset(&options, 0, sizeof options);
-  options.max_entries = SHARED_USAGE_MAX_ENTRIES;
-  options.deadline_ns = deadline_from_now(SHARED_USAGE_MAX_SECONDS);
+  tree_walk_usage_options(&options);
   if (code == 0) code = tree_walk_bounded(top, TREE_MEASURE, &options, &totals, f);
   if (code == 0) {
     printf("bytes %llu\nfiles %llu\ncomplete %s\n", (unsigned long long)totals.bytes,

@@ -10,14 +10,9 @@
 #include "descriptor.h"
 #include "failure.h"
 
-/* At most this many entries are measured... */
-#define SHARED_USAGE_MAX_ENTRIES 1000000u
-/* ...for at most this long; past either the answer says `complete no`. */
-#define SHARED_USAGE_MAX_SECONDS 10u
-
 /* op usage in shared mode: receipt `bytes N`, `files N`, `complete yes|no` of the workspace
- * tree (no link followed, no mount entered); `no` when a bound stopped the walk or a directory
- * could not be read (the counts are then a lower bound). */
+ * tree (no link followed, no mount entered), within tree-walk.h's usage bounds; `no` when a
+ * bound stopped the walk or a directory could not be read (the counts are then a lower bound). */
 int run_shared_usage(const struct helper_config *c, const struct descriptor *d, struct failure *f);
 
 /* op release in shared mode: removes the workspace tree and its directory (no link followed, a

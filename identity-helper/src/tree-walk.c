@@ -303,6 +303,12 @@ int tree_walk(int top, enum tree_walk_mode mode, struct tree_totals *totals, str
   return tree_walk_bounded(top, mode, &none, totals, f);
 }
 
+void tree_walk_usage_options(struct tree_walk_options *options) {
+  memset(options, 0, sizeof *options);
+  options->max_entries = TREE_USAGE_MAX_ENTRIES;
+  options->deadline_ns = monotonic_ns() + (uint64_t)TREE_USAGE_MAX_SECONDS * 1000000000u;
+}
+
 int tree_walk_bounded(int top, enum tree_walk_mode mode, struct tree_walk_options *options,
                       struct tree_totals *totals, struct failure *f) {
   struct walk w;

@@ -13,6 +13,13 @@
 /* Deeper trees are refused (the walk keeps one identity per level, no fd). */
 #define TREE_WALK_MAX_DEPTH 65536
 
+/* A workspace's usage (either identity mode) measures at most this many entries... */
+#define TREE_USAGE_MAX_ENTRIES 1000000u
+/* ...for at most this long; past either the answer says `complete no`. A turn can make a tree
+ * of any size, and an unbounded walk would hold the caller (a turn start, a host write) for as
+ * long as the tree takes. */
+#define TREE_USAGE_MAX_SECONDS 10u
+
 enum tree_walk_mode {
   /* counts; does not enter a mount point found inside */
   TREE_MEASURE = 0,
@@ -49,6 +56,10 @@ int tree_walk(int top, enum tree_walk_mode mode, struct tree_totals *totals, str
  * the walk with `options->incomplete` set and exit code 0. */
 int tree_walk_bounded(int top, enum tree_walk_mode mode, struct tree_walk_options *options,
                       struct tree_totals *totals, struct failure *f);
+
+/* Options for a workspace usage measure: zeroed, then TREE_USAGE_MAX_ENTRIES and a deadline
+ * TREE_USAGE_MAX_SECONDS from now. */
+void tree_walk_usage_options(struct tree_walk_options *options);
 
 /* Gives the directory `name` beneath `dirfd` u+rwx when the caller owns it and lacks any of
  * them: found without following a link, changed through an fd of exactly that directory.

@@ -453,11 +453,13 @@ static int usage_in_context(const struct helper_config *c, const struct descript
                      strerror(errno));
   }
   struct tree_totals totals = {0, 0};
-  code = tree_walk(top, TREE_MEASURE, &totals, f);
+  struct tree_walk_options options;
+  tree_walk_usage_options(&options);
+  code = tree_walk_bounded(top, TREE_MEASURE, &options, &totals, f);
   close(top);
   if (code == 0) {
-    printf("bytes %llu\nfiles %llu\n", (unsigned long long)totals.bytes,
-           (unsigned long long)totals.files);
+    printf("bytes %llu\nfiles %llu\ncomplete %s\n", (unsigned long long)totals.bytes,
+           (unsigned long long)totals.files, options.incomplete ? "no" : "yes");
   }
   return code;
 }

@@ -21,7 +21,9 @@ int run_lease(const struct helper_config *c, const struct descriptor *d, struct 
  * `removed_bytes N`, `removed_files N`. */
 int run_release(const struct helper_config *c, const struct descriptor *d, struct failure *f);
 
-/* op usage: receipt `bytes N`, `files N` of the workspace tree (no link followed). */
+/* op usage: receipt `bytes N`, `files N`, `complete yes|no` of the workspace tree (no link
+ * followed), within tree-walk.h's usage bounds; `no` when a bound stopped the walk or a
+ * directory could not be read (the counts are then a lower bound). */
 int run_usage(const struct helper_config *c, const struct descriptor *d, struct failure *f);
 
 /* op mkdir: makes `dir` and its missing parents beneath the workspace, each component opened

@@ -1,8 +1,9 @@
 /**
  * A leased workspace's tree (identity-helper/src/workspace-lease.c, ops usage, release and mkdir,
- * the first two by way of tree-walk.c): usage measures it, release removes it and then ends the
- * lease, mkdir makes directories in it owned by the lease's uid. Each works as root without
- * following a link, which the supervisor itself could not do safely (nor chown, when not root).
+ * the first two by way of tree-walk.c): usage measures it (bounded in entries and time, as in
+ * shared mode), release removes it and then ends the lease, mkdir makes directories in it owned
+ * by the lease's uid. Each works as root without following a link, which the supervisor itself
+ * could not do safely (nor chown, when not root).
  */
 import { fail, ok, type Result } from '../../core/result.js';
 import type { WorkspaceLeaseRequest } from './helper-lease.js';
@@ -34,18 +35,40 @@ export async function runHelperRelease(
   return ok({ uid, removedBytes, removedFiles });
 }
 
-/** What a leased workspace holds: allocated bytes and entries that are not directories. */
+/**
+ * What a workspace tree holds (either identity mode): allocated bytes and entries that are not
+ * directories; `complete: false` when a bound of the walk (entries, time) stopped it or a
+ * directory could not be read, the counts then being a lower bound.
+ */
+export interface WorkspaceTreeUsage {
+  bytes: number;
+  files: number;
+  complete: boolean;
+}
+
+/**
+ * A usage answer, `bytes`, `files` and `complete yes|no`: all three required in either mode (the
+ * helper ships with the supervisor, so an answer without `complete` is a helper of another
+ * release, never a complete measure).
+ */
+export function parseUsageAnswer(stdout: string, what: string): Result<WorkspaceTreeUsage, 'helper_output_invalid'> {
+  const receipt = parseReceipt(stdout);
+  const bytes = countField(receipt, 'bytes');
+  const files = countField(receipt, 'files');
+  const complete = receipt['complete'];
+  if (bytes === null || files === null || (complete !== 'yes' && complete !== 'no'))
+    return fail('helper_output_invalid', `${what} answer lacks bytes, files or complete`);
+  return ok({ bytes, files, complete: complete === 'yes' });
+}
+
+/** What a leased workspace holds, within the helper's bounds. */
 export async function runHelperUsage(
   helper: HelperLocation,
   request: WorkspaceLeaseRequest,
-): Promise<Result<{ bytes: number; files: number }, HelperFailureReason>> {
+): Promise<Result<WorkspaceTreeUsage, HelperFailureReason>> {
   const run = await runHelperOperation(helper, { op: 'usage', owner: helper.owner, ...request });
   if (!run.ok) return run;
-  const receipt = parseReceipt(run.stdout);
-  const bytes = countField(receipt, 'bytes');
-  const files = countField(receipt, 'files');
-  if (bytes === null || files === null) return fail('helper_output_invalid', 'usage answer lacks bytes or files');
-  return ok({ bytes, files });
+  return parseUsageAnswer(run.stdout, 'usage');
 }
 
 /**

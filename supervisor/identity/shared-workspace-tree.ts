@@ -15,6 +15,7 @@ import {
   type HelperFailureReason,
   type HelperLocation,
 } from './helper-process.js';
+import { parseUsageAnswer, type WorkspaceTreeUsage } from './helper-workspace-tree.js';
 
 /**
  * The descriptor names an owner for every tree op; shared mode keeps no lease records, so the
@@ -22,13 +23,6 @@ import {
  */
 function ownerOf(launcher: HelperLocation): string {
   return launcher.owner ?? 'shared_mode';
-}
-
-/** What a shared workspace holds; `complete: false` when a bound stopped the walk (a lower bound). */
-export interface SharedTreeUsage {
-  bytes: number;
-  files: number;
-  complete: boolean;
 }
 
 /** Removes `<workspace_root>/<lease>` and everything beneath it; an absent one removes nothing. */
@@ -50,14 +44,8 @@ export async function runSharedRelease(
 export async function runSharedUsage(
   launcher: HelperLocation,
   request: WorkspaceLeaseRequest,
-): Promise<Result<SharedTreeUsage, HelperFailureReason>> {
+): Promise<Result<WorkspaceTreeUsage, HelperFailureReason>> {
   const run = await runHelperOperation(launcher, { op: 'usage', owner: ownerOf(launcher), ...request });
   if (!run.ok) return run;
-  const receipt = parseReceipt(run.stdout);
-  const bytes = countField(receipt, 'bytes');
-  const files = countField(receipt, 'files');
-  const complete = receipt['complete'];
-  if (bytes === null || files === null || (complete !== 'yes' && complete !== 'no'))
-    return fail('helper_output_invalid', 'shared usage answer lacks bytes, files or complete');
-  return ok({ bytes, files, complete: complete === 'yes' });
+  return parseUsageAnswer(run.stdout, 'shared usage');
 }

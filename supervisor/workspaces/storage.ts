@@ -4,12 +4,13 @@
  * shared_uid mode the directory is the supervisor's own, made here, and measured and removed by
  * the shared launcher (the helper in shared mode): an fd-relative walk in a process of its own,
  * which no path length, unreadable directory or file count a turn leaves can defeat or stall.
+ * Either mode's usage walk is bounded in entries and time; a walk a bound stopped is no measure.
  */
 import fs from 'node:fs';
 import { fail, ok, type Result } from '../../core/result.js';
 import { runHelperLease } from '../identity/helper-lease.js';
 import type { HelperFailureReason, HelperLocation } from '../identity/helper-process.js';
-import { runHelperRelease, runHelperUsage } from '../identity/helper-workspace-tree.js';
+import { runHelperRelease, runHelperUsage, type WorkspaceTreeUsage } from '../identity/helper-workspace-tree.js';
 import { runSharedRelease, runSharedUsage } from '../identity/shared-workspace-tree.js';
 import type { WorkspaceRecord } from './store.js';
 import type { WorkspaceFailure, WorkspaceUsage } from './types.js';
@@ -39,14 +40,8 @@ export async function measureWorkspace(
   helper: HelperLocation | null,
   shared: SharedLauncherState,
 ): Promise<Result<WorkspaceUsage, WorkspaceFailure>> {
-  if (record.identity === 'separate_uid') {
-    if (!helper) return fail('workspaces_unavailable', NO_HELPER);
-    const measured = await runHelperUsage(helper, { lease: record.id, workspace: record.path });
-    return measured.ok ? ok({ bytes: measured.bytes, files: measured.files }) : helperFailure('usage', measured);
-  }
-  if (!shared.launcher) return fail('workspaces_unavailable', `usage of ${record.id}: ${shared.problem}`);
-  const measured = await runSharedUsage(shared.launcher, { lease: record.id, workspace: record.path });
-  if (!measured.ok) return helperFailure('usage', measured);
+  const measured = await walkWorkspace(record, helper, shared);
+  if (!measured.ok) return measured;
   // A lower bound is no measure: every cap check would pass on it.
   if (!measured.complete)
     return fail(
@@ -54,6 +49,22 @@ export async function measureWorkspace(
       `usage of ${record.id}: the measurement stopped at its bound or at a directory it may not read (at least ${measured.files} files, ${measured.bytes} bytes)`,
     );
   return ok({ bytes: measured.bytes, files: measured.files });
+}
+
+/** The bounded usage walk of the workspace's mode: the helper's with a leased uid, else the shared launcher's. */
+async function walkWorkspace(
+  record: WorkspaceRecord,
+  helper: HelperLocation | null,
+  shared: SharedLauncherState,
+): Promise<Result<WorkspaceTreeUsage, WorkspaceFailure>> {
+  if (record.identity === 'separate_uid') {
+    if (!helper) return fail('workspaces_unavailable', NO_HELPER);
+    const measured = await runHelperUsage(helper, { lease: record.id, workspace: record.path });
+    return measured.ok ? measured : helperFailure('usage', measured);
+  }
+  if (!shared.launcher) return fail('workspaces_unavailable', `usage of ${record.id}: ${shared.problem}`);
+  const measured = await runSharedUsage(shared.launcher, { lease: record.id, workspace: record.path });
+  return measured.ok ? measured : helperFailure('usage', measured);
 }
 
 /** Leases a uid to the workspace and has the helper make its directory as that uid. */

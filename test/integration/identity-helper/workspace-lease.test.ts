@@ -97,6 +97,22 @@ t.test('usage counts allocated bytes and non-directories, and follows no link', 
   t.equal(usage.bytes, expectedBytes);
   t.ok(usage.bytes >= 1 << 20, 'the 1 MiB file is counted');
   t.ok(usage.bytes < 8 << 20, 'the 8 MiB file behind the link is not');
+  t.equal(usage.complete, true, 'a walk within its bounds is a complete measure');
+});
+
+t.test('the usage answer is bytes, files and complete yes for a tree within the bounds', async (t) => {
+  await lease('usage-answer', uidRange.first + 14);
+  const workspace = workspaceOf('usage-answer');
+  fs.mkdirSync(path.join(workspace, 'd'));
+  fs.writeFileSync(path.join(workspace, 'd/one'), 'x');
+  fs.writeFileSync(path.join(workspace, 'two'), 'y');
+  const run = runHelperRaw(
+    configPath,
+    descriptorText(['op usage', 'lease usage-answer', `owner ${OWNER}`, `workspace ${workspace}`]),
+    dir,
+  );
+  t.equal(run.code, 0, run.stderr);
+  t.match(run.stdout, /^bytes \d+\nfiles 2\ncomplete yes\n$/);
 });
 
 t.test('release removes the tree and the lease, then the id leases anew', async (t) => {
