@@ -13,6 +13,8 @@ import { serveForTest, writeSupervisorConfig } from '../../../support/served-sup
 import { stopTapInjectingIntoChildren } from '../../../support/no-tap-inject.js';
 
 stopTapInjectingIntoChildren();
+// 256 MiB read at a deliberate pace, twice: on a loaded machine this takes minutes, not seconds.
+t.setTimeout(600_000);
 
 const CLI = path.join(REPO_ROOT, 'dist/supervisor/cli/main.js');
 const PEAK_RSS = path.join(import.meta.dirname, 'fixtures/peak-rss.mjs');
