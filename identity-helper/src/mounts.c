@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <linux/openat2.h>
 #include <string.h>
 #include <sys/mount.h>
@@ -11,6 +13,51 @@
 #include <unistd.h>
 
 #define RESOLVE_STRICT (RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+
+/* What an errno means when the mount API (fsopen, fsmount, open_tree, move_mount,
+ * mount_setattr) or a mountpoint walk returns it; NULL where strerror already says it. */
+static const char *mount_errno_meaning(int error) {
+  switch (error) {
+    case ENOSPC:
+      return "a mount limit was reached (the namespace's fs.mount-max, or the view's table of "
+             "its own filesystems), not a full disk";
+    case EPERM:
+      return "the kernel does not let this process mount here (in a user namespace: a mount "
+             "it does not own, or a flag it may not change)";
+    case EINVAL:
+      return "the kernel refused the mount's arguments: not a mount this namespace may change";
+    case EBUSY:
+      return "the target is busy";
+    case EROFS:
+      return "the filesystem there is read-only: no mountpoint can be made";
+    case ENOENT:
+      return "a path on the way does not exist";
+    case ENODEV:
+      return "this kernel has no such filesystem type";
+    case EMFILE:
+    case ENFILE:
+      return "too many open files";
+    default:
+      return NULL;
+  }
+}
+
+int mounts_failed(struct failure *f, int error, const char *step_format, ...) {
+  char step[160];
+  va_list args;
+  va_start(args, step_format);
+  vsnprintf(step, sizeof step, step_format, args);
+  va_end(args);
+  const char *name = strerrorname_np(error);
+  const char *meaning = mount_errno_meaning(error);
+  char unnamed[24];
+  if (name == NULL) {
+    snprintf(unnamed, sizeof unnamed, "errno %d", error);
+    name = unnamed;
+  }
+  return fail_with(f, EXIT_NAMESPACE_FAILED, "view: %s: %s (%s)", step, name,
+                   meaning != NULL ? meaning : strerror(error));
+}
 
 int mounts_open_nofollow(int dirfd, const char *path, int *fd) {
   struct open_how how;

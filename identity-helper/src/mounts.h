@@ -10,7 +10,18 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define MOUNTS_MAX_OWNED 4 /* filesystems the view created and may add mountpoints to */
+#include "failure.h"
+
+/* Filesystems the view created and may add mountpoints to: its /tmp, /run and /dev (or the
+ * strict root and its /tmp), and one tmpfs per hidden path that has a kept path below it
+ * (descriptor.h, DESCRIPTOR_MAX_HIDE). */
+#define MOUNTS_MAX_OWNED 40
+
+/* Records a kernel refusal of a view step (exit 71): "view: <step>: <ERRNO NAME> (<what it
+ * means for a mount>)". The kernel's errno names are generic; a mount's ENOSPC, say, is the
+ * namespace's mount limit, not a full disk, so the message says which. */
+int mounts_failed(struct failure *f, int error, const char *step_format, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Opens `path` (absolute, or relative and then strictly beneath `dirfd`) as O_PATH with no
  * symlink in any component, the last one included: a symlink anywhere answers ELOOP. */

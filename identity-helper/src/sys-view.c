@@ -19,10 +19,6 @@ static const char *const no_options[] = {NULL};
 static const char *const hierarchies_options[] = {"size", "4k",   "nr_inodes", "16",
                                                   "mode", "0755", NULL};
 
-static int mount_failed(struct failure *f, const char *step, const char *path, int error) {
-  return fail_with(f, EXIT_NAMESPACE_FAILED, "view: %s %.128s: %s", step, path, strerror(error));
-}
-
 static int refuse_leaf(struct failure *f, const char *path, const char *why) {
   return fail_with(f, EXIT_VIEW_REFUSED, "view: cgroup %.128s: %s", path, why);
 }
@@ -114,7 +110,7 @@ static int plan_leaf(const char *path, struct cgroup_leaf *leaf, struct failure 
   if (code == 0) code = hierarchy_name(fd, path, leaf->name, f);
   if (code == 0) {
     error = mounts_clone(fd, false, ATTR_SEALED, 0, &leaf->tree);
-    code = error == 0 ? 0 : mount_failed(f, "cloning", path, error);
+    code = error == 0 ? 0 : mounts_failed(f, error, "cloning %.128s", path);
   }
   close(fd);
   return code;
@@ -151,7 +147,7 @@ static int attach_at(int dirfd, const char *path, const char *shown, int tree, s
   error = mounts_attach(tree, target);
   close(target);
   close(tree);
-  return error == 0 ? 0 : mount_failed(f, "attaching", shown, error);
+  return error == 0 ? 0 : mounts_failed(f, error, "attaching %.128s", shown);
 }
 
 /* A read-only tmpfs holding one empty directory per leaf's hierarchy, each leaf bound on its
@@ -166,13 +162,13 @@ static int attach_hierarchies(int sys, struct sys_view *v, struct failure *f) {
   if (error == 0) error = mounts_set_attributes(fs, false, MOUNT_ATTR_RDONLY);
   if (error != 0) {
     if (fs >= 0) close(fs);
-    return mount_failed(f, "creating", "/sys/fs/cgroup", error);
+    return mounts_failed(f, error, "creating /sys/fs/cgroup");
   }
   int cgroup = fcntl(fs, F_DUPFD_CLOEXEC, 0);
   if (cgroup < 0) {
     error = errno;
     close(fs);
-    return mount_failed(f, "holding", "/sys/fs/cgroup", error);
+    return mounts_failed(f, error, "holding /sys/fs/cgroup");
   }
   int code = attach_at(sys, "fs/cgroup", "/sys/fs/cgroup", fs, f);
   for (size_t i = 0; i < v->leaf_count && code == 0; i++) {
@@ -187,13 +183,13 @@ int sys_view_build(int root, struct sys_view *v, struct failure *f) {
   int fs = -1;
   int error = mounts_new_filesystem("sysfs", no_options, ATTR_SEALED, &fs);
   if (error != 0) {
-    return mount_failed(f, "creating", "/sys", error);
+    return mounts_failed(f, error, "creating /sys");
   }
   int sys = fcntl(fs, F_DUPFD_CLOEXEC, 0);
   if (sys < 0) {
     error = errno;
     close(fs);
-    return mount_failed(f, "holding", "/sys", error);
+    return mounts_failed(f, error, "holding /sys");
   }
   int code = attach_at(root, "sys", "/sys", fs, f);
   if (code == 0 && v->leaf_count == 1 && v->leaves[0].unified) {

@@ -103,6 +103,8 @@ static struct view_plan {
   struct symlink_entry symlinks[VIEW_MAX_SYMLINKS];
   int mask_trees[DESCRIPTOR_MAX_PROTECT]; /* -1 for read_only rules */
   struct hide_masks hide_trees[DESCRIPTOR_MAX_HIDE];
+  size_t nested_mask_count;
+  int nested_masks[DESCRIPTOR_MAX_HIDE]; /* tmpfs over hidden paths above a kept path */
   int workspace_tree;
   struct owned_filesystems owned;
   struct sys_view sys; /* governed only: the strict root has no /sys */
@@ -114,10 +116,6 @@ static int refuse_path(struct failure *f, const char *what, const char *path, in
                      what, path);
   }
   return fail_with(f, EXIT_VIEW_REFUSED, "view: %s %.128s: %s", what, path, strerror(error));
-}
-
-static int mount_failed(struct failure *f, const char *step, const char *path, int error) {
-  return fail_with(f, EXIT_NAMESPACE_FAILED, "view: %s %.128s: %s", step, path, strerror(error));
 }
 
 static const char *base_name(const char *path) {
@@ -155,7 +153,7 @@ static int add_binding(const char *path, int source, bool recursive, uint64_t se
   int tree = -1;
   int error = mounts_clone(source, recursive, set, clear, &tree);
   if (error != 0) {
-    return mount_failed(f, "cloning", path, error);
+    return mounts_failed(f, error, "cloning %.128s", path);
   }
   plan.bindings[plan.binding_count++] = (struct binding){path, tree, kind};
   return 0;
@@ -277,7 +275,7 @@ static int clone_mask(int mask_fs, const char *name, const char *what, int *tree
     error = mounts_clone(item, false, ATTR_READ_ONLY | MOUNT_ATTR_NOEXEC, 0, tree);
     close(item);
   }
-  return error == 0 ? 0 : mount_failed(f, "cloning the mask for", what, error);
+  return error == 0 ? 0 : mounts_failed(f, error, "cloning the mask for %.128s", what);
 }
 
 static int clone_masks(const struct descriptor *d, int mask_fs, struct failure *f) {
@@ -300,7 +298,7 @@ static int clone_masks(const struct descriptor *d, int mask_fs, struct failure *
       close(item);
     }
     if (error != 0) {
-      return mount_failed(f, "cloning the mask for", d->protects[i].path, error);
+      return mounts_failed(f, error, "cloning the mask for %.128s", d->protects[i].path);
     }
   }
   return 0;
@@ -311,7 +309,7 @@ static int detach_mount(int fd, struct failure *f) {
   char path[64];
   snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
   if (umount2(path, MNT_DETACH) != 0) {
-    return mount_failed(f, "detaching", "the mask filesystem", errno);
+    return mounts_failed(f, errno, "detaching the mask filesystem");
   }
   return 0;
 }
@@ -340,7 +338,7 @@ static int prepare_masks(const struct descriptor *d, int staging, struct failure
     if (mask_fs >= 0) {
       close(mask_fs);
     }
-    return mount_failed(f, "preparing", "the mask filesystem", error);
+    return mounts_failed(f, error, "preparing the mask filesystem");
   }
   int code = clone_masks(d, mask_fs, f);
   if (code == 0) {
@@ -357,7 +355,7 @@ static int attach_new_filesystem(int root, const char *path, const char *type,
   int fs = -1;
   int error = mounts_new_filesystem(type, options, attributes, &fs);
   if (error != 0) {
-    return mount_failed(f, "creating", path, error);
+    return mounts_failed(f, error, "creating %.128s", path);
   }
   int target = -1;
   error = mounts_mountpoint(root, path, MOUNTPOINT_DIRECTORY, &plan.owned, &target);
@@ -371,7 +369,7 @@ static int attach_new_filesystem(int root, const char *path, const char *type,
     error = mounts_own(&plan.owned, fs);
   }
   close(fs);
-  return error == 0 ? 0 : mount_failed(f, "attaching", path, error);
+  return error == 0 ? 0 : mounts_failed(f, error, "attaching %.128s", path);
 }
 
 static int attach_bindings(int root, struct failure *f) {
@@ -388,7 +386,7 @@ static int attach_bindings(int root, struct failure *f) {
       close(b->tree); /* the workspace mount stays open: protected paths resolve beneath it */
     }
     if (error != 0) {
-      return mount_failed(f, "attaching", b->path, error);
+      return mounts_failed(f, error, "attaching %.128s", b->path);
     }
   }
   return 0;
@@ -461,7 +459,7 @@ static int pin_directory(const char *relative, int *skip, struct failure *f) {
     close(tree);
   }
   close(fd);
-  return error == 0 ? 0 : mount_failed(f, "pinning", relative, error);
+  return error == 0 ? 0 : mounts_failed(f, error, "pinning %.128s", relative);
 }
 
 /* Pins every directory between the workspace and a protected path. Without the pins a worker
@@ -512,11 +510,11 @@ static int apply_protect(const struct protect_rule *rule, int mask_tree, struct 
   int tree = mask_tree;
   if (code == 0 && rule->mode == PROTECT_READ_ONLY) {
     error = mounts_clone(target, true, ATTR_READ_ONLY, 0, &tree);
-    code = error == 0 ? 0 : mount_failed(f, "cloning", rule->path, error);
+    code = error == 0 ? 0 : mounts_failed(f, error, "cloning %.128s", rule->path);
   }
   if (code == 0) {
     error = mounts_attach(tree, target);
-    code = error == 0 ? 0 : mount_failed(f, "protecting", rule->path, error);
+    code = error == 0 ? 0 : mounts_failed(f, error, "protecting %.128s", rule->path);
   }
   if (tree >= 0) {
     close(tree);
@@ -537,7 +535,7 @@ static int apply_protects(const struct descriptor *d, struct failure *f) {
 
 static int open_root(int *root, struct failure *f) {
   *root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
-  return *root >= 0 ? 0 : mount_failed(f, "opening", "/", errno);
+  return *root >= 0 ? 0 : mounts_failed(f, errno, "opening /");
 }
 
 /* The turn's /tmp also at /var/tmp, where the host has one: one tmpfs, one bound. */
@@ -546,7 +544,7 @@ static int share_tmp_at_var_tmp(int root, struct failure *f) {
   int target = -1;
   int error = mounts_open_nofollow(root, "tmp", &tmp);
   if (error != 0) {
-    return mount_failed(f, "opening", "/tmp", error);
+    return mounts_failed(f, error, "opening /tmp");
   }
   error = mounts_mountpoint(root, "/var/tmp", MOUNTPOINT_DIRECTORY, &plan.owned, &target);
   if (error != 0) {
@@ -561,7 +559,7 @@ static int share_tmp_at_var_tmp(int root, struct failure *f) {
   }
   close(target);
   close(tmp);
-  return error == 0 ? 0 : mount_failed(f, "attaching", "/var/tmp", error);
+  return error == 0 ? 0 : mounts_failed(f, error, "attaching /var/tmp");
 }
 
 /* A /dev of its own, in both profiles: the device nodes of the system entries, a new devpts
@@ -594,7 +592,7 @@ static int cover_proc(int root, struct failure *f) {
   int proc = -1;
   int error = mounts_open_nofollow(root, "proc", &proc);
   if (error != 0) {
-    return mount_failed(f, "opening", "/proc", error);
+    return mounts_failed(f, error, "opening /proc");
   }
   for (size_t i = 0; i < sizeof proc_covered / sizeof proc_covered[0] && error == 0; i++) {
     int target = -1;
@@ -613,42 +611,124 @@ static int cover_proc(int root, struct failure *f) {
       close(proc);
       char path[32];
       snprintf(path, sizeof path, "/proc/%s", proc_covered[i]);
-      return mount_failed(f, "covering read-only", path, error);
+      return mounts_failed(f, error, "covering read-only %.128s", path);
     }
   }
   close(proc);
   return 0;
 }
 
-/* Whether the hidden path `hidden` lies strictly above the workspace. A mask there would cover
- * the workspace too, so such a path is emptied instead: the governed view puts a fresh tmpfs of
- * its own over it before the bindings (the workspace's mountpoint is then made inside it), the
- * strict root never shows it. A workspaces root is hidden this way from its own workspaces'
- * turns: each sees its own workspace and none of its siblings, whatever uid it runs as. */
-static bool hides_above_workspace(const char *hidden, const char *workspace) {
-  size_t length = strlen(hidden);
-  return strncmp(hidden, workspace, length) == 0 && workspace[length] == '/';
+/* Whether `path` lies strictly beneath the directory `above`. */
+static bool lies_beneath(const char *path, const char *above) {
+  size_t length = strlen(above);
+  return strncmp(above, path, length) == 0 && path[length] == '/';
 }
 
-static int empty_above_workspace(int root, const struct descriptor *d, struct failure *f) {
+/* Whether the hidden path `hidden` lies strictly above a path the view must show: the workspace
+ * or a view_path (the worker's program and its modules). A mask there would cover the kept path
+ * too, so such a path gets a nested mask instead: the governed view puts a fresh tmpfs of its own
+ * over it before the bindings, and each kept path's mountpoint is then made inside it (root's
+ * 0755 directories, nothing else of the hidden tree); the strict root never shows it. A
+ * workspaces root is hidden this way from its own workspaces' turns: each sees its own workspace
+ * and none of its siblings, whatever uid it runs as. */
+static bool hides_above_kept(const struct helper_config *c, const struct descriptor *d,
+                             const char *hidden) {
+  if (lies_beneath(d->workspace, hidden)) return true;
+  for (size_t i = 0; i < c->view_path_count; i++) {
+    if (lies_beneath(c->view_paths[i], hidden)) return true;
+  }
+  return false;
+}
+
+/* The kept path beneath `hidden` a failure names: the workspace, else the first view_path. */
+static const char *kept_beneath(const struct helper_config *c, const struct descriptor *d,
+                                const char *hidden) {
+  for (size_t i = 0; i < c->view_path_count; i++) {
+    if (lies_beneath(c->view_paths[i], hidden) && !lies_beneath(d->workspace, hidden)) {
+      return c->view_paths[i];
+    }
+  }
+  return d->workspace;
+}
+
+/* One nested mask: a root-owned tmpfs (0755, nosuid nodev noexec) over `hidden`, kept open so it
+ * turns read-only once the kept paths' mountpoints are made in it. */
+static int attach_nested_mask(int root, const struct helper_config *c, const struct descriptor *d,
+                              const char *hidden, struct failure *f) {
+  int fs = -1;
+  int error = mounts_new_filesystem("tmpfs", run_options, ATTR_FIXED | MOUNT_ATTR_NOEXEC, &fs);
+  if (error != 0) {
+    return mounts_failed(f, error, "creating the tmpfs that hides %.100s", hidden);
+  }
+  int target = -1;
+  error = mounts_mountpoint(root, hidden, MOUNTPOINT_DIRECTORY, &plan.owned, &target);
+  if (error != 0) {
+    close(fs);
+    return refuse_path(f, "hide", hidden, error);
+  }
+  error = mounts_attach(fs, target);
+  close(target);
+  if (error == 0) error = mounts_own(&plan.owned, fs);
+  if (error != 0) {
+    close(fs);
+    return mounts_failed(f, error, "mounting a tmpfs over %.64s to hide it (keeping %.64s)", hidden,
+                         kept_beneath(c, d, hidden));
+  }
+  plan.nested_masks[plan.nested_mask_count++] = fs;
+  return 0;
+}
+
+/* The nested masks, shallowest first: a deeper one's mountpoint is then made inside the tmpfs
+ * of the one above it, never on the host tree beneath a mask. */
+static int attach_nested_masks(int root, const struct helper_config *c, const struct descriptor *d,
+                               struct failure *f) {
+  size_t order[DESCRIPTOR_MAX_HIDE];
+  size_t count = 0;
   for (size_t i = 0; i < d->hide_count; i++) {
-    if (!hides_above_workspace(d->hides[i], d->workspace)) continue;
-    int code = attach_new_filesystem(root, d->hides[i], "tmpfs", run_options,
-                                     ATTR_FIXED | MOUNT_ATTR_NOEXEC, true, f);
+    if (!hides_above_kept(c, d, d->hides[i])) continue;
+    size_t at = count++;
+    while (at > 0 && strlen(d->hides[order[at - 1]]) > strlen(d->hides[i])) {
+      order[at] = order[at - 1];
+      at--;
+    }
+    order[at] = i;
+  }
+  for (size_t i = 0; i < count; i++) {
+    int code = attach_nested_mask(root, c, d, d->hides[order[i]], f);
     if (code != 0) return code;
   }
   return 0;
 }
 
+/* After the bindings: no worker may add anything to a nested mask (uid 0 in shared mode owns
+ * its root directory). */
+static int seal_nested_masks(struct failure *f) {
+  for (size_t i = 0; i < plan.nested_mask_count; i++) {
+    int error = mounts_set_attributes(plan.nested_masks[i], false, MOUNT_ATTR_RDONLY);
+    close(plan.nested_masks[i]);
+    plan.nested_masks[i] = -1;
+    if (error != 0) {
+      for (size_t j = i + 1; j < plan.nested_mask_count; j++)
+        close(plan.nested_masks[j]);
+      plan.nested_mask_count = 0;
+      return mounts_failed(f, error, "making a hiding tmpfs read-only");
+    }
+  }
+  plan.nested_mask_count = 0;
+  return 0;
+}
+
 /* Host root read-only (every mount, recursively); fresh /tmp (also at /var/tmp), /run, /dev,
- * /proc and /sys (with the turn's own cgroup leaves only); hidden paths above the workspace
- * emptied; the bindings and the protected paths on top. /run, /tmp and /var/tmp are replaced
+ * /proc and /sys (with the turn's own cgroup leaves only); nested masks over hidden paths above
+ * a kept path; the bindings (then the nested masks turn read-only) and the protected paths on
+ * top. /run, /tmp and /var/tmp are replaced
  * because a read-only mount still lets a worker connect to the unix sockets host daemons keep
  * there. */
-static int build_governed(int root, const struct descriptor *d, struct failure *f) {
+static int build_governed(int root, const struct helper_config *c, const struct descriptor *d,
+                          struct failure *f) {
   int error = mounts_set_attributes(root, true, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID);
   if (error != 0) {
-    return mount_failed(f, "making read-only", "/", error);
+    return mounts_failed(f, error, "making read-only /");
   }
   int code = attach_new_filesystem(root, "/tmp", "tmpfs", tmp_options, ATTR_FIXED, true, f);
   if (code == 0) code = share_tmp_at_var_tmp(root, f);
@@ -664,23 +744,24 @@ static int build_governed(int root, const struct descriptor *d, struct failure *
   if (code == 0) code = cover_proc(root, f);
   if (code == 0) code = sys_view_build(root, &plan.sys, f);
   if (code == 0) code = create_symlinks(root, f);
-  if (code == 0) code = empty_above_workspace(root, d, f);
+  if (code == 0) code = attach_nested_masks(root, c, d, f);
   if (code == 0) code = attach_bindings(root, f);
+  if (code == 0) code = seal_nested_masks(f);
   return code;
 }
 
 static int pivot_into(int new_root, struct failure *f) {
   if (fchdir(new_root) != 0) {
-    return mount_failed(f, "entering", "the new root", errno);
+    return mounts_failed(f, errno, "entering the new root");
   }
   if (syscall(SYS_pivot_root, ".", ".") != 0) {
-    return mount_failed(f, "pivot_root into", "the new root", errno);
+    return mounts_failed(f, errno, "pivot_root into the new root");
   }
   if (umount2(".", MNT_DETACH) != 0) {
-    return mount_failed(f, "detaching", "the old root", errno);
+    return mounts_failed(f, errno, "detaching the old root");
   }
   if (chdir("/") != 0) {
-    return mount_failed(f, "chdir", "/", errno);
+    return mounts_failed(f, errno, "chdir /");
   }
   return 0;
 }
@@ -692,7 +773,7 @@ static int build_strict(int staging, int *new_root, struct failure *f) {
   if (error == 0) error = mounts_attach(*new_root, staging);
   if (error == 0) error = mounts_own(&plan.owned, *new_root);
   if (error != 0) {
-    return mount_failed(f, "creating", "the new root", error);
+    return mounts_failed(f, error, "creating the new root");
   }
   int code = attach_new_filesystem(*new_root, "/tmp", "tmpfs", tmp_options, ATTR_FIXED, true, f);
   if (code == 0) {
@@ -716,7 +797,7 @@ static int enter_strict_root(int new_root, struct failure *f) {
   if (code == 0) {
     int error = mounts_set_attributes(root, false, ATTR_READ_ONLY);
     close(root);
-    code = error == 0 ? 0 : mount_failed(f, "making read-only", "the new root", error);
+    code = error == 0 ? 0 : mounts_failed(f, error, "making read-only the new root");
   }
   return code;
 }
@@ -762,12 +843,13 @@ static int apply_hide(int root, const char *path, struct hide_masks *masks, stru
   return error == 0 ? 0 : refuse_path(f, "hide", path, error);
 }
 
-static int apply_hides(int root, const struct descriptor *d, struct failure *f) {
+static int apply_hides(int root, const struct helper_config *c, const struct descriptor *d,
+                       struct failure *f) {
   for (size_t i = 0; i < d->hide_count; i++) {
-    if (hides_above_workspace(d->hides[i], d->workspace)) {
+    if (hides_above_kept(c, d, d->hides[i])) {
       close(plan.hide_trees[i].dir);
       close(plan.hide_trees[i].file);
-      continue; /* emptied before the bindings (governed) or never shown (strict) */
+      continue; /* a nested mask before the bindings (governed) or never shown (strict) */
     }
     int code = apply_hide(root, d->hides[i], &plan.hide_trees[i], f);
     if (code != 0) {
@@ -800,12 +882,12 @@ int view_enter(const struct helper_config *c, const struct descriptor *d, struct
   if (code == 0) code = plan_view(c, d, staging, f);
   int new_root = -1;
   if (code == 0 && d->view_profile == PROFILE_GOVERNED) {
-    code = build_governed(root, d, f);
+    code = build_governed(root, c, d, f);
   } else if (code == 0) {
     code = build_strict(staging, &new_root, f);
   }
   if (code == 0) code = apply_protects(d, f);
-  if (code == 0) code = apply_hides(new_root >= 0 ? new_root : root, d, f);
+  if (code == 0) code = apply_hides(new_root >= 0 ? new_root : root, c, d, f);
   if (code == 0 && new_root >= 0) code = enter_strict_root(new_root, f);
   if (new_root >= 0) close(new_root);
   if (staging >= 0) close(staging);

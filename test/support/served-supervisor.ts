@@ -52,6 +52,10 @@ export interface SupervisorOptions {
   workspacesRoot?: string;
   /** More `turns` keys (e.g. outputRetainBytes). */
   turns?: Record<string, unknown>;
+  /** Where the supervisor's directories go (supervisorBase); /var/lib when absent. */
+  baseParent?: string;
+  /** A root supervisor's checkout bound at `<base>/code` in a mount namespace of its own. */
+  codeInBase?: boolean;
 }
 
 export interface CliResult {
@@ -135,6 +139,7 @@ export function setUpHelper(
   dataDirs: string[],
   uidRange: { first: number; count: number },
   workspaces: { roots: string[] } | null = null,
+  codeRoot: string = REPO_ROOT,
 ): HelperSetup {
   const dir = fs.mkdtempSync('/run/turnhost-esc-helper-');
   fs.chmodSync(dir, 0o755);
@@ -152,8 +157,8 @@ export function setUpHelper(
     callerGroup: 'root',
     cgroupRoots,
     workerExec: process.execPath,
-    workerArgs: [path.join(REPO_ROOT, 'dist/worker/main.js')],
-    viewPaths: [REPO_ROOT],
+    workerArgs: [path.join(codeRoot, 'dist/worker/main.js')],
+    viewPaths: [codeRoot],
     ...(workspaces ? { workspaceRoots: workspaces.roots, uidLeaseDir: path.join(dir, 'leases') } : {}),
   });
   const helperPath = path.join(dir, 'identity-helper');
@@ -171,16 +176,21 @@ export function setUpHelper(
 }
 
 /** The directories a supervisor named `name` uses, so a helper config can be written first. */
-export function supervisorBase(name: string): {
+export function supervisorBase(
+  name: string,
+  parent = '/var/lib',
+): {
   base: string;
   dataDir: string;
   workspace: string;
   workspacesRoot: string;
+  codeRoot: string;
 } {
   // Where an installed supervisor keeps its state (/var/lib), visible in the view unless hidden.
-  const base = path.join('/var/lib', `turnhost-esc-${name}-${process.pid}`);
+  const base = path.join(parent, `turnhost-esc-${name}-${process.pid}`);
   return {
     base,
+    codeRoot: path.join(base, 'code'),
     dataDir: path.join(base, 'data'),
     workspace: path.join(base, 'workspace'),
     workspacesRoot: path.join(base, 'workspaces'),
@@ -220,7 +230,7 @@ export function writeSupervisorConfig(
   configPath: string;
 } {
   const uid = options.uid ?? 0;
-  const { base, dataDir, workspace, workspacesRoot: ownRoot } = supervisorBase(options.name);
+  const { base, dataDir, workspace, workspacesRoot: ownRoot } = supervisorBase(options.name, options.baseParent);
   const workspacesRoot = options.workspacesRoot ?? ownRoot;
   fs.mkdirSync(workspace, { recursive: true });
   if (options.workspaces && options.workspacesRoot === undefined) {
@@ -253,21 +263,19 @@ export function writeSupervisorConfig(
 
 export async function startSupervisor(options: SupervisorOptions): Promise<ServedSupervisor> {
   const uid = options.uid ?? 0;
-  const proxySocket = path.join(supervisorBase(options.name).base, 'checked-api.sock');
+  const proxySocket = path.join(supervisorBase(options.name, options.baseParent).base, 'checked-api.sock');
   const { base, dataDir, workspace, socket, configPath } = writeSupervisorConfig(options, proxySocket);
 
   const cgroupDirs = uid === 0 ? [] : delegateV1Cgroups(`turnhost-esc-${options.name}-${process.pid}`, uid);
   // The checkout bound at a path every uid can traverse, in the supervisor's own mount namespace.
-  const codeRoot = uid === 0 ? REPO_ROOT : path.join(base, 'code');
-  if (uid !== 0) fs.mkdirSync(codeRoot);
-  const enter = cgroupDirs.map((dir) => `echo $$ > ${dir}/cgroup.procs`).join('; ');
+  const bound = uid !== 0 || options.codeInBase === true;
+  const codeRoot = bound ? path.join(base, 'code') : REPO_ROOT;
+  if (bound) fs.mkdirSync(codeRoot);
+  const enter = cgroupDirs.map((dir) => `echo $$ > ${dir}/cgroup.procs; `).join('');
   const serve = `${process.execPath} ${path.join(codeRoot, CLI)} serve --config ${configPath} --socket ${socket}`;
-  const script =
-    uid === 0
-      ? `exec ${serve}`
-      : `${enter}; mount --bind ${REPO_ROOT} ${codeRoot} && exec setpriv --reuid=${uid} --regid=${uid} --clear-groups ${serve}`;
-  const argv =
-    uid === 0 ? ['sh', '-c', script] : ['unshare', '--mount', '--propagation', 'private', 'sh', '-c', script];
+  const drop = uid === 0 ? '' : `setpriv --reuid=${uid} --regid=${uid} --clear-groups `;
+  const script = bound ? `${enter}mount --bind ${REPO_ROOT} ${codeRoot} && exec ${drop}${serve}` : `exec ${serve}`;
+  const argv = bound ? ['unshare', '--mount', '--propagation', 'private', 'sh', '-c', script] : ['sh', '-c', script];
   const child = spawn(argv[0]!, argv.slice(1), {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', HOME: base, LANG: 'C.UTF-8' },
