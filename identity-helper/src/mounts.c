@@ -19,21 +19,19 @@
 static const char *mount_errno_meaning(int error) {
   switch (error) {
     case ENOSPC:
-      return "a mount limit was reached (the namespace's fs.mount-max, or the view's table of "
-             "its own filesystems), not a full disk";
+      return "a mount limit (fs.mount-max, or the view's own table), not a full disk";
     case EPERM:
-      return "the kernel does not let this process mount here (in a user namespace: a mount "
-             "it does not own, or a flag it may not change)";
+      return "not permitted to mount here (a user namespace's locked mount or flag)";
     case EINVAL:
-      return "the kernel refused the mount's arguments: not a mount this namespace may change";
+      return "not a mount this namespace may change";
     case EBUSY:
       return "the target is busy";
     case EROFS:
-      return "the filesystem there is read-only: no mountpoint can be made";
+      return "read-only: no mountpoint can be made there";
     case ENOENT:
       return "a path on the way does not exist";
     case ENODEV:
-      return "this kernel has no such filesystem type";
+      return "no such filesystem type in this kernel";
     case EMFILE:
     case ENFILE:
       return "too many open files";
@@ -43,7 +41,7 @@ static const char *mount_errno_meaning(int error) {
 }
 
 int mounts_failed(struct failure *f, int error, const char *step_format, ...) {
-  char step[160];
+  char step[176];
   va_list args;
   va_start(args, step_format);
   vsnprintf(step, sizeof step, step_format, args);

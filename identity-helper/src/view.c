@@ -640,21 +640,9 @@ static bool hides_above_kept(const struct helper_config *c, const struct descrip
   return false;
 }
 
-/* The kept path beneath `hidden` a failure names: the workspace, else the first view_path. */
-static const char *kept_beneath(const struct helper_config *c, const struct descriptor *d,
-                                const char *hidden) {
-  for (size_t i = 0; i < c->view_path_count; i++) {
-    if (lies_beneath(c->view_paths[i], hidden) && !lies_beneath(d->workspace, hidden)) {
-      return c->view_paths[i];
-    }
-  }
-  return d->workspace;
-}
-
 /* One nested mask: a root-owned tmpfs (0755, nosuid nodev noexec) over `hidden`, kept open so it
  * turns read-only once the kept paths' mountpoints are made in it. */
-static int attach_nested_mask(int root, const struct helper_config *c, const struct descriptor *d,
-                              const char *hidden, struct failure *f) {
+static int attach_nested_mask(int root, const char *hidden, struct failure *f) {
   int fs = -1;
   int error = mounts_new_filesystem("tmpfs", run_options, ATTR_FIXED | MOUNT_ATTR_NOEXEC, &fs);
   if (error != 0) {
@@ -671,8 +659,7 @@ static int attach_nested_mask(int root, const struct helper_config *c, const str
   if (error == 0) error = mounts_own(&plan.owned, fs);
   if (error != 0) {
     close(fs);
-    return mounts_failed(f, error, "mounting a tmpfs over %.64s to hide it (keeping %.64s)", hidden,
-                         kept_beneath(c, d, hidden));
+    return mounts_failed(f, error, "mounting a tmpfs over %.128s to hide it", hidden);
   }
   plan.nested_masks[plan.nested_mask_count++] = fs;
   return 0;
@@ -694,7 +681,7 @@ static int attach_nested_masks(int root, const struct helper_config *c, const st
     order[at] = i;
   }
   for (size_t i = 0; i < count; i++) {
-    int code = attach_nested_mask(root, c, d, d->hides[order[i]], f);
+    int code = attach_nested_mask(root, d->hides[order[i]], f);
     if (code != 0) return code;
   }
   return 0;

@@ -4,8 +4,9 @@
  * run and write in their workspace, the worker's program is found, and nothing else of `/root`
  * shows: not a sibling file of the supervisor's directories, not root's own dotfiles, not the
  * data directory. The view keeps `/root` hidden with a nested mask (a tmpfs of its own with only
- * the kept paths re-exposed). Root supervisors in separate_uid and shared_uid: a non-root
- * supervisor cannot reach a directory under `/root` at all. Decisions: docs/filesystem-view.md
+ * the kept paths re-exposed). Also with only the checkout under `/root` (the worker's program
+ * must not be masked). Root supervisors in separate_uid and shared_uid: a non-root supervisor
+ * cannot reach a directory under `/root` at all. Decisions: docs/filesystem-view.md
  * ("Nested masks").
  */
 import fs from 'node:fs';
@@ -14,6 +15,7 @@ import t from 'tap';
 import {
   setUpHelper,
   startSupervisor,
+  type HelperSetup,
   stopSupervisors,
   supervisorBase,
   type ServedSupervisor,
@@ -29,26 +31,62 @@ const sibling = path.join(top, 'sibling-secret');
 fs.writeFileSync(sibling, 'sibling secret\n', { mode: 0o644 });
 t.teardown(() => fs.rmSync(top, { recursive: true, force: true }));
 
-const separateBase = supervisorBase('hp-separate', top);
-const helper = setUpHelper(
-  [separateBase.dataDir],
-  RANGE,
-  { roots: [separateBase.workspacesRoot] },
-  separateBase.codeRoot,
-);
-t.teardown(() => helper.remove());
-const common = { workspaces: true, baseParent: top, codeInBase: true };
-const supervisors: Array<[string, ServedSupervisor]> = [
-  ['separate_uid, root supervisor', await startSupervisor({ name: 'hp-separate', helper, ...common })],
-  ['shared_uid, root supervisor', await startSupervisor({ name: 'hp-shared', ...common })],
+interface Layout {
+  name: string;
+  /** The supervisor's own directories (data, workspaces root, turns' workspace root) under `top`. */
+  stateUnderRoot: boolean;
+  separate: boolean;
+}
+
+const layouts: Layout[] = [
+  { name: 'hp-sep-all', stateUnderRoot: true, separate: true },
+  { name: 'hp-shr-all', stateUnderRoot: true, separate: false },
+  { name: 'hp-sep-code', stateUnderRoot: false, separate: true },
+  { name: 'hp-shr-code', stateUnderRoot: false, separate: false },
 ];
+
+/** Where a layout's checkout is bound: its base's `code`, or a directory of its own under `top`. */
+function codeRootOf(layout: Layout): string {
+  const base = supervisorBase(layout.name, layout.stateUnderRoot ? top : undefined);
+  return layout.stateUnderRoot ? base.codeRoot : path.join(top, `code-${layout.name}`);
+}
+
+function describe(layout: Layout): string {
+  const identity = layout.separate ? 'separate_uid' : 'shared_uid';
+  const where = layout.stateUnderRoot ? 'code, data and workspaces under /root' : 'only the code under /root';
+  return `${identity}, root supervisor, ${where}`;
+}
+
+let nextRange = RANGE.first;
+const supervisors: Array<[Layout, ServedSupervisor]> = [];
 t.teardown(() => stopSupervisors(supervisors.map(([, supervisor]) => supervisor)));
+for (const layout of layouts) {
+  const baseParent = layout.stateUnderRoot ? top : undefined;
+  const base = supervisorBase(layout.name, baseParent);
+  const codeRoot = codeRootOf(layout);
+  let helper: HelperSetup | undefined;
+  if (layout.separate) {
+    const range = { first: nextRange, count: RANGE.count };
+    nextRange += RANGE.count;
+    const setUp = setUpHelper([base.dataDir], range, { roots: [base.workspacesRoot] }, codeRoot);
+    t.teardown(() => setUp.remove());
+    helper = setUp;
+  }
+  const options = {
+    name: layout.name,
+    workspaces: true,
+    codeRoot,
+    ...(baseParent === undefined ? {} : { baseParent }),
+    ...(helper === undefined ? {} : { helper }),
+  };
+  supervisors.push([layout, await startSupervisor(options)]);
+}
 
 /** Entries of a directory, one per line, as `ls -A` prints them; `-` when it cannot be listed. */
 const listing = (dir: string): string => `ls -A ${dir} 2>/dev/null | tr '\\n' ' ' || echo -`;
 
-for (const [name, supervisor] of supervisors) {
-  t.test(name, async (t) => {
+for (const [layout, supervisor] of supervisors) {
+  t.test(describe(layout), async (t) => {
     const base = path.dirname(supervisor.dataDir);
     const workspacesRoot = path.join(base, 'workspaces');
     t.match(supervisor.codeRoot, /^\/root\//, "the worker's program lies under /root");
@@ -94,6 +132,7 @@ for (const [name, supervisor] of supervisors) {
         `test -e /root/.gitconfig && echo gitconfig-seen`,
         `test -e /root/.ssh && echo ssh-seen`,
         `test -e ${supervisor.dataDir} && echo data-seen`,
+        `cat ${supervisor.dataDir}/api-token 2>/dev/null && echo token-read`,
         `echo x > /root/planted 2>/dev/null && echo root-written`,
         `mkdir ${top}/planted 2>/dev/null && echo top-written`,
         'true',
@@ -102,11 +141,17 @@ for (const [name, supervisor] of supervisors) {
     t.equal(look.code, 0, look.stderr);
     const lines = look.stdout.split('\n');
     t.equal(lines[0], `root: ${path.basename(top)} `, 'only the chain to the kept paths shows in /root');
-    t.equal(lines[1], `top: ${path.basename(base)} `, 'the sibling file stays hidden');
-    t.equal(lines[2], 'base: code workspaces ', 'the data directory and everything else of the base stay hidden');
+    if (layout.stateUnderRoot) {
+      t.equal(lines[1], `top: ${path.basename(base)} `, 'the sibling file stays hidden');
+      t.equal(lines[2], 'base: code workspaces ', 'the data directory and everything else of the base stay hidden');
+    } else {
+      t.equal(lines[1], `top: code-${layout.name} `, "the sibling file and other supervisors' code stay hidden");
+    }
     t.equal(lines[3], 'workspaces: project ', 'no other workspace shows');
-    for (const leak of ['sibling-read', 'gitconfig-seen', 'ssh-seen', 'data-seen', 'root-written', 'top-written'])
-      t.notOk(lines.includes(leak), leak);
+    const leaks = ['sibling-read', 'gitconfig-seen', 'ssh-seen', 'token-read', 'root-written', 'top-written'];
+    // Outside /root the data directory is masked (an empty directory), under it absent.
+    if (layout.stateUnderRoot) leaks.push('data-seen');
+    for (const leak of leaks) t.notOk(lines.includes(leak), leak);
     t.notOk(fs.existsSync('/root/planted'));
   });
 }

@@ -54,8 +54,8 @@ export interface SupervisorOptions {
   turns?: Record<string, unknown>;
   /** Where the supervisor's directories go (supervisorBase); /var/lib when absent. */
   baseParent?: string;
-  /** A root supervisor's checkout bound at `<base>/code` in a mount namespace of its own. */
-  codeInBase?: boolean;
+  /** A root supervisor's checkout bound at this path in a mount namespace of its own (made here). */
+  codeRoot?: string;
 }
 
 export interface CliResult {
@@ -268,9 +268,9 @@ export async function startSupervisor(options: SupervisorOptions): Promise<Serve
 
   const cgroupDirs = uid === 0 ? [] : delegateV1Cgroups(`turnhost-esc-${options.name}-${process.pid}`, uid);
   // The checkout bound at a path every uid can traverse, in the supervisor's own mount namespace.
-  const bound = uid !== 0 || options.codeInBase === true;
-  const codeRoot = bound ? path.join(base, 'code') : REPO_ROOT;
-  if (bound) fs.mkdirSync(codeRoot);
+  const bound = uid !== 0 || options.codeRoot !== undefined;
+  const codeRoot = options.codeRoot ?? (uid === 0 ? REPO_ROOT : path.join(base, 'code'));
+  if (bound) fs.mkdirSync(codeRoot, { recursive: true });
   const enter = cgroupDirs.map((dir) => `echo $$ > ${dir}/cgroup.procs; `).join('');
   const serve = `${process.execPath} ${path.join(codeRoot, CLI)} serve --config ${configPath} --socket ${socket}`;
   const drop = uid === 0 ? '' : `setpriv --reuid=${uid} --regid=${uid} --clear-groups `;
