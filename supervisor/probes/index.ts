@@ -20,7 +20,8 @@ import { probeLimits } from './limits.js';
 import { rootServerWarning, supervisorIsRoot } from './root.js';
 import { probeMaskedView, type HelperViewProbe, type ViewFacts } from './view.js';
 import { supervisorStateInWorkspace } from './state.js';
-import { probeWorkspaceTurns } from './workspaces.js';
+import { probeWorkspaceTurns, type WorkspaceViewRunner } from './workspaces.js';
+import { keptViewPaths } from './kept-paths.js';
 import { hiddenHostPaths, supervisorStatePaths } from '../view/descriptor.js';
 import type {
   BoundaryFacilities,
@@ -99,6 +100,7 @@ async function probeViews(
   const shared = identity.identity === 'shared_uid';
   const run = shared ? ctx.sharedView : ctx.helperView;
   let viewFacts: ViewFacts | null = null;
+  const kept = keptViewPaths(ctx.config);
   for (const mode of modes) {
     if (run === undefined) {
       requirements[mode] = `the ${PROFILE_OF[mode]} worker view is unverified: no view probe can run here`;
@@ -108,6 +110,8 @@ async function probeViews(
       ...(shared || identity.workerUid === undefined ? {} : { workerUid: identity.workerUid }),
       hide: hiddenHostPaths(ctx.config),
       ownState: supervisorStatePaths(ctx.config),
+      // An unreadable helper config is the helper's own probe's refusal (it reads the same file).
+      kept: 'paths' in kept ? kept.paths : [],
     });
     if (probed.requirement !== undefined) requirements[mode] = probed.requirement;
     viewFacts ??= probed.facts;
@@ -263,11 +267,20 @@ function logBootProbe(logger: Logger, status: WorkerHostStatus): void {
     logger.warn(`workspace turns unavailable: ${status.workspaceTurns.requirement}`, { probe: 'worker_host' });
 }
 
+/** The program that builds the turns' views, for the workspace turns' probe. */
+function workspaceViewRunner(ctx: ProbeContext, identity: IdentityProbe): WorkspaceViewRunner | undefined {
+  const run = identity.identity === 'shared_uid' ? ctx.sharedView : ctx.helperView;
+  if (run === undefined) return undefined;
+  return identity.identity === 'shared_uid' || identity.workerUid === undefined
+    ? { run }
+    : { run, workerUid: identity.workerUid };
+}
+
 export async function runWorkerHostProbes(ctx: ProbeContext, trigger: ProbeTrigger): Promise<WorkerHostStatus> {
   const { config } = ctx;
   const facts = await probeBoundary(ctx, config.modes.restricted.enabled ? ['ordinary', 'restricted'] : ['ordinary']);
   const ordinary = modeAvailability(facts, config, 'ordinary', trigger);
-  const workspaceTurns = probeWorkspaceTurns(config, ordinary, trigger);
+  const workspaceTurns = await probeWorkspaceTurns(config, ordinary, trigger, workspaceViewRunner(ctx, facts.identity));
   const status: WorkerHostStatus = {
     ordinary,
     ...(config.modes.restricted.enabled ? { restricted: modeAvailability(facts, config, 'restricted', trigger) } : {}),

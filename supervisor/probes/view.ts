@@ -130,7 +130,12 @@ function sysExpectations(profile: HelperProfile): Expectation[] {
   return list;
 }
 
-function expectations(tree: SentinelTree, profile: HelperProfile, ownState: readonly string[]): Expectation[] {
+function expectations(
+  tree: SentinelTree,
+  profile: HelperProfile,
+  ownState: readonly string[],
+  kept: readonly string[],
+): Expectation[] {
   const ws = (name: string) => path.join(tree.workspace, name);
   const list: Expectation[] = [
     {
@@ -167,6 +172,12 @@ function expectations(tree: SentinelTree, profile: HelperProfile, ownState: read
       what: "the supervisor's own state must never be visible",
       holds: absentOrEmpty,
     })),
+    // A hidden path above the worker's program must not hide it (a nested mask keeps it).
+    ...kept.map((file) => ({
+      path: file,
+      what: "the worker's program (view_path) must stay visible",
+      holds: (e: HelperViewEntry) => e.exists && e.read && e.empty !== true,
+    })),
   ];
   if (profile === 'governed') {
     list.push({ path: tree.workspace, what: 'the workspace must be writable', holds: (e) => e.write });
@@ -182,12 +193,13 @@ function expectations(tree: SentinelTree, profile: HelperProfile, ownState: read
  * Builds the view of the sentinel tree through `run`, with the turns' hidden paths added, and
  * checks every promise. `workerUid` is the separate uid to use (absent: shared mode, the
  * launcher uses the supervisor's own); `ownState` are the supervisor's data directory, token and
- * helper config as hidden from real turns.
+ * helper config as hidden from real turns; `kept` the paths the turns' views keep for the
+ * worker's program, each of which must stay readable.
  */
 export async function probeMaskedView(
   run: HelperViewProbe,
   profile: HelperProfile,
-  options: { workerUid?: number; hide: readonly string[]; ownState: readonly string[] },
+  options: { workerUid?: number; hide: readonly string[]; ownState: readonly string[]; kept?: readonly string[] },
 ): Promise<ViewProbeResult> {
   let tree: SentinelTree;
   try {
@@ -200,7 +212,7 @@ export async function probeMaskedView(
   }
   try {
     const ownState = options.ownState.filter((file) => fs.existsSync(file));
-    const checks = expectations(tree, profile, ownState);
+    const checks = expectations(tree, profile, ownState, options.kept ?? []);
     const facts: Expectation[] = [
       ...(tree.rootOnly === null ? [] : [{ path: tree.rootOnly, what: 'fact', holds: () => true }]),
       { path: '/etc/hostname', what: 'fact', holds: () => true },

@@ -1,31 +1,19 @@
 /**
- * What a workspace turn needs beyond the ordinary mode: a usable workspaces root and, with an
- * identity helper, that helper's consent to lease workspaces there (a `workspace_root` line of
- * its config naming the same directory). Without this an operator sees `ordinary` available
- * while every workspace is refused at creation or every workspace turn at launch.
+ * What a workspace turn needs beyond the ordinary mode: a usable workspaces root, with an
+ * identity helper that helper's consent to lease workspaces there (a `workspace_root` line of
+ * its config naming the same directory), and a workspace turn's view built for real (a hidden
+ * path above the workspace or the worker's program must not break it). Without this an
+ * operator sees `ordinary` available while every workspace is refused at creation or every
+ * workspace turn at launch.
  */
 import fs from 'node:fs';
+import path from 'node:path';
 import type { TurnhostConfig } from '../config/types.js';
+import type { HelperViewEntry } from '../identity/helper-view.js';
+import { hiddenHostPaths } from '../view/descriptor.js';
+import { helperConfigPath, helperConfigValues, keptViewPaths } from './kept-paths.js';
 import type { ModeAvailability, ProbeTrigger } from './types.js';
-
-/** The packaged helper's compiled-in config (identity-helper/Makefile, HELPER_CONFIG_PATH). */
-const PACKAGED_HELPER_CONFIG = '/etc/turnhost/identity-helper.conf';
-
-/** The directories a helper config lets the helper lease workspaces in (its `workspace_root` lines). */
-function helperWorkspaceRoots(configPath: string): { roots: string[] } | { unreadable: string } {
-  let text: string;
-  try {
-    text = fs.readFileSync(configPath, 'utf8');
-  } catch (error) {
-    return { unreadable: (error as Error).message };
-  }
-  const roots: string[] = [];
-  for (const line of text.split('\n')) {
-    const match = /^\s*workspace_root\s+(\S+)\s*$/.exec(line);
-    if (match?.[1] !== undefined) roots.push(match[1]);
-  }
-  return { roots };
-}
+import type { HelperViewProbe } from './view.js';
 
 /** Why the workspaces root cannot hold workspaces, or its real path when it can. */
 function rootRequirement(root: string): { requirement: string } | { realPath: string } {
@@ -55,26 +43,93 @@ function firstMissing(config: TurnhostConfig, root: string, ordinary: ModeAvaila
   const usable = rootRequirement(root);
   if ('requirement' in usable) return usable.requirement;
   if (config.identityHelper.path === null) return undefined;
-  const helperConfig = config.identityHelper.configPath ?? PACKAGED_HELPER_CONFIG;
-  const leasable = helperWorkspaceRoots(helperConfig);
+  const helperConfig = helperConfigPath(config);
+  const leasable = helperConfigValues(helperConfig, 'workspace_root');
   if ('unreadable' in leasable)
     return `the identity helper config ${helperConfig} cannot be read to find a workspace_root line for ${usable.realPath}: ${leasable.unreadable}`;
-  if (!leasable.roots.includes(usable.realPath)) {
-    const named = leasable.roots.length === 0 ? 'none' : leasable.roots.join(', ');
+  if (!leasable.values.includes(usable.realPath)) {
+    const named = leasable.values.length === 0 ? 'none' : leasable.values.join(', ');
     return `the identity helper config ${helperConfig} has no workspace_root line for ${usable.realPath} (workspaces.root; it names ${named}): the helper would refuse every workspace lease`;
   }
   return undefined;
 }
 
+/** How the probes build a workspace turn's view: the program that builds the turns' views. */
+export interface WorkspaceViewRunner {
+  run: HelperViewProbe;
+  /** The separate uid to build it for (absent: shared mode, the supervisor's own). */
+  workerUid?: number;
+}
+
+/**
+ * A workspace turn's view, built as a turn's is: the workspace a directory inside the
+ * workspaces root (hidden above it, as the data directory or `/root` may be), every hidden path
+ * of the turns, the governed profile. The workspace must be writable, the worker's program
+ * readable and a sibling entry of the workspace hidden; a view that cannot be built names the
+ * helper's reason (e.g. a mount it refused).
+ */
+async function workspaceViewRequirement(
+  config: TurnhostConfig,
+  realRoot: string,
+  runner: WorkspaceViewRunner | undefined,
+): Promise<string | undefined> {
+  if (runner === undefined) return "a workspace turn's view is unverified: no view probe can run here";
+  const kept = keptViewPaths(config);
+  if ('requirement' in kept) return kept.requirement;
+  let base: string;
+  try {
+    base = fs.mkdtempSync(path.join(realRoot, '.turnhost-view-probe-'));
+  } catch (error) {
+    return `a workspace turn's view could not be verified: ${(error as Error).message}`;
+  }
+  try {
+    const workspace = path.join(base, 'workspace');
+    fs.mkdirSync(workspace);
+    fs.chmodSync(base, 0o711);
+    fs.chmodSync(workspace, 0o777); // a refused write can only come from the view
+    const sibling = path.join(base, 'host-only');
+    fs.writeFileSync(sibling, 'sentinel\n', { mode: 0o644 });
+    const checks: Array<{ path: string; what: string; holds: (entry: HelperViewEntry) => boolean }> = [
+      { path: workspace, what: 'the workspace must be writable', holds: (e) => e.write },
+      { path: sibling, what: 'a sibling of the workspace must stay hidden', holds: (e) => !e.exists },
+      ...kept.paths.map((file) => ({
+        path: file,
+        what: "the worker's program (view_path) must stay visible",
+        holds: (e: HelperViewEntry) => e.exists && e.read && e.empty !== true,
+      })),
+    ];
+    const answer = await runner.run({
+      ...(runner.workerUid === undefined ? {} : { uid: runner.workerUid }),
+      profile: 'governed',
+      workspace,
+      protect: [],
+      hide: hiddenHostPaths(config),
+      paths: checks.map((check) => check.path),
+    });
+    if (!answer.ok) return `a workspace turn's view cannot be built: ${answer.detail}`;
+    const broken = checks.find((check, index) => {
+      const entry = answer.entries[index];
+      return entry === undefined || entry.path !== check.path || !check.holds(entry);
+    });
+    return broken === undefined ? undefined : `a workspace turn's view does not hold: ${broken.what} (${broken.path})`;
+  } catch (error) {
+    return `a workspace turn's view could not be verified: ${(error as Error).message}`;
+  } finally {
+    fs.rmSync(base, { recursive: true, force: true });
+  }
+}
+
 /** Absent when workspaces are not configured (workspaces.root null): there is nothing to run. */
-export function probeWorkspaceTurns(
+export async function probeWorkspaceTurns(
   config: TurnhostConfig,
   ordinary: ModeAvailability,
   trigger: ProbeTrigger,
-): ModeAvailability | undefined {
+  runner: WorkspaceViewRunner | undefined,
+): Promise<ModeAvailability | undefined> {
   const root = config.workspaces.root;
   if (root === null) return undefined;
-  const requirement = firstMissing(config, root, ordinary);
+  const requirement =
+    firstMissing(config, root, ordinary) ?? (await workspaceViewRequirement(config, fs.realpathSync(root), runner));
   const checkedAt = new Date().toISOString();
   return requirement === undefined
     ? { available: true, checkedAt, trigger }

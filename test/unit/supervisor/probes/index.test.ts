@@ -2,10 +2,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
 import { createMemoryLogger } from '../../../../core/log.js';
-import { ok } from '../../../../core/result.js';
+import { fail, ok } from '../../../../core/result.js';
 import { probeMode, runWorkerHostProbes, type ProbeContext } from '../../../../supervisor/probes/index.js';
 import type { TurnhostConfig } from '../../../../supervisor/config/types.js';
 import { fakeViewHelper } from '../../../support/fake-view-helper.js';
+import type { HelperViewProbe } from '../../../../supervisor/probes/view.js';
+import { packageRoot } from '../../../../supervisor/software.js';
 import { hybridTree, probeConfig, v2DelegatedTree, type ProbeTree } from '../../../support/probe-tree.js';
 
 const ROOT_IDS = { uid: 0, euid: 0 };
@@ -328,4 +330,88 @@ t.test('workspace turns: absent unconfigured, then each missing requirement name
   );
   t.equal(noOrdinary.ordinary?.available, false);
   t.match(noOrdinary.workspaceTurns?.requirement, /^workspace turns run in mode ordinary, which is unavailable: /);
+});
+
+t.test("workspace turns: a workspace turn's view is built for real, and its failures named", async (t) => {
+  const probeTree = tree(t);
+  const base = fs.mkdtempSync('/run/turnhost-probe-workspaces-');
+  t.teardown(() => fs.rmSync(base, { recursive: true, force: true }));
+  const root = path.join(base, 'workspaces');
+  fs.mkdirSync(root, { mode: 0o711 });
+  const workspaces = { workspaces: { ...probeConfig(probeTree).workspaces, root } };
+
+  const holding = fakeViewHelper();
+  const held = await runWorkerHostProbes(context(probeTree, workspaces, { sharedView: holding.run }).ctx, 'check');
+  t.match(held.workspaceTurns, { available: true });
+  const request = holding.requests.find((r) => r.workspace?.startsWith(`${root}/`) === true);
+  t.ok(request, 'a view was built for a workspace inside the workspaces root');
+  t.equal(request?.profile, 'governed');
+  t.ok(request?.hide?.includes(root), 'with the workspaces root hidden above it, as a turn has it');
+  t.ok(request?.paths.includes(packageRoot()), "the worker's program is checked");
+  t.same(fs.readdirSync(root), [], 'the probe workspace is removed');
+
+  // A view the helper cannot build (what a hidden parent did before nested masks).
+  const refusing: HelperViewProbe = async (r) =>
+    r.workspace?.startsWith(`${root}/`) === true
+      ? fail('namespace_failed', 'view: mounting a tmpfs over /root to hide it: ENOSPC (a mount limit)')
+      : holding.run(r);
+  const refused = await runWorkerHostProbes(context(probeTree, workspaces, { sharedView: refusing }).ctx, 'check');
+  t.equal(refused.ordinary?.available, true, 'ordinary turns outside workspaces still run');
+  t.match(refused.workspaceTurns, {
+    available: false,
+    requirement:
+      "a workspace turn's view cannot be built: view: mounting a tmpfs over /root to hide it: ENOSPC (a mount limit)",
+  });
+
+  const siblingShown = fakeViewHelper((entry) =>
+    entry.path.startsWith(`${root}/`) && entry.path.endsWith('/host-only') ? { ...entry, exists: true } : entry,
+  );
+  const shown = await runWorkerHostProbes(
+    context(probeTree, workspaces, { sharedView: siblingShown.run }).ctx,
+    'check',
+  );
+  t.match(
+    shown.workspaceTurns?.requirement,
+    /^a workspace turn's view does not hold: a sibling of the workspace must stay hidden/,
+  );
+
+  const unwritable = fakeViewHelper((entry) =>
+    entry.path.startsWith(`${root}/`) && entry.path.endsWith('/workspace') ? { ...entry, write: false } : entry,
+  );
+  const readOnly = await runWorkerHostProbes(
+    context(probeTree, workspaces, { sharedView: unwritable.run }).ctx,
+    'check',
+  );
+  t.match(
+    readOnly.workspaceTurns?.requirement,
+    /^a workspace turn's view does not hold: the workspace must be writable/,
+  );
+
+  const noViews = await runWorkerHostProbes(context(probeTree, workspaces, { sharedView: undefined }).ctx, 'check');
+  t.equal(noViews.workspaceTurns?.available, false);
+});
+
+t.test("every mode's view must keep the worker's program visible", async (t) => {
+  const probeTree = tree(t);
+  const hiding = fakeViewHelper((entry) => (entry.path === packageRoot() ? { ...entry, empty: true } : entry));
+  const status = await runWorkerHostProbes(context(probeTree, {}, { sharedView: hiding.run }).ctx, 'check');
+  t.match(status.ordinary, {
+    available: false,
+    requirement: `the governed worker view does not hold: the worker's program (view_path) must stay visible (${packageRoot()})`,
+  });
+
+  // separate_uid: the helper config's view_path lines are what its views keep.
+  const helper = qualifiedHelper(t);
+  const helperConfig = path.join(path.dirname(helper), 'host-only');
+  fs.writeFileSync(helperConfig, 'uid_range 200000 100\nview_path /opt/turnhost-code\n');
+  const absent = fakeViewHelper((entry) => (entry.path === '/opt/turnhost-code' ? { ...entry, exists: false } : entry));
+  const separate = await runWorkerHostProbes(
+    context(
+      probeTree,
+      { identityHelper: { path: helper, configPath: helperConfig } },
+      { helperProbe: async () => ok(receipt), helperView: absent.run },
+    ).ctx,
+    'check',
+  );
+  t.match(separate.ordinary?.requirement, /view_path\) must stay visible \(\/opt\/turnhost-code\)/);
 });

@@ -1,0 +1,46 @@
+/**
+ * What the probes read of the identity helper's own config, and the paths every worker view
+ * must keep visible: the worker's program and its modules. A configured helper keeps its
+ * config's `view_path` lines; the shared_uid launcher keeps the package root (the daemon writes
+ * its config so). A view that hides one of them runs no turn ("Cannot find module"), so the view
+ * probes check each stays readable.
+ */
+import fs from 'node:fs';
+import type { TurnhostConfig } from '../config/types.js';
+import { packageRoot } from '../software.js';
+
+/** The packaged helper's compiled-in config (identity-helper/Makefile, HELPER_CONFIG_PATH). */
+const PACKAGED_HELPER_CONFIG = '/etc/turnhost/identity-helper.conf';
+
+/** The helper config the configured helper reads. */
+export function helperConfigPath(config: TurnhostConfig): string {
+  return config.identityHelper.configPath ?? PACKAGED_HELPER_CONFIG;
+}
+
+/** The values of every `key value` line of a helper config (grammar: docs/identity-helper-protocol.md). */
+export function helperConfigValues(configPath: string, key: string): { values: string[] } | { unreadable: string } {
+  let text: string;
+  try {
+    text = fs.readFileSync(configPath, 'utf8');
+  } catch (error) {
+    return { unreadable: (error as Error).message };
+  }
+  const values: string[] = [];
+  for (const line of text.split('\n')) {
+    const fields = line.trim().split(/\s+/);
+    if (fields.length === 2 && fields[0] === key && fields[1] !== undefined) values.push(fields[1]);
+  }
+  return { values };
+}
+
+/** The paths a turn's view keeps for the worker's program, or why they cannot be known. */
+export function keptViewPaths(config: TurnhostConfig): { paths: string[] } | { requirement: string } {
+  if (config.identityHelper.path === null) return { paths: [packageRoot()] };
+  const configPath = helperConfigPath(config);
+  const kept = helperConfigValues(configPath, 'view_path');
+  if ('unreadable' in kept)
+    return {
+      requirement: `the identity helper config ${configPath} cannot be read to find the paths its views keep (view_path): ${kept.unreadable}`,
+    };
+  return { paths: kept.values };
+}
