@@ -75,7 +75,7 @@ export function supervisorStatePaths(config: TurnhostConfig): string[] {
  */
 export function hiddenHostPaths(config: TurnhostConfig): string[] {
   // The workspaces root: a turn on a workspace sees its own workspace inside it and nothing else
-  // (the helper empties a hidden path above the workspace instead of masking it), any other turn
+  // (the helper gives a hidden path above the workspace a nested mask instead), any other turn
   // sees none of it. In shared_uid mode this is all that keeps workspaces apart.
   const workspacesRoot = config.workspaces.root === null ? [] : [config.workspaces.root];
   const hidden = [...supervisorStatePaths(config), ...workspacesRoot, ...HOST_SECRETS, ...hostSshKeys()]
