@@ -9,6 +9,7 @@
  * cannot reach a directory under `/root` at all. Decisions: docs/filesystem-view.md
  * ("Nested masks").
  */
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
@@ -21,6 +22,7 @@ import {
   type ServedSupervisor,
 } from '../support/served-supervisor.js';
 import { stopTapInjectingIntoChildren } from '../support/no-tap-inject.js';
+import { HELPER_PATH, REPO_ROOT } from '../support/turn-harness.js';
 
 stopTapInjectingIntoChildren();
 
@@ -155,3 +157,64 @@ for (const [layout, supervisor] of supervisors) {
     t.notOk(fs.existsSync('/root/planted'));
   });
 }
+
+/**
+ * A non-root supervisor cannot reach a directory under /root (and its configuration refuses a
+ * workspaces root inside its data directory), so its shared_uid launcher's view is built
+ * directly, as its uid, for the same shape: a hidden directory holding the worker's program and
+ * a hidden workspaces root holding the workspace. Two nested masks, a view_path and the
+ * workspace re-exposed inside them, all in the user namespace of that uid.
+ */
+const NON_ROOT_UID = 3_200_100;
+t.test('shared_uid, non-root supervisor: nested masks in its user namespace', async (t) => {
+  const base = fs.mkdtempSync('/var/lib/turnhost-esc-hp-user-');
+  t.teardown(() => fs.rmSync(base, { recursive: true, force: true }));
+  const hidden = path.join(base, 'hidden');
+  const code = path.join(hidden, 'code');
+  const workspacesRoot = path.join(hidden, 'workspaces');
+  const workspace = path.join(workspacesRoot, 'project');
+  for (const dir of [code, workspace, path.join(workspacesRoot, 'other')]) fs.mkdirSync(dir, { recursive: true });
+  fs.writeFileSync(path.join(code, 'main.js'), '// the worker\n');
+  fs.writeFileSync(path.join(hidden, 'secret'), 'secret\n');
+  fs.writeFileSync(path.join(workspacesRoot, 'other', 'file'), 'other\n');
+  const configPath = path.join(base, 'launcher.conf');
+  fs.writeFileSync(configPath, `worker_exec /bin/true\nview_path ${code}\n`, { mode: 0o600 });
+  for (const entry of [base, hidden, code, workspacesRoot, workspace, configPath, path.join(code, 'main.js')])
+    fs.chownSync(entry, NON_ROOT_UID, NON_ROOT_UID);
+
+  const paths = [
+    workspace,
+    path.join(code, 'main.js'),
+    path.join(hidden, 'secret'),
+    path.join(workspacesRoot, 'other'),
+    hidden,
+    workspacesRoot,
+  ];
+  const request = { profile: 'governed', workspace, hide: [hidden, workspacesRoot], paths };
+  const run = spawnSync(
+    'setpriv',
+    [
+      `--reuid=${NON_ROOT_UID}`,
+      `--regid=${NON_ROOT_UID}`,
+      '--clear-groups',
+      process.execPath,
+      '--import',
+      'tsx',
+      path.join(REPO_ROOT, 'test/escape/fixtures/shared-view.ts'),
+      HELPER_PATH,
+      configPath,
+      JSON.stringify(request),
+    ],
+    { cwd: REPO_ROOT, encoding: 'utf8', env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', HOME: base } },
+  );
+  t.equal(run.status, 0, run.stderr);
+  const answer = JSON.parse(run.stdout);
+  t.equal(answer.ok, true, JSON.stringify(answer));
+  const [ownWorkspace, program, secret, other, hiddenDir, rootDir] = answer.entries ?? [];
+  t.match(ownWorkspace, { exists: true, write: true }, 'the workspace is writable');
+  t.match(program, { exists: true, read: true, empty: false }, "the worker's program is visible");
+  t.match(secret, { exists: false }, 'a sibling file in the hidden directory stays hidden');
+  t.match(other, { exists: false }, 'another workspace stays hidden');
+  t.match(hiddenDir, { exists: true, write: false }, 'the hidden directory is a read-only mask');
+  t.match(rootDir, { exists: true, write: false }, 'the workspaces root is a read-only mask');
+});
