@@ -190,31 +190,37 @@ t.test('shared_uid, non-root supervisor: nested masks in its user namespace', as
     hidden,
     workspacesRoot,
   ];
-  const request = { profile: 'governed', workspace, hide: [hidden, workspacesRoot], paths };
-  const run = spawnSync(
-    'setpriv',
-    [
-      `--reuid=${NON_ROOT_UID}`,
-      `--regid=${NON_ROOT_UID}`,
-      '--clear-groups',
-      process.execPath,
-      '--import',
-      'tsx',
-      path.join(REPO_ROOT, 'test/escape/fixtures/shared-view.ts'),
-      HELPER_PATH,
-      configPath,
-      JSON.stringify(request),
-    ],
-    { cwd: REPO_ROOT, encoding: 'utf8', env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', HOME: base } },
-  );
-  t.equal(run.status, 0, run.stderr);
-  const answer = JSON.parse(run.stdout);
-  t.equal(answer.ok, true, JSON.stringify(answer));
-  const [ownWorkspace, program, secret, other, hiddenDir, rootDir] = answer.entries ?? [];
-  t.match(ownWorkspace, { exists: true, write: true }, 'the workspace is writable');
-  t.match(program, { exists: true, read: true, empty: false }, "the worker's program is visible");
-  t.match(secret, { exists: false }, 'a sibling file in the hidden directory stays hidden');
-  t.match(other, { exists: false }, 'another workspace stays hidden');
-  t.match(hiddenDir, { exists: true, write: false }, 'the hidden directory is a read-only mask');
-  t.match(rootDir, { exists: true, write: false }, 'the workspaces root is a read-only mask');
+  const view = (profile: 'governed' | 'strict') => {
+    const request = { profile, workspace, hide: [hidden, workspacesRoot], paths };
+    const run = spawnSync(
+      'setpriv',
+      [
+        `--reuid=${NON_ROOT_UID}`,
+        `--regid=${NON_ROOT_UID}`,
+        '--clear-groups',
+        process.execPath,
+        '--import',
+        'tsx',
+        path.join(REPO_ROOT, 'test/escape/fixtures/shared-view.ts'),
+        HELPER_PATH,
+        configPath,
+        JSON.stringify(request),
+      ],
+      { cwd: REPO_ROOT, encoding: 'utf8', env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', HOME: base } },
+    );
+    t.equal(run.status, 0, run.stderr);
+    const answer = JSON.parse(run.stdout);
+    t.equal(answer.ok, true, JSON.stringify(answer));
+    return answer.entries ?? [];
+  };
+  for (const profile of ['governed', 'strict'] as const) {
+    const [ownWorkspace, program, secret, other, hiddenDir, rootDir] = view(profile);
+    const writable = profile === 'governed';
+    t.match(ownWorkspace, { exists: true, read: true, write: writable }, `${profile}: the workspace`);
+    t.match(program, { exists: true, read: true, empty: false }, `${profile}: the worker's program is visible`);
+    t.match(secret, { exists: false }, `${profile}: a sibling file in the hidden directory stays hidden`);
+    t.match(other, { exists: false }, `${profile}: another workspace stays hidden`);
+    t.match(hiddenDir, { exists: true, write: false }, `${profile}: the hidden directory is read-only`);
+    t.match(rootDir, { exists: true, write: false }, `${profile}: the workspaces root is read-only`);
+  }
 });
