@@ -345,7 +345,7 @@ for (const separateUid of [true, false]) {
       for (const secret of [MODEL_SECRET, GIT_TOKEN, GIT_BASIC]) {
         t.notMatch(text, secret);
         for (const name of dbFiles)
-          t.equal(fs.readFileSync(path.join(harness.config.dataDir, name)).indexOf(secret), -1, `${name}`);
+          t.equal(fs.readFileSync(path.join(harness.config.dataDir, name)).indexOf(secret), -1, name);
       }
     });
   });
