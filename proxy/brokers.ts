@@ -9,7 +9,7 @@
 import { fail, ok, type Result } from '../core/result.js';
 import { parseAuthority, type Authority } from './host.js';
 
-export type ProviderKind = 'anthropic' | 'openai';
+type ProviderKind = 'anthropic' | 'openai';
 
 /** What the relay sets after stripping what the turn sent: the provider's own credential header. */
 const PROVIDER_CREDENTIAL: Record<ProviderKind, { header: string; format: string }> = {
@@ -18,15 +18,15 @@ const PROVIDER_CREDENTIAL: Record<ProviderKind, { header: string; format: string
 };
 
 /** The routes a provider of each kind relays unless its configuration lists its own. */
-export const DEFAULT_PROVIDER_ROUTES: Record<ProviderKind, readonly string[]> = {
+const DEFAULT_PROVIDER_ROUTES: Record<ProviderKind, readonly string[]> = {
   anthropic: ['/v1/messages', '/v1/messages/count_tokens'],
   openai: ['/v1/chat/completions', '/v1/responses'],
 };
 
-export const BROKER_METHODS: readonly string[] = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'];
+const BROKER_METHODS: readonly string[] = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'];
 
 /** An inference provider as the proxy takes it: the secret already read by the supervisor. */
-export interface InferenceProviderSpec {
+interface InferenceProviderSpec {
   name: string;
   kind: ProviderKind;
   baseUrl: string;
@@ -36,7 +36,7 @@ export interface InferenceProviderSpec {
   routes?: readonly string[];
 }
 
-export interface BrokeredCredentialSpec {
+interface BrokeredCredentialSpec {
   name: string;
   baseUrl: string;
   secret: string;

@@ -164,8 +164,8 @@ const ProtectedPathRule = Type.Object(
 );
 type ProtectedPathRule = Static<typeof ProtectedPathRule>;
 
-export const INFERENCE_PROVIDER_KINDS = ['anthropic', 'openai'] as const;
-export const BROKER_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
+const INFERENCE_PROVIDER_KINDS = ['anthropic', 'openai'] as const;
+const BROKER_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
 /** A broker name: it becomes a URL path segment and, upper-cased, part of an environment variable name. */
 const BROKER_NAME_PATTERN = '^[a-z][a-z0-9_]{0,31}$';
 /** An https URL (http only for loopback, which tests use), without userinfo, query or fragment. */
