@@ -35,8 +35,13 @@ export interface BrokerRelayContext {
   budgetLeft(): number;
   deny(reason: DenialReason, detail: string, host: string, port: number | null): void;
   record(record: ConnectionRecord): void;
-  /** Every upstream socket of a brokered request, so the turn's end cuts it. */
-  track(socket: net.Socket): void;
+  /** A request in flight, which the turn's end aborts (recorded at once); false once the proxy is closed. */
+  started(request: BrokeredRequestHandle): boolean;
+  ended(request: BrokeredRequestHandle): void;
+}
+
+export interface BrokeredRequestHandle {
+  abort(outcome: ConnectionOutcome): void;
 }
 
 /** The status and JSON type of each refusal the turn can read. */
@@ -127,7 +132,7 @@ export async function relayBrokered(
 }
 
 /** One brokered request and its accounting: recorded exactly once, with the upstream's status. */
-class BrokeredExchange {
+class BrokeredExchange implements BrokeredRequestHandle {
   private readonly started = performance.now();
   private readonly broker: Broker;
   private upstream: net.Socket | null = null;
@@ -169,8 +174,8 @@ class BrokeredExchange {
     }
     const raw = dialled.socket;
     raw.once('close', dialled.release);
-    context.track(raw);
     this.upstream = raw;
+    if (!context.started(this)) return this.abort('turn_ended', 'the turn ended');
     const socket = secured(raw, broker);
     socket.setTimeout(context.idleTimeoutMs, () => this.abort('idle_timeout', 'the upstream was silent too long'));
     const upstream = http.request({
@@ -243,9 +248,9 @@ class BrokeredExchange {
   }
 
   /** Ends the exchange: answers the turn when nothing was answered yet, else cuts its connection. */
-  private abort(
+  abort(
     outcome: ConnectionOutcome,
-    detail: string | null,
+    detail: string | null = null,
     error?: { status: number; type: string; message: string },
   ): void {
     if (this.recorded) return;
@@ -260,6 +265,7 @@ class BrokeredExchange {
   private finish(outcome: ConnectionOutcome): void {
     if (this.recorded) return;
     this.recorded = true;
+    this.context.ended(this);
     this.outcome = outcome;
     const target = this.target();
     this.context.record({

@@ -45,7 +45,7 @@ import {
 } from './http-messages.js';
 import { UpstreamPool } from './upstream-pool.js';
 import { isBrokerTarget, type Brokers } from './brokers.js';
-import { relayBrokered, type BrokerRelayContext } from './broker-relay.js';
+import { relayBrokered, type BrokeredRequestHandle, type BrokerRelayContext } from './broker-relay.js';
 import { ForwardRequest, RETRYABLE_METHODS, type ForwardContext } from './forward.js';
 import type { OwnListeners } from './self-connection.js';
 
@@ -205,8 +205,8 @@ class TurnProxyServer implements TurnProxy {
   private readonly forwardContext: ForwardContext;
   private readonly tally = new EgressTally();
   private readonly brokerContext: BrokerRelayContext;
-  /** Upstream sockets of brokered requests: the turn's end cuts them. */
-  private readonly brokerSockets = new Set<net.Socket>();
+  /** Brokered requests in flight: the turn's end cuts them, each recorded before the events close. */
+  private readonly brokered = new Set<BrokeredRequestHandle>();
 
   constructor(private options: TurnProxyOptions) {
     this.socketPath = options.socketPath;
@@ -244,10 +244,12 @@ class TurnProxyServer implements TurnProxy {
       budgetLeft: () => this.budget.remaining(),
       deny: (reason, detail, host, port) => this.deny({ reason, detail, host, port }),
       record: (record) => this.recordBrokered(record),
-      track: (socket) => {
-        this.brokerSockets.add(socket);
-        socket.once('close', () => this.brokerSockets.delete(socket));
+      started: (request) => {
+        if (this.closed) return false;
+        this.brokered.add(request);
+        return true;
       },
+      ended: (request) => this.brokered.delete(request),
     };
     // Node's own Host check answers a bare 400 that records nothing; hostHeaderAgrees refuses
     // the same requests as a policy decision, with its reason and its event.
@@ -359,7 +361,7 @@ class TurnProxyServer implements TurnProxy {
     const recorded = [...this.exchanges].map((exchange) => exchange.done);
     for (const exchange of this.exchanges) exchange.abort('turn_ended');
     this.pool.closeAll();
-    for (const socket of this.brokerSockets) socket.destroy();
+    for (const request of [...this.brokered]) request.abort('turn_ended');
     for (const socket of this.accepted) socket.destroy();
     this.http.close();
     await Promise.all(

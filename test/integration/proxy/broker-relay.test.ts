@@ -335,3 +335,40 @@ t.test('no secret in any event, log line or database byte', async (t) => {
     }
   }
 });
+
+t.test("the turn's end cuts a stream in flight, and its event is recorded before the events close", async (t) => {
+  const compiled = compileBrokers(specs());
+  if (!compiled.ok) throw new Error(compiled.detail);
+  const h2 = await startHarness({
+    egress: { allowlist: [], allowAddressRanges: ['127.0.0.0/8'] },
+    resolver: mapResolver({ [MODEL_HOST]: ['127.0.0.1'] }),
+    brokers: compiled.brokers,
+    relay: 'node',
+  });
+  t.teardown(() => h2.close());
+  const cut = await new Promise<string>((resolve) => {
+    const req = http.request(
+      {
+        socketPath: h2.socketPath,
+        method: 'POST',
+        path: '/inference/claude/v1/messages?stream=1',
+        headers: { accept: 'text/event-stream' },
+        agent: false,
+      },
+      (res) => {
+        res.once('data', () => void h2.proxy.close());
+        res.on('error', () => resolve('cut'));
+        res.on('close', () => resolve(res.complete ? 'complete' : 'cut'));
+      },
+    );
+    req.on('error', () => resolve('cut'));
+    req.end('{}');
+  });
+  nextChunk = null;
+  t.equal(cut, 'cut', 'the stream did not run to its end');
+  const connections = await h2.events('egress_connection');
+  t.match(
+    connections.map((e) => e.payload),
+    [{ broker: 'claude', outcome: 'turn_ended', status: 200 }],
+  );
+});
