@@ -279,7 +279,7 @@ for (const separateUid of [true, false]) {
         ],
         timeoutSeconds: 60,
       });
-      t.equal(run.result.exitCode, 0, run.stderr);
+      t.equal(run.result.exitCode, 0, JSON.stringify({ result: run.result, stderr: run.stderr }));
       // git shows the remote as its insteadOf rule rewrites it: the broker on the turn's listener.
       t.match(run.stdout, /remote http:\/\/127\.0\.0\.1:[0-9]+\/credentials\/git\/repo\.git\n3\n/);
       const after = execFileSync('git', ['--git-dir', bare, 'log', '-1', '--format=%s', 'main']).toString().trim();
@@ -332,6 +332,26 @@ for (const separateUid of [true, false]) {
       const denials = harness.events.query({ turn: restricted.id, limit: 100, kind: 'egress_denial' });
       t.ok(denials.ok && denials.events.some((e) => e.payload.reason === 'not_allowlisted'));
       t.ok(denials.ok && denials.events.some((e) => e.payload.reason === 'relay_route_refused'));
+    });
+
+    await t.test('a secret the supervisor cannot read refuses the turn, naming the key', async (t) => {
+      const providers = harness.config.egress.inference.providers;
+      harness.config.egress.inference.providers = [
+        { ...providers[0]!, secret: { env: 'TURNHOST_TEST_NO_SUCH_SECRET' } },
+      ];
+      t.teardown(() => (harness.config.egress.inference.providers = providers));
+      const created = await harness.turns.create({
+        sessionId: 'session-test',
+        mode: 'restricted',
+        argv: ['/bin/true'],
+        cwd: harness.workspace,
+      });
+      t.equal(created.ok, false, 'the turn is refused before its command runs');
+      if (!created.ok)
+        t.match(
+          created.detail,
+          /egress\.inference\.providers\[0\]\.secret: the supervisor's environment has no TURNHOST_TEST_NO_SUCH_SECRET/,
+        );
     });
 
     await t.test('the secrets are in no event, log line or database byte', async (t) => {
