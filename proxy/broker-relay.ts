@@ -89,16 +89,27 @@ function secureContextOf(broker: Broker): tls.SecureContext | undefined {
   return context;
 }
 
+/**
+ * The last TLS session each broker's upstream handed out: the next request resumes it instead
+ * of a full handshake (each request opens its own connection). The certificate was verified
+ * when the session was made, against the same context.
+ */
+const sessions = new WeakMap<Broker, Buffer>();
+
 /** Opens TLS over the checked socket; the upstream's certificate is verified against the system roots and the broker's CA. */
 function secured(socket: net.Socket, broker: Broker): net.Socket {
   if (!broker.tls) return socket;
   const secureContext = secureContextOf(broker);
-  return tls.connect({
+  const session = sessions.get(broker);
+  const secure = tls.connect({
     socket,
     servername: broker.serverName ?? undefined,
     ...(secureContext ? { secureContext } : {}),
+    ...(session ? { session } : {}),
     ALPNProtocols: ['http/1.1'],
   });
+  secure.on('session', (ticket: Buffer) => sessions.set(broker, ticket));
+  return secure;
 }
 
 /** Serves an origin-form request on the turn's egress listener: a broker's, or refused. */
