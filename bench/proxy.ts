@@ -40,7 +40,7 @@ import { createLogger } from '../core/log.js';
 import { openEventStore } from '../supervisor/events/store.js';
 import type { EventStore } from '../supervisor/events/types.js';
 import type { EventInput, EventSink } from '../core/events.js';
-import { buildTurnPolicy, DEFAULT_INFERENCE_HOSTS } from '../proxy/policy.js';
+import { buildTurnPolicy } from '../proxy/policy.js';
 import { startTurnProxy } from '../proxy/server.js';
 import { kernelRelay, type KernelRelay } from '../proxy/relay/kernel-relay.js';
 import { handOverEgressListener, openEgressListener } from '../worker/egress-listener.js';
@@ -289,7 +289,6 @@ async function serveProxy(socketPath: string, httpPort: number, bulkPort: number
       allowlist: [`${ORIGIN}:${httpPort}`, `${ORIGIN}:${bulkPort}`],
       denylist: [],
       allowAddressRanges: ['127.0.0.0/8'],
-      inferenceHosts: [...DEFAULT_INFERENCE_HOSTS],
       turnAdditionsAllowed: [],
       ...caps,
     },

@@ -23,7 +23,11 @@ export type DenialReason =
   | 'resolve_failed'
   | 'peer_refused'
   | 'self_connection'
-  | 'turn_ended';
+  | 'turn_ended'
+  /** A brokered request (brokers.ts) refused: its method, its route, its size. */
+  | 'relay_method_refused'
+  | 'relay_route_refused'
+  | 'relay_request_too_large';
 
 export type ConnectionOutcome =
   | 'ok'
@@ -34,7 +38,9 @@ export type ConnectionOutcome =
   | 'cap_exceeded'
   | 'turn_ended'
   /** The kernel relay thread died under the tunnel (docs/egress.md). */
-  | 'relay_failed';
+  | 'relay_failed'
+  /** The upstream of a broker answered a redirect, which is never followed (the turn got 502). */
+  | 'redirect_refused';
 
 export interface ConnectionRecord {
   host: string;
@@ -48,6 +54,10 @@ export interface ConnectionRecord {
   durationMs: number;
   outcome: ConnectionOutcome;
   scope: Scope;
+  /** The provider or brokered credential that relayed it (brokers.ts); null through the general proxy. */
+  broker?: string | null;
+  /** The upstream's HTTP status as the relay saw it; null when it saw none (the general proxy does not parse answers). */
+  status?: number | null;
 }
 
 const MAX_RECORDED_HOST = 255;
@@ -96,6 +106,8 @@ export function connectionEvent(turn: TurnIdentity, record: ConnectionRecord): E
     outcome: record.outcome,
     scope: record.scope,
     inference: record.scope === 'inference',
+    broker: record.broker ?? null,
+    status: record.status ?? null,
   });
 }
 

@@ -1,6 +1,6 @@
 /**
- * The turn's egress policy: allow and deny patterns, inference tagging and the operator's
- * address-range exceptions. Entries are `host`, `*.suffix` (proper subdomains only) and an
+ * The turn's egress policy: allow and deny patterns and the operator's address-range
+ * exceptions. Nothing here tags a connection as inference: only the relay does (brokers.ts). Entries are `host`, `*.suffix` (proper subdomains only) and an
  * optional `:port`. Without a port, an allow entry allows 80 and 443 only, while a deny entry
  * refuses every port: a deny list must fail closed. Deny wins; an empty allowlist allows nothing.
  */
@@ -8,19 +8,6 @@ import { fail, ok, type Result } from '../core/result.js';
 import type { WorkerMode } from '../core/modes.js';
 import { canonicalHost, parsePort } from './host.js';
 import { parseAddress, parseCidr, type Cidr } from './ip-class.js';
-
-export const DEFAULT_INFERENCE_HOSTS: readonly string[] = [
-  'api.anthropic.com',
-  'api.openai.com',
-  'generativelanguage.googleapis.com',
-  'api.mistral.ai',
-  'api.cohere.com',
-  'api.groq.com',
-  'api.deepseek.com',
-  'openrouter.ai',
-  'api.x.ai',
-  'api.together.xyz',
-];
 
 /** Ports an allow entry without `:port` allows: plain HTTP and TLS through CONNECT. A deny entry without `:port` refuses every port. */
 const DEFAULT_PORTS: readonly number[] = [80, 443];
@@ -42,11 +29,11 @@ export interface EgressPolicy {
   mode: WorkerMode;
   allow: HostPattern[];
   deny: HostPattern[];
-  inference: HostPattern[];
   allowAddressRanges: Cidr[];
 }
 
-export type Scope = 'inference' | 'tool';
+/** 'inference' and 'credential' come only from the brokers (brokers.ts); the general proxy's traffic is 'tool'. */
+export type Scope = 'inference' | 'credential' | 'tool';
 
 export type PolicyDenial = 'not_allowlisted' | 'denied_by_rule';
 
@@ -93,7 +80,7 @@ function hostMatches(pattern: HostPattern, host: string): boolean {
   return host.endsWith('.' + pattern.host);
 }
 
-/** Whether allow (or inference) entry `pattern` covers host:port; without a port it covers DEFAULT_PORTS only. */
+/** Whether allow entry `pattern` covers host:port; without a port it covers DEFAULT_PORTS only. */
 export function patternMatches(pattern: HostPattern, host: string, port: number): boolean {
   const portAllowed = pattern.port === null ? DEFAULT_PORTS.includes(port) : pattern.port === port;
   return portAllowed && hostMatches(pattern, host);
@@ -122,7 +109,7 @@ export function decide(policy: EgressPolicy, host: string, port: number): Result
       `${host}:${port} matches no allow entry (${policy.allow.length} entries, mode ${policy.mode})`,
     );
   }
-  return ok({ scope: policy.inference.some((p) => patternMatches(p, host, port)) ? 'inference' : 'tool' });
+  return ok({ scope: 'tool' });
 }
 
 /**
@@ -142,7 +129,6 @@ export interface EgressConfig {
   denylist: readonly string[];
   /** CIDRs the proxy may dial although their address class is normally refused. */
   allowAddressRanges: readonly string[];
-  inferenceHosts: readonly string[];
   /** Hosts a turn request may add to its allowlist (patterns, same syntax). Empty: none. */
   turnAdditionsAllowed: readonly string[];
 }
@@ -155,14 +141,12 @@ export interface TurnPolicyRequest {
 
 /**
  * `ordinary`: the configured allowlist plus additions covered by `turnAdditionsAllowed`.
- * `restricted`: the inference hosts only; additions are refused.
+ * `restricted`: nothing; its only way out is the inference relay (brokers.ts); additions are refused.
  */
 export function buildTurnPolicy(
   egress: EgressConfig,
   request: TurnPolicyRequest,
 ): Result<{ policy: EgressPolicy }, 'invalid_pattern' | 'invalid_cidr' | 'addition_not_permitted'> {
-  const inference = parsePatterns(egress.inferenceHosts, 'egress.inferenceHosts');
-  if (!inference.ok) return inference;
   const deny = parsePatterns(egress.denylist, 'egress.denylist');
   if (!deny.ok) return deny;
   const ranges: Cidr[] = [];
@@ -176,9 +160,9 @@ export function buildTurnPolicy(
   let allow: HostPattern[];
   if (request.mode === 'restricted') {
     if (additions.patterns.length > 0) {
-      return fail('addition_not_permitted', 'egressAllow: restricted turns reach only the configured inference hosts');
+      return fail('addition_not_permitted', 'egressAllow: restricted turns reach only the inference relay');
     }
-    allow = inference.patterns;
+    allow = [];
   } else {
     const configured = parsePatterns(egress.allowlist, 'egress.allowlist');
     if (!configured.ok) return configured;
@@ -198,7 +182,6 @@ export function buildTurnPolicy(
       mode: request.mode,
       allow,
       deny: deny.patterns,
-      inference: inference.patterns,
       allowAddressRanges: ranges,
     },
   });

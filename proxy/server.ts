@@ -27,6 +27,7 @@ import {
   recordedAuthority,
   visiblePath,
   type ConnectionOutcome,
+  type ConnectionRecord,
   type DenialReason,
   type TurnIdentity,
 } from './events.js';
@@ -43,6 +44,8 @@ import {
   type Refused,
 } from './http-messages.js';
 import { UpstreamPool } from './upstream-pool.js';
+import { isBrokerTarget, type Brokers } from './brokers.js';
+import { relayBrokered, type BrokeredRequestHandle, type BrokerRelayContext } from './broker-relay.js';
 import { ForwardRequest, RETRYABLE_METHODS, type ForwardContext } from './forward.js';
 import type { OwnListeners } from './self-connection.js';
 
@@ -78,6 +81,11 @@ export interface TurnProxyOptions {
    * allow (self-connection.ts). The proxy adds its own worker listener's port itself.
    */
   ownListeners?: OwnListeners;
+  /**
+   * The turn's inference providers and brokered credentials (brokers.ts), served in origin
+   * form on the same listener; default none.
+   */
+  brokers?: Brokers;
 }
 
 export type SocketOwnership = 'owner' | 'peer-cred-only';
@@ -109,6 +117,8 @@ export interface TurnProxy {
    * only the worker's own network namespace can reach it. Once per proxy.
    */
   serveWorkerListener(fd: number): Promise<Result<{}, 'listen_failed'>>;
+  /** The worker listener's port (the turn's 127.0.0.1:<port>), once served: the brokers' URLs name it. */
+  egressPort(): number | null;
   /** Destroys every connection, stops listening and removes the socket. */
   close(): Promise<void>;
 }
@@ -194,6 +204,9 @@ class TurnProxyServer implements TurnProxy {
   private readonly relayWriting = new WeakSet<net.Socket>();
   private readonly forwardContext: ForwardContext;
   private readonly tally = new EgressTally();
+  private readonly brokerContext: BrokerRelayContext;
+  /** Brokered requests in flight: the turn's end cuts them, each recorded before the events close. */
+  private readonly brokered = new Set<BrokeredRequestHandle>();
 
   constructor(private options: TurnProxyOptions) {
     this.socketPath = options.socketPath;
@@ -222,6 +235,21 @@ class TurnProxyServer implements TurnProxy {
       refuseResponse: (res, refused) => this.refuseResponse(res, refused),
       clientDetached: (exchange) => this.clientDetached(exchange),
       relayWriting: this.relayWriting,
+    };
+    this.brokerContext = {
+      brokers: options.brokers ?? { inference: new Map(), credential: new Map() },
+      idleTimeoutMs: options.caps.idleTimeoutMs,
+      dial: (target) => this.dial(target),
+      charge: (bytes) => this.charge(bytes, null),
+      budgetLeft: () => this.budget.remaining(),
+      deny: (reason, detail, host, port) => this.deny({ reason, detail, host, port }),
+      record: (record) => this.recordBrokered(record),
+      started: (request) => {
+        if (this.closed) return false;
+        this.brokered.add(request);
+        return true;
+      },
+      ended: (request) => this.brokered.delete(request),
     };
     // Node's own Host check answers a bare 400 that records nothing; hostHeaderAgrees refuses
     // the same requests as a policy decision, with its reason and its event.
@@ -259,6 +287,10 @@ class TurnProxyServer implements TurnProxy {
 
   attribute(turn: TurnIdentity, logger: Logger): void {
     this.options = { ...this.options, turn, logger };
+  }
+
+  egressPort(): number | null {
+    return this.workerListenerPort;
   }
 
   stats(): TurnProxyStats {
@@ -329,6 +361,7 @@ class TurnProxyServer implements TurnProxy {
     const recorded = [...this.exchanges].map((exchange) => exchange.done);
     for (const exchange of this.exchanges) exchange.abort('turn_ended');
     this.pool.closeAll();
+    for (const request of [...this.brokered]) request.abort('turn_ended');
     for (const socket of this.accepted) socket.destroy();
     this.http.close();
     await Promise.all(
@@ -582,6 +615,19 @@ class TurnProxyServer implements TurnProxy {
     });
   }
 
+  /** A brokered request's record: its scope, broker and status are the relay's (broker-relay.ts). */
+  private recordBrokered(record: ConnectionRecord): void {
+    this.events.push(connectionEvent(this.options.turn, record));
+    this.tally.connection(record);
+    this.options.logger.debug('brokered request', {
+      broker: record.broker ?? null,
+      method: record.method,
+      path: record.path,
+      status: record.status ?? null,
+      outcome: record.outcome,
+    });
+  }
+
   private hostHeaderAgrees(
     req: http.IncomingMessage,
     authority: Authority,
@@ -666,6 +712,8 @@ class TurnProxyServer implements TurnProxy {
   }
 
   private async handleForward(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    // A forward proxy receives only absolute-form targets: an origin-form one is for a broker.
+    if (isBrokerTarget(req.url ?? '')) return relayBrokered(this.brokerContext, req, res);
     const forward = parseForwardTarget(req.url ?? '');
     if (!forward.ok) {
       this.refuseResponse(res, {
@@ -761,6 +809,7 @@ export async function startTurnProxy(
     egressSummary: () => server.egressSummary(),
     attribute: (turn, logger) => server.attribute(turn, logger),
     serveWorkerListener: (fd) => server.serveWorkerListener(fd),
+    egressPort: () => server.egressPort(),
     close: () => server.close(),
   };
 }

@@ -31,6 +31,9 @@ const RETIRED_CONFIG_KEYS: Readonly<Record<string, string>> = {
   'turns.tempRoot': "each turn's /tmp is a tmpfs of its own in its view, sized by limits.tmp_size",
   'turns.envExtra':
     'every variable a turn request names reaches its command, except the names the boundary owns (docs/http-api.md)',
+  'egress.inferenceHosts':
+    'turns reach a model only through the per-turn relay that holds the credential: list each upstream in ' +
+    'egress.inference.providers (restricted turns have no other egress)',
 };
 
 /**
@@ -161,6 +164,126 @@ const ProtectedPathRule = Type.Object(
 );
 type ProtectedPathRule = Static<typeof ProtectedPathRule>;
 
+const INFERENCE_PROVIDER_KINDS = ['anthropic', 'openai'] as const;
+const BROKER_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
+/** A broker name: it becomes a URL path segment and, upper-cased, part of an environment variable name. */
+const BROKER_NAME_PATTERN = '^[a-z][a-z0-9_]{0,31}$';
+/** An https URL (http only for loopback, which tests use), without userinfo, query or fragment. */
+const BROKER_URL_PATTERN =
+  '^(?:https://[^/?#@\\s]+|http://(?:127\\.[0-9.]+|localhost|\\[::1\\])(?::[0-9]{1,5})?)(?:/[^?#\\s]*)?$';
+/** An absolute request path: a leading "/", no "..", no query or fragment. */
+const ROUTE_PATH_PATTERN = '^/(?!.*(?:^|/)\\.\\.(?:/|$))[^?#\\s]*$';
+
+const brokerName = (description: string) =>
+  Type.String({
+    pattern: BROKER_NAME_PATTERN,
+    'x-detail': 'expected a name of a-z, 0-9 and _ (starting with a letter, at most 32 characters)',
+    description,
+  });
+const brokerUrl = (description: string) =>
+  Type.String({
+    pattern: BROKER_URL_PATTERN,
+    maxLength: 2048,
+    'x-detail': 'expected an https URL without userinfo, query or fragment (http only on loopback)',
+    description,
+  });
+
+const SecretSource = Type.Union(
+  [
+    Type.Object(
+      {
+        env: Type.String({
+          pattern: '^[A-Za-z_][A-Za-z0-9_]{0,127}$',
+          description: "A variable of the supervisor's own environment.",
+        }),
+      },
+      { additionalProperties: false },
+    ),
+    Type.Object(
+      {
+        file: Type.String({
+          pattern: ABSOLUTE_PATH_PATTERN,
+          description:
+            'A file only the supervisor can read (regular, owned by root or the supervisor, no group or other ' +
+            'permission bits) inside a path every view hides (the data directory, /etc/turnhost).',
+        }),
+      },
+      { additionalProperties: false },
+    ),
+  ],
+  {
+    'x-detail': 'expected { "env": NAME } or { "file": "/absolute/path" }',
+    description: 'Where the supervisor reads the secret; a turn never holds it.',
+    title: 'SecretSource',
+  },
+);
+
+const InferenceProvider = Type.Object(
+  {
+    name: brokerName('Served to turns at /inference/<name> on their egress listener.'),
+    kind: oneOf(INFERENCE_PROVIDER_KINDS, 'Which API: its default routes, its credential header and its variables.'),
+    baseUrl: brokerUrl('The upstream, e.g. https://api.anthropic.com; its path prefixes every route.'),
+    secret: SecretSource,
+    caFile: Type.Optional(absolutePath('A PEM CA trusted for this upstream, in addition to the system roots.')),
+    routes: Type.Optional(
+      Type.Array(
+        Type.String({ pattern: ROUTE_PATH_PATTERN, maxLength: 512, 'x-detail': 'expected an absolute path' }),
+        {
+          minItems: 1,
+          uniqueItems: true,
+          'x-detail': 'expected a non-empty array of distinct absolute paths',
+          description:
+            'The exact POST paths relayed; default anthropic /v1/messages, /v1/messages/count_tokens; openai ' +
+            '/v1/chat/completions, /v1/responses.',
+        },
+      ),
+    ),
+  },
+  { ...section, 'x-required': 'missing', title: 'InferenceProvider' },
+);
+
+const BrokeredCredential = Type.Object(
+  {
+    name: brokerName('Served to turns at /credentials/<name>/; its URL in TURNHOST_CREDENTIAL_<NAME>_URL.'),
+    baseUrl: brokerUrl('The upstream; a request for /credentials/<name>/<rest> goes to <baseUrl>/<rest>.'),
+    secret: SecretSource,
+    header: Type.String({
+      pattern: '^[a-z0-9-]{1,64}$',
+      'x-detail': 'expected a lower-case header name (a-z, 0-9, -)',
+      description: 'The header the credential is sent in, e.g. authorization.',
+    }),
+    format: Type.String({
+      pattern: '^[\\x20-\\x7e]*\\{secret\\}[\\x20-\\x7e]*$',
+      maxLength: 256,
+      'x-detail': 'expected printable text containing {secret}, e.g. "Bearer {secret}"',
+      description: 'The header value; {secret} is replaced by the secret.',
+    }),
+    methods: Type.Optional(
+      Type.Array(oneOf(BROKER_METHODS), {
+        minItems: 1,
+        uniqueItems: true,
+        'x-detail': 'expected a non-empty array of distinct methods',
+        description: 'Methods forwarded; default all of them.',
+      }),
+    ),
+    pathPrefixes: Type.Optional(
+      Type.Array(
+        Type.String({ pattern: ROUTE_PATH_PATTERN, maxLength: 512, 'x-detail': 'expected an absolute path' }),
+        { minItems: 1, 'x-detail': 'expected a non-empty array of absolute paths', description: 'Default ["/"].' },
+      ),
+    ),
+    gitHost: Type.Optional(
+      Type.String({
+        pattern: '^[a-z0-9.-]{1,253}(?::[0-9]{1,5})?$',
+        'x-detail': 'expected a lower-case host name, optionally with :port',
+        description: 'git in the turn reaches https://<gitHost>/ through this broker (GIT_CONFIG_* variables).',
+      }),
+    ),
+    caFile: Type.Optional(absolutePath('A PEM CA trusted for this upstream, in addition to the system roots.')),
+  },
+  { ...section, 'x-required': 'missing', title: 'BrokeredCredential' },
+);
+
 /** Every key present: what the loader answers after merging defaults, file, environment and flags. */
 export const TurnhostConfig = Type.Object(
   {
@@ -229,7 +352,21 @@ export const TurnhostConfig = Type.Object(
           Type.String({ pattern: CIDR_PATTERN, 'x-detail': 'expected a CIDR such as "10.1.0.0/16"' }),
           'CIDRs the proxy may dial although their address class is normally refused.',
         ),
-        inferenceHosts: hostPatterns("Host patterns tagged as inference (the restricted mode's only egress)."),
+        inference: Type.Object(
+          {
+            providers: Type.Array(InferenceProvider, {
+              'x-detail': 'expected an array',
+              description: "Model upstreams relayed per turn; a restricted turn's only egress.",
+            }),
+            ordinaryTurns: boolean('Ordinary turns get the relay too (restricted turns always do).'),
+            maxRequestBytes: positiveInteger('The largest inference request body relayed; larger answers 413.'),
+          },
+          { ...section, ...described('The per-turn inference relay (docs/egress.md).') },
+        ),
+        credentials: Type.Array(BrokeredCredential, {
+          'x-detail': 'expected an array',
+          description: 'HTTP APIs (and git hosts) ordinary turns reach through a broker that adds the credential.',
+        }),
         turnAdditionsAllowed: hostPatterns('Patterns a turn request may add to its allowlist; empty: none.'),
         maxConnections: positiveInteger('Connections per turn.'),
         maxBytes: positiveInteger('Bytes per turn, both directions.'),

@@ -87,7 +87,9 @@ goes to the command; a second Ctrl-C within 3 s cancels the turn.
   --env K=V           a variable for the command, passed as given (repeatable); names the
                       supervisor owns are refused: LD_*, GLIBC_TUNABLES, the proxy variables
                       (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, NO_PROXY in any case), TMPDIR,
-                      NODE_USE_ENV_PROXY, TURNHOST_*. This shell's environment is not passed.
+                      NODE_USE_ENV_PROXY, TURNHOST_*, the model client variables
+                      (ANTHROPIC_/OPENAI_ BASE_URL and API_KEY, ANTHROPIC_AUTH_TOKEN) and
+                      GIT_CONFIG_*. This shell's environment is not passed.
   --allow HOST        an allowlist addition the configuration permits (repeatable)
   --limit NAME=VALUE  a lower limit for this turn, e.g. memory=512M (repeatable)
   --session S         the session id (default: cli-<random>)

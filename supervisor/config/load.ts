@@ -76,7 +76,8 @@ export function defaultConfig(options: { installed: boolean; cwd: string }): Tur
       allowlist: [],
       denylist: [],
       allowAddressRanges: [],
-      inferenceHosts: [],
+      inference: { providers: [], ordinaryTurns: false, maxRequestBytes: 32 * 1024 * 1024 },
+      credentials: [],
       turnAdditionsAllowed: [],
       maxConnections: 64,
       maxBytes: 1024 * 1024 * 1024,
@@ -276,6 +277,35 @@ function isBeneathDir(dir: string, root: string): boolean {
   return rel === '' || (!rel.startsWith('..') && !path.isAbsolute(rel));
 }
 
+/**
+ * Broker names are path segments and variable names of one turn: each must be unique among
+ * providers and credentials alike, and a git host can be brokered by one entry only.
+ */
+function checkBrokers(egress: TurnhostConfig['egress']): string[] {
+  const problems: string[] = [];
+  const seen = new Map<string, string>();
+  const entries = [
+    ...egress.inference.providers.map((p, i) => ({ name: p.name, field: `egress.inference.providers[${i}].name` })),
+    ...egress.credentials.map((c, i) => ({ name: c.name, field: `egress.credentials[${i}].name` })),
+  ];
+  for (const { name, field } of entries) {
+    const first = seen.get(name);
+    if (first !== undefined) problems.push(`${field}: "${name}" is already the name of ${first}`);
+    else seen.set(name, field.replace(/\.name$/, ''));
+  }
+  const gitHosts = new Map<string, number>();
+  egress.credentials.forEach((credential, i) => {
+    if (credential.gitHost === undefined) return;
+    const first = gitHosts.get(credential.gitHost);
+    if (first !== undefined)
+      problems.push(
+        `egress.credentials[${i}].gitHost: ${credential.gitHost} is brokered by egress.credentials[${first}]`,
+      );
+    else gitHosts.set(credential.gitHost, i);
+  });
+  return problems;
+}
+
 /** Rules that span keys, checked on the final configuration; every one that fails. */
 function checkCombination(config: TurnhostConfig): string[] {
   const problems: string[] = [];
@@ -303,6 +333,7 @@ function checkCombination(config: TurnhostConfig): string[] {
     problems.push('workspaces.root: must not contain the data directory (dataDir)');
   else if (workspacesRoot !== null && isBeneathDir(workspacesRoot, config.dataDir))
     problems.push('workspaces.root: must not lie inside the data directory (dataDir), which every view hides');
+  problems.push(...checkBrokers(config.egress));
   if (config.limitsDisabled.includes('tmp_size'))
     problems.push(
       "limitsDisabled: tmp_size cannot be disabled: the turn's /tmp is always a tmpfs of a set size (set limits.tmp_size instead)",

@@ -5,9 +5,10 @@
  * validates changes nothing and the refusal names the key. Otherwise each live key that changed
  * is written into the running configuration object, which every mechanism reads at its use:
  *
- * - `egress.allowlist`, `denylist`, `allowAddressRanges`, `inferenceHosts`,
- *   `turnAdditionsAllowed`: each turn resolves its policy at launch; a worker prepared under the
- *   old policy is not claimed (the policy is part of its key, supervisor/turns/turn-request.ts);
+ * - `egress.allowlist`, `denylist`, `allowAddressRanges`, `turnAdditionsAllowed`,
+ *   `inference.*`, `credentials`: each turn resolves its policy and its brokers at launch; a
+ *   worker prepared under the old ones is not claimed (both are part of its key,
+ *   supervisor/turns/turn-request.ts);
  * - `limits`, `limitsDisabled`: resolved per turn (and part of a prepared worker's key);
  * - `logLevel`: every logger shares one level switch;
  * - `events.unboundRetentionDays`, `events.sessionRetentionDays`: read at each pruning;
@@ -26,7 +27,10 @@ export const LIVE_KEYS: readonly string[] = [
   'egress.allowlist',
   'egress.denylist',
   'egress.allowAddressRanges',
-  'egress.inferenceHosts',
+  'egress.inference.providers',
+  'egress.inference.ordinaryTurns',
+  'egress.inference.maxRequestBytes',
+  'egress.credentials',
   'egress.turnAdditionsAllowed',
   'limits',
   'limitsDisabled',

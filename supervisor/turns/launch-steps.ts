@@ -11,6 +11,8 @@ import { createTurnCgroup } from '../../cgroup/turn-cgroup.js';
 import { profileFor } from '../../core/modes.js';
 import { fail, ok, type Result } from '../../core/result.js';
 import { startTurnProxy } from '../../proxy/server.js';
+import { compileBrokers } from '../../proxy/brokers.js';
+import { readBrokerSpecs } from './turn-brokers.js';
 import { probeMode } from '../probes/index.js';
 import { closeChannelEnd, openListenerChannel, receiveLaunchReport } from './listener-channel.js';
 import { hostRefusal } from './running-turn.js';
@@ -158,7 +160,14 @@ export async function startEgressProxy(launch: BootedLaunch): Promise<ProxiedLau
   const runtimeDir = path.join(env.runtimeDir, launch.name);
   fs.mkdirSync(runtimeDir, { mode: 0o711 });
   scope.defer(() => fs.rmSync(runtimeDir, { recursive: true, force: true }));
+  const specs = readBrokerSpecs(spec.brokers, env.deps.config, env.deps.env ?? process.env);
+  const brokers = specs.ok ? compileBrokers(specs.specs) : specs;
+  if (!brokers.ok) {
+    const failed = fail('proxy_failed', `egress brokers: ${brokers.detail}`);
+    return { ...launch, ready: failed, proxy: failed };
+  }
   const proxy = await startTurnProxy({
+    brokers: brokers.brokers,
     socketPath: path.join(runtimeDir, 'proxy.sock'),
     allowedPeerUid: launch.uid,
     socketOwnership: env.supervisorIsRoot ? 'owner' : 'peer-cred-only',

@@ -11,6 +11,7 @@ import { lowerOnly, parseLimitSettings } from '../limits/parse.js';
 import { resolveDefaultLimits } from '../probes/limits.js';
 import type { TurnhostConfig } from '../config/types.js';
 import { NODE_PROXY_ENV } from './env-filter.js';
+import { brokersForMode, type TurnBrokers } from './turn-brokers.js';
 import { DEFAULT_COMMAND_PATH } from './worker-process.js';
 import type { TurnRequest } from './types.js';
 
@@ -23,22 +24,26 @@ export interface WorkerSpec {
   limits: ResolvedLimits;
   egressAdditions: readonly string[];
   policy: EgressPolicy;
+  /** The providers and brokered credentials its proxy serves (no secret: those are read at the proxy's start). */
+  brokers: TurnBrokers;
 }
 
 export function workerKey(
-  spec: Pick<WorkerSpec, 'mode' | 'cwd' | 'limits' | 'egressAdditions' | 'policy' | 'lease'>,
+  spec: Pick<WorkerSpec, 'mode' | 'cwd' | 'limits' | 'egressAdditions' | 'policy' | 'lease' | 'brokers'>,
 ): string {
   const limits = Object.entries(spec.limits).sort(([a], [b]) => a.localeCompare(b));
   // The policy is part of the key: a worker prepared before a configuration reload changed the
-  // allowlist holds a proxy with the old policy and must not serve a turn resolved under the new one.
-  const { allow, deny, inference, allowAddressRanges } = spec.policy;
-  const policy = [allow, deny, inference, allowAddressRanges].map((entries) => entries.map((entry) => entry.text));
+  // allowlist holds a proxy with the old policy and must not serve a turn resolved under the new one;
+  // the same holds for its brokers.
+  const { allow, deny, allowAddressRanges } = spec.policy;
+  const policy = [allow, deny, allowAddressRanges].map((entries) => entries.map((entry) => entry.text));
   return JSON.stringify([
     spec.mode,
     spec.cwd,
     limits,
     [...spec.egressAdditions].sort(),
     policy,
+    spec.brokers,
     spec.lease?.id ?? null,
   ]);
 }
@@ -60,6 +65,7 @@ export function resolveWorkerSpec(
       limits: limits.limits,
       egressAdditions: request.egressAllow ?? [],
       policy: policy.policy,
+      brokers: brokersForMode(config.egress, request.mode),
     },
   });
 }

@@ -17,6 +17,7 @@ import { viewFingerprint } from '../view/descriptor.js';
 import { attestWorker, type AttestationExpectation } from './worker-attestation.js';
 import type { WorkerConnection } from './worker-connection.js';
 import { helperStamp } from './worker-process.js';
+import { brokerEnv } from './turn-brokers.js';
 
 /** 6. The claim: the worker says whether it is ready; a prepared one waits here for a turn. */
 export function awaitClaim(launch: ProxiedLaunch): Promise<Turn | null> {
@@ -122,7 +123,11 @@ export function launchCommand(launch: ClaimedLaunch, served: Result | null): str
       v: 1,
       argv: turn.request.argv,
       cwd: turn.request.cwd,
-      env: { ...commandEnv(turn.request), TMPDIR: TURN_TMP_PATH },
+      env: {
+        ...commandEnv(turn.request),
+        ...brokerEnv(launch.spec.brokers, launch.proxy.egressPort()),
+        TMPDIR: TURN_TMP_PATH,
+      },
       tty: turn.request.tty ?? null,
       egress: true,
     });

@@ -191,7 +191,7 @@ t.test('*.example.test reaches neither example.test nor evilexample.test', async
 t.test('an empty allowlist gives no network, even with an operator range', async (t) => {
   const p = origin.port;
   const h = await startHarness({
-    egress: { allowlist: [], inferenceHosts: [], allowAddressRanges: LOOPBACK_RANGE },
+    egress: { allowlist: [], allowAddressRanges: LOOPBACK_RANGE },
     resolver: recordingResolver().resolver,
   });
   t.teardown(() => h.close());

@@ -241,11 +241,11 @@ t.test('a denied host gets 403, a reason header and an egress_denial event; the 
   t.equal((await h.events('egress_connection')).length, 0);
 });
 
-t.test('inference hosts are tagged inference', async (t) => {
+t.test('the general proxy tags an allowlisted model host tool, never inference', async (t) => {
   const origin = await startHttpOrigin();
   const inference = `api.inference.test:${origin.port}`;
   const h = await startHarness({
-    egress: { ...LOOPBACK, allowlist: [inference], inferenceHosts: [inference] },
+    egress: { ...LOOPBACK, allowlist: [inference] },
     resolver: async () => ['127.0.0.1'],
   });
   t.teardown(async () => {
@@ -253,24 +253,26 @@ t.test('inference hosts are tagged inference', async (t) => {
     await origin.close();
   });
   t.equal((await exchange({ path: h.socketPath }, forwardRequest(inference))).status, 200);
-  t.match((await h.events('egress_connection'))[0]?.payload, { scope: 'inference', inference: true });
+  t.match((await h.events('egress_connection'))[0]?.payload, { scope: 'tool', inference: false, broker: null });
 });
 
-t.test('restricted mode reaches only the inference hosts', async (t) => {
+t.test('restricted mode reaches nothing through the general proxy', async (t) => {
   const origin = await startHttpOrigin();
   const inference = `api.inference.test:${origin.port}`;
   const h = await startHarness({
     mode: 'restricted',
-    egress: { ...LOOPBACK, allowlist: [`${ORIGIN_NAME}:${origin.port}`], inferenceHosts: [inference] },
+    egress: { ...LOOPBACK, allowlist: [`${ORIGIN_NAME}:${origin.port}`, inference] },
     resolver: async () => ['127.0.0.1'],
   });
   t.teardown(async () => {
     await h.close();
     await origin.close();
   });
-  t.equal((await exchange({ path: h.socketPath }, forwardRequest(inference))).status, 200);
-  const refused = await exchange({ path: h.socketPath }, forwardRequest(`${ORIGIN_NAME}:${origin.port}`));
-  t.equal(refused.headers['x-turnhost-denial'], 'not_allowlisted');
+  for (const host of [inference, `${ORIGIN_NAME}:${origin.port}`]) {
+    const refused = await exchange({ path: h.socketPath }, forwardRequest(host));
+    t.equal(refused.headers['x-turnhost-denial'], 'not_allowlisted', host);
+  }
+  t.equal(origin.connections, 0);
 });
 
 t.test('200 concurrent connections complete', async (t) => {

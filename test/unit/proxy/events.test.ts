@@ -25,6 +25,8 @@ t.test('payloads satisfy the registered kinds', async (t) => {
     durationMs: 3,
     outcome: 'ok',
     scope: 'inference',
+    broker: 'claude',
+    status: 200,
   });
   t.equal(connection.actor, 'server');
   t.equal(connection.payload.inference, true);
@@ -32,6 +34,7 @@ t.test('payloads satisfy the registered kinds', async (t) => {
   const denial = denialEvent(turn, { host: '', port: null, reason: 'peer_refused' });
   t.ok(EVENT_KINDS.get('egress_denial')!.validate(denial.payload).ok);
   t.same(Object.keys(connection.payload).sort(), [
+    'broker',
     'bytesDown',
     'bytesUp',
     'durationMs',
@@ -42,5 +45,6 @@ t.test('payloads satisfy the registered kinds', async (t) => {
     'path',
     'port',
     'scope',
+    'status',
   ]);
 });

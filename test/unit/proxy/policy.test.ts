@@ -3,7 +3,6 @@ import type { TurnhostConfig } from '../../../supervisor/config/types.js';
 import {
   buildTurnPolicy,
   decide,
-  DEFAULT_INFERENCE_HOSTS,
   deniedAddress,
   denyMatches,
   parsePattern,
@@ -17,7 +16,8 @@ const egress = (over: Partial<Egress> = {}): Egress => ({
   allowlist: [],
   denylist: [],
   allowAddressRanges: [],
-  inferenceHosts: [...DEFAULT_INFERENCE_HOSTS],
+  inference: { providers: [], ordinaryTurns: false, maxRequestBytes: 32 << 20 },
+  credentials: [],
   turnAdditionsAllowed: [],
   maxConnections: 64,
   maxBytes: 1 << 30,
@@ -115,7 +115,7 @@ t.test('deny wins over allow', async (t) => {
 });
 
 t.test('an empty allowlist allows nothing', async (t) => {
-  const policy = policyOf({ allowlist: [], inferenceHosts: [] });
+  const policy = policyOf({ allowlist: [] });
   for (const [host, port] of [
     ['example.test', 443],
     ['api.anthropic.com', 443],
@@ -127,9 +127,9 @@ t.test('an empty allowlist allows nothing', async (t) => {
   }
 });
 
-t.test('inference hosts tag the scope', async (t) => {
+t.test('the general proxy never tags inference: only the relay does', async (t) => {
   const policy = policyOf({ allowlist: ['api.anthropic.com', 'example.test'] });
-  t.same(decide(policy, 'api.anthropic.com', 443), { ok: true, scope: 'inference' });
+  t.same(decide(policy, 'api.anthropic.com', 443), { ok: true, scope: 'tool' });
   t.same(decide(policy, 'example.test', 443), { ok: true, scope: 'tool' });
 });
 
@@ -150,24 +150,21 @@ t.test('ordinary: additions only where turnAdditionsAllowed covers them', async 
   t.equal(none.ok, false, 'an empty turnAdditionsAllowed permits no addition');
 });
 
-t.test('restricted: inference hosts only, additions refused', async (t) => {
-  const policy = policyOf({ allowlist: ['example.test'], inferenceHosts: ['api.anthropic.com'] }, 'restricted');
-  t.same(decide(policy, 'api.anthropic.com', 443), { ok: true, scope: 'inference' });
+t.test('restricted: nothing through the general proxy, additions refused', async (t) => {
+  const policy = policyOf({ allowlist: ['example.test', 'api.anthropic.com'] }, 'restricted');
+  t.equal(decide(policy, 'api.anthropic.com', 443).ok, false, 'a model host too: restricted turns use the relay');
   t.equal(decide(policy, 'example.test', 443).ok, false, 'the ordinary allowlist does not apply');
   const r = buildTurnPolicy(egress({ turnAdditionsAllowed: ['*.test'] }), {
     mode: 'restricted',
     additions: ['x.test'],
   });
   t.equal(r.ok, false);
-  const denied = policyOf({ inferenceHosts: ['api.anthropic.com'], denylist: ['api.anthropic.com'] }, 'restricted');
-  t.equal(decide(denied, 'api.anthropic.com', 443).ok, false, 'deny still wins');
 });
 
 t.test('configuration errors name the field', async (t) => {
   const cases: Array<[Partial<Egress>, RegExp]> = [
     [{ allowlist: ['bad host'] }, /egress\.allowlist/],
     [{ denylist: ['*'] }, /egress\.denylist/],
-    [{ inferenceHosts: ['a\0b'] }, /egress\.inferenceHosts/],
     [{ allowAddressRanges: ['127.0.0.1'] }, /egress\.allowAddressRanges/],
     [{ turnAdditionsAllowed: ['*.'] }, /egress\.turnAdditionsAllowed/],
   ];

@@ -248,6 +248,60 @@ t.test('a retired key is refused with why it went and what replaces it', async (
     refusal(load({ file: { turns: { envExtra: ['FOO'] } } })),
     /: turns\.envExtra: no longer read: every variable a turn request names reaches its command, except the names the boundary owns \(docs\/http-api\.md\); remove it$/,
   );
+  t.match(
+    refusal(load({ file: { egress: { inferenceHosts: ['api.anthropic.com'] } } })),
+    /: egress\.inferenceHosts: no longer read: .*per-turn relay that holds the credential.*egress\.inference\.providers/,
+  );
+});
+
+t.test('inference providers and brokered credentials: each bad field is named', async (t) => {
+  const provider = {
+    name: 'claude',
+    kind: 'anthropic',
+    baseUrl: 'https://api.anthropic.com',
+    secret: { env: 'ANTHROPIC_API_KEY' },
+  };
+  const credential = {
+    name: 'tracker',
+    baseUrl: 'https://tracker.example',
+    secret: { file: '/etc/turnhost/tracker' },
+    header: 'authorization',
+    format: 'Bearer {secret}',
+  };
+  const withProviders = (...providers: unknown[]) => ({ egress: { inference: { providers } } });
+  t.ok(load({ file: { egress: { inference: { providers: [provider] }, credentials: [credential] } } }).ok);
+  const cases: Array<[unknown, RegExp]> = [
+    [withProviders({ ...provider, kind: 'gemini' }), /egress\.inference\.providers\[0\]\.kind/],
+    [withProviders({ ...provider, baseUrl: 'http://api.anthropic.com' }), /providers\[0\]\.baseUrl/],
+    [withProviders({ ...provider, baseUrl: 'https://user:pw@api.anthropic.com' }), /providers\[0\]\.baseUrl/],
+    [withProviders({ ...provider, baseUrl: 'https://api.anthropic.com/?x=1' }), /providers\[0\]\.baseUrl/],
+    [withProviders({ ...provider, baseUrl: 'https://api.anthropic.com/#f' }), /providers\[0\]\.baseUrl/],
+    [withProviders({ ...provider, secret: 'sk-inline' }), /providers\[0\]\.secret/],
+    [withProviders({ ...provider, secret: { file: 'relative' } }), /providers\[0\]\.secret/],
+    [withProviders({ ...provider, routes: ['/v1/../admin'] }), /providers\[0\]\.routes/],
+    [withProviders({ ...provider, name: 'Bad Name' }), /providers\[0\]\.name/],
+    [withProviders(provider, provider), /providers\[1\]\.name: "claude" is already the name of/],
+    [{ egress: { credentials: [{ ...credential, format: 'Bearer' }] } }, /credentials\[0\]\.format/],
+    [{ egress: { credentials: [{ ...credential, header: 'X Bad' }] } }, /credentials\[0\]\.header/],
+    [{ egress: { credentials: [{ ...credential, methods: ['TRACE'] }] } }, /credentials\[0\]\.methods/],
+    [{ egress: { credentials: [{ ...credential, gitHost: 'https://git.example/' }] } }, /credentials\[0\]\.gitHost/],
+    [
+      {
+        egress: {
+          credentials: [
+            { ...credential, gitHost: 'git.example' },
+            { ...credential, name: 'b', gitHost: 'git.example' },
+          ],
+        },
+      },
+      /credentials\[1\]\.gitHost: git\.example is brokered by egress\.credentials\[0\]/,
+    ],
+  ];
+  for (const [file, field] of cases) t.match(refusal(load({ file })), field, JSON.stringify(file));
+  t.ok(
+    load({ file: withProviders({ ...provider, baseUrl: 'http://127.0.0.1:8080/base' }) }).ok,
+    'plain http on loopback, for tests',
+  );
 });
 
 t.test("tmp_size cannot be disabled: the turn's /tmp always has a size", async (t) => {

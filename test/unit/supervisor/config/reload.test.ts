@@ -58,7 +58,8 @@ t.test('a prepared worker key changes with the egress policy', async (t) => {
     if (!built.ok) throw new Error(built.detail);
     return built.policy;
   };
-  const spec = { mode: 'ordinary' as const, cwd: '/srv/x', limits: { pids: 64 }, egressAdditions: [] };
+  const brokers = { providers: [], credentials: [], maxRequestBytes: 1 << 20 };
+  const spec = { mode: 'ordinary' as const, cwd: '/srv/x', limits: { pids: 64 }, egressAdditions: [], brokers };
   t.equal(workerKey({ ...spec, policy: policy(['a.example']) }), workerKey({ ...spec, policy: policy(['a.example']) }));
   t.not(
     workerKey({ ...spec, policy: policy(['a.example']) }),

@@ -26,6 +26,8 @@ const valid: Record<string, Record<string, unknown>> = {
     outcome: 'ok',
     scope: 'inference',
     inference: true,
+    broker: 'claude',
+    status: 200,
   },
   egress_denial: { host: 'x.test', port: null, reason: 'not_allowed' },
   host_write: { path: '/w/a', bytes: 3, sha256: 'ab', replaced: false },
@@ -79,6 +81,8 @@ t.test('wrong types and values are refused', async (t) => {
   check('egress_connection', { port: 70000 }, 'port');
   check('egress_connection', { scope: 'any' }, 'scope');
   check('egress_connection', { inference: 'yes' }, 'inference');
+  check('egress_connection', { status: '200' }, 'status');
+  check('egress_connection', { broker: 7 }, 'broker');
   check('egress_connection', { bytesUp: -1 }, 'bytesUp');
   check('egress_connection', { durationMs: Number.NaN }, 'durationMs');
   check('host_write', { replaced: 1 }, 'replaced');
@@ -106,7 +110,7 @@ t.test('every refused field is reported, not only the first', async (t) => {
   t.notOk(result.ok);
   if (!result.ok) {
     t.match(result.detail, 'payload.port must be a port number (0-65535)');
-    t.match(result.detail, "payload.scope must be one of 'inference', 'tool'");
+    t.match(result.detail, "payload.scope must be one of 'inference', 'credential', 'tool'");
     t.match(result.detail, 'payload.bytesUp');
   }
   const missing = EVENT_KINDS.get('host_write_refused')!.validate({});
