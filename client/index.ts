@@ -14,11 +14,14 @@ import { TurnhostClient } from './turnhost-client.js';
 
 export type {
   ActivityView,
+  DrainAnswer,
+  DrainRequest,
   ErrorCode,
   EventsPage,
   FieldError,
   GovernanceEvent,
   Health,
+  HostCapacity,
   HostWriteAnswer,
   Ready,
   SessionDeletion,
@@ -39,6 +42,7 @@ export type { GovernedStatus, ModeAvailability, WorkerLimitsStatus } from '../ap
 
 export type { AttachError, Attachment, DroppedOutput, OutputChunk } from './attach.js';
 export { TurnhostApiError } from './errors.js';
+export { HostPool, NoHostReadyError, type HostReadiness, type PoolClient } from './host-pool.js';
 export type { EventQuery, EventStreamOptions } from './event-stream.js';
 export type { ClientOptions, ServerTarget } from './transport.js';
 export {

@@ -6,6 +6,8 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type {
   ActivityView,
+  DrainAnswer,
+  DrainRequest,
   EventsPage,
   GovernanceEvent,
   Health,
@@ -144,8 +146,14 @@ export class TurnhostClient {
     return this.#transport.request<Health>('GET', '/api/health');
   }
 
+  /** Ready for a new turn, with the room left; a host that is not (probe, drain, full) answers a 503 TurnhostApiError. */
   ready(): Promise<Ready> {
     return this.#transport.request<Ready>('GET', '/api/ready');
+  }
+
+  /** Drain mode on or off: while on, the host refuses new turns (503 draining); running ones end as they would. */
+  drain(request: DrainRequest): Promise<DrainAnswer> {
+    return this.#transport.request<DrainAnswer>('POST', '/api/drain', jsonBody(request));
   }
 
   status(): Promise<SystemStatus> {

@@ -38,6 +38,7 @@ TEST_PACKAGES=(
   xz-utils          # the VM tier: unpacking the guest kernel's modules (.ko.xz)
   zstd              # the VM tier: the same for kernels whose modules are .ko.zst
   chromium          # the status page's browser test (driven by playwright-core; never a downloaded browser)
+  cloud-init        # the hosting template's schema check (cloud-init schema --config-file)
 )
 
 case "${1:-test}" in

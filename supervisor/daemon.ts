@@ -75,6 +75,8 @@ export interface DaemonHandle {
   reload(): Promise<ReloadOutcome>;
   /** The supervisor's TCP listeners every turn proxy refuses to dial (proxy/self-connection.ts). */
   ownListeners: OwnListeners;
+  /** Drain mode from a signal (SIGUSR2): new turns are refused; false without a turn manager. */
+  drain(draining: boolean): boolean;
   close(): Promise<void>;
 }
 
@@ -642,7 +644,8 @@ export async function startDaemon(
   const reload = serialReload({ options, env, config, levelSwitch, logger, notifier, probes, journal, metrics });
   const close = shutdownOnce(notifier, shutdown, logger);
   const { http, metricsAddress } = listening;
-  return ok({ daemon: { config, sources, http, metricsAddress, ownListeners, reload, close } });
+  const drain = (draining: boolean): boolean => services.turns?.setDraining(draining, 'signal') ?? false;
+  return ok({ daemon: { config, sources, http, metricsAddress, ownListeners, reload, drain, close } });
 }
 
 /** One line for systemd's STATUS=: per mode available or its requirement. */

@@ -36,6 +36,8 @@ export const ERROR_STATUS = {
   worker_host_unsupported: 503,
   store_unavailable: 503,
   not_ready: 503,
+  draining: 503,
+  host_full: 503,
   workspaces_unconfigured: 503,
   workspaces_unavailable: 503,
 } as const;

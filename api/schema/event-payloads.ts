@@ -112,4 +112,6 @@ export const EVENT_PAYLOADS: Readonly<Record<string, EventPayloadDefinition>> = 
     workspaces: count,
     trigger: oneOf('api', 'retention'),
   }),
+  // Unbound: the host as a whole stopped (or resumed) taking new turns.
+  host_drain: payload(1, { draining: boolean, source: oneOf('api', 'signal'), turnsRunning: count }),
 };

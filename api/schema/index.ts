@@ -6,6 +6,7 @@
 export * from './errors.js';
 export * from './events.js';
 export * from './messages.js';
+export * from './placement.js';
 export * from './routes.js';
 export * from './status.js';
 export * from './turns.js';

@@ -8,6 +8,7 @@ import type { ErrorCode } from './errors.js';
 import { EventsPage } from './events.js';
 import { ID_PATTERN, SESSION_ID_PATTERN } from './ids.js';
 import { AttachClientMessage, AttachServerMessage, EventStreamMessage } from './messages.js';
+import { DrainAnswer, DrainRequest } from './placement.js';
 import { ActivityView, Health, Ready, SystemStatus } from './status.js';
 import { HostWriteAnswer, SessionDeletion, SessionList, TurnAnswer, TurnCreateRequest, TurnList } from './turns.js';
 import {
@@ -107,10 +108,23 @@ export const ROUTES: ApiRoute[] = [
     method: 'get',
     path: '/api/ready',
     operationId: 'ready',
-    summary: 'Readiness: mode ordinary is available per the latest probe.',
+    summary:
+      'Readiness for a new turn: mode ordinary is available per the latest probe, the host is not draining and a turn slot is free; with the capacity.',
     auth: 'public',
-    responses: { 200: { description: 'Ready.', schema: Ready } },
-    errors: ['not_ready'],
+    responses: { 200: { description: 'Ready, with the room left.', schema: Ready } },
+    errors: ['not_ready', 'draining', 'host_full'],
+  },
+  {
+    method: 'post',
+    path: '/api/drain',
+    operationId: 'drain',
+    summary:
+      'Drain mode on or off: while on, new turns are refused (503 draining) and running ones end as they would. SIGUSR2 and turnhost drain turn it on too.',
+    auth: 'token',
+    body: { contentType: 'application/json', schema: DrainRequest },
+    responses: { 200: { description: 'The mode now, and the capacity.', schema: DrainAnswer } },
+    errors: ['body_too_large', 'unsupported_media_type'],
+    optional: 'turns',
   },
   {
     method: 'get',
@@ -206,7 +220,14 @@ export const ROUTES: ApiRoute[] = [
     query: waitParameter,
     body: { contentType: 'application/json', schema: TurnCreateRequest },
     responses: { 201: { description: 'Running.', schema: TurnAnswer, headers: ['Location'] } },
-    errors: ['body_too_large', 'unsupported_media_type', 'conflict', 'capacity_exhausted', 'worker_host_unsupported'],
+    errors: [
+      'body_too_large',
+      'unsupported_media_type',
+      'conflict',
+      'capacity_exhausted',
+      'worker_host_unsupported',
+      'draining',
+    ],
     optional: 'turns',
   },
   {

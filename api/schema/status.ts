@@ -1,6 +1,7 @@
 /** Bodies of the status, health, readiness and activity routes. */
 import { Type, type Static } from '@sinclair/typebox';
 import { GovernanceEvent } from './events.js';
+import { HostCapacity } from './placement.js';
 import { WorkerHostStatus } from './worker-host.js';
 
 export const Health = Type.Object(
@@ -10,7 +11,12 @@ export const Health = Type.Object(
 export type Health = Static<typeof Health>;
 
 export const Ready = Type.Object(
-  { status: Type.Literal('ready'), checkedAt: Type.String({ format: 'date-time' }) },
+  {
+    status: Type.Literal('ready'),
+    checkedAt: Type.String({ format: 'date-time' }),
+    /** Absent when the daemon serves no turns (no turn manager). */
+    capacity: Type.Optional(HostCapacity),
+  },
   { title: 'Ready' },
 );
 export type Ready = Static<typeof Ready>;
@@ -35,6 +41,7 @@ export const SystemStatus = Type.Object(
         lastFallbackReason: Type.Union([Type.String(), Type.Null()]),
         replayedAtStart: Type.Integer(),
       }),
+      capacity: Type.Optional(HostCapacity),
       preparedWorkers: Type.Optional(Type.Object({ ready: Type.Integer(), starting: Type.Integer() })),
       egressRelay: Type.Optional(
         Type.Union([

@@ -1,6 +1,6 @@
-/** Human-readable tables for `status`, `check` and `events`. `--json` bypasses all of this. */
+/** Human-readable tables for `status`, `check`, `drain` and `events`. `--json` bypasses all of this. */
 // The wire types: the CLI formats what the API answered.
-import type { GovernanceEvent, ModeAvailability, WorkerHostStatus } from '../../api/schema/index.js';
+import type { GovernanceEvent, HostCapacity, ModeAvailability, WorkerHostStatus } from '../../api/schema/index.js';
 import type { RelayReport } from '../../proxy/relay/kernel-relay.js';
 
 function table(rows: Array<[string, string]>): string {
@@ -135,6 +135,7 @@ interface StatusAnswer {
       lastFallbackReason: string | null;
       databasePath: string;
     };
+    capacity?: HostCapacity;
     preparedWorkers?: { ready: number; starting: number };
     egressRelay?: RelayReport | null;
   };
@@ -157,6 +158,7 @@ export function formatStatus(answer: StatusAnswer): string {
         : `database ${events.databasePath}`,
     ],
     ...workerHostRows(answer.runtime.workerHost),
+    ...capacityRows(answer.runtime.capacity),
     ...preparedWorkerRows(answer.runtime.preparedWorkers),
     ...egressRelayRows(answer.runtime.egressRelay),
   ]);
@@ -175,6 +177,23 @@ function egressRelayRows(relay: RelayReport | null | undefined): Array<[string, 
   return [
     ['egress relay', `${state}, ${relay.adopted} spliced (tunnels and forward bodies), ${relay.open} open${fallback}`],
   ];
+}
+
+function capacityRows(capacity: HostCapacity | undefined): Array<[string, string]> {
+  if (capacity === undefined) return [];
+  const drain = capacity.draining ? 'DRAINING: new turns are refused (turnhost drain --off)' : 'not draining';
+  return [
+    [
+      'capacity',
+      `${capacity.turnsRunning} of ${capacity.maxTurns} turns running, ${capacity.freeSlots} free, ${capacity.workspacesHeld} workspaces held`,
+    ],
+    ['drain', drain],
+  ];
+}
+
+/** The room left and drain mode, as `drain` and `check` print them. */
+export function formatCapacity(capacity: HostCapacity): string {
+  return table(capacityRows(capacity));
 }
 
 function preparedWorkerRows(prepared: { ready: number; starting: number } | undefined): Array<[string, string]> {

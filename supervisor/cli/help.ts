@@ -15,6 +15,7 @@ export const USAGE = `usage: turnhost <command> [options]
   serve   [--config FILE] [--listen HOST:PORT] [--socket PATH] [--data-dir DIR] [--log-level L]
   status  [--json]                       what the running supervisor reports
   check   [--json]                       re-run the worker-host probes (exit 4 when ordinary or workspace turns are unavailable)
+  drain   [--off] [--json]               refuse new turns (running ones end as they would); --off takes them again
   events  [--session S] [--turn T] [--kind K] [--after ID | --desc [--before ID]] [--limit N] [--follow] [--json]
   run     [--mode M] [--tty] [--timeout S] [--cwd DIR] [--env K=V]... [--allow HOST]...
           [--limit NAME=VALUE]... [--session S] [--turn-id ID] [--workspace ID] [--json] [--local] -- CMD ARGS...
@@ -52,6 +53,15 @@ ${CLIENT_OPTIONS_HELP}
 Re-runs the worker-host probes and prints, per mode (and for workspace turns when workspaces
 are configured), whether it is available and otherwise the missing requirement. Exits 4 when
 ordinary mode, or configured workspace turns, are unavailable.
+
+${CLIENT_OPTIONS_HELP}
+`,
+  drain: `usage: turnhost drain [--off] [--json] [client options]
+
+Turns drain mode on: the supervisor refuses new turns (503 draining; GET /api/ready answers 503
+draining, so a load balancer or a host application places turns elsewhere) and lets running ones
+end as they would. --off takes new turns again. SIGUSR2 to the supervisor turns it on too.
+Prints the mode and the room left; each change is a host_drain event.
 
 ${CLIENT_OPTIONS_HELP}
 `,

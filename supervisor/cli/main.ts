@@ -1,5 +1,5 @@
 /**
- * The `turnhost` command line: `serve` runs the supervisor; `status`, `check`, `events`, `run`,
+ * The `turnhost` command line: `serve` runs the supervisor; `status`, `check`, `drain`, `events`, `run`,
  * `turns` and `session` talk to a running one (or `run --local` runs one turn in-process). Exit codes: cli/exit-codes.ts
  * and docs/cli.md.
  */
@@ -13,7 +13,7 @@ import type { EventsPage as EventPage, GovernanceEvent, WorkerHostStatus } from 
 import type { TurnRequest } from '../turns/types.js';
 import { call, cliFailure, clientFor, resolveConnection, type Connection } from './client.js';
 import { CliExit, EXIT } from './exit-codes.js';
-import { formatEvent, formatStatus, formatWorkerHost } from './format.js';
+import { formatCapacity, formatEvent, formatStatus, formatWorkerHost } from './format.js';
 import { COMMAND_HELP, USAGE } from './help.js';
 import { bashCompletion } from './completion.js';
 import { runLocal, runRemote } from './run.js';
@@ -42,6 +42,7 @@ const COMMAND_OPTIONS: Record<string, Options> = {
   serve: { ...CONFIG_OPTIONS, listen: { type: 'string' }, socket: { type: 'string' }, 'log-level': { type: 'string' } },
   status: CLIENT_OPTIONS,
   check: CLIENT_OPTIONS,
+  drain: { ...CLIENT_OPTIONS, off: { type: 'boolean' } },
   events: {
     ...CLIENT_OPTIONS,
     session: { type: 'string' },
@@ -185,11 +186,15 @@ async function serve(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
     // SIGHUP (systemctl reload) re-reads the configuration; without this handler Node's default
     // action for SIGHUP ends the process at once, leaving the socket file and the turns behind.
     const reload = (): void => void daemon.reload();
+    // SIGUSR2 starts drain mode (a new turn gets 503 draining); `turnhost drain --off` ends it.
+    const drain = (): void => void daemon.drain(true);
     const stop = (): void => {
       process.off('SIGHUP', reload);
+      process.off('SIGUSR2', drain);
       void daemon.close().then(resolve);
     };
     process.on('SIGHUP', reload);
+    process.on('SIGUSR2', drain);
     process.once('SIGTERM', stop);
     process.once('SIGINT', stop);
   });
@@ -205,11 +210,34 @@ async function status(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
 }
 
 async function check(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
-  const body: WorkerHostStatus = await call(connect(values, env), 'check', (client) => client.checkWorkerHost());
-  print(values['json'] ? JSON.stringify(body, null, 2) + '\n' : formatWorkerHost(body));
+  const connection = connect(values, env);
+  const body: WorkerHostStatus = await call(connection, 'check', (client) => client.checkWorkerHost());
+  // Drain is the operator's choice, not a fault: reported, never an exit code of its own.
+  const capacity = (await call(connection, 'check', (client) => client.status())).runtime.capacity;
+  print(
+    values['json']
+      ? JSON.stringify(capacity === undefined ? body : { ...body, capacity }, null, 2) + '\n'
+      : formatWorkerHost(body) + (capacity === undefined ? '' : formatCapacity(capacity)),
+  );
   // Configured workspaces that cannot run a turn are as unusable as the mode itself.
   const usable = body.ordinary?.available === true && body.workspaceTurns?.available !== false;
   return usable ? EXIT.ok : EXIT.unavailable;
+}
+
+/** `turnhost drain [--off]`: drain mode on (new turns refused) or off, through POST /api/drain. */
+async function drain(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
+  const draining = values['off'] !== true;
+  const answer = await call(connect(values, env), 'drain', (client) => client.drain({ draining }));
+  if (values['json']) print(JSON.stringify(answer, null, 2) + '\n');
+  else {
+    const was = answer.changed ? '' : ' (already)';
+    print(
+      (draining
+        ? `draining${was}: new turns are refused; running turns end as they would\n`
+        : `not draining${was}: new turns are taken\n`) + formatCapacity(answer.capacity),
+    );
+  }
+  return EXIT.ok;
 }
 
 /** The event filters given as flags; `after` and `limit` go as typed (the server validates them). */
@@ -433,6 +461,8 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
       return status(parsed.values, env);
     case 'check':
       return check(parsed.values, env);
+    case 'drain':
+      return drain(parsed.values, env);
     case 'events':
       return events(parsed.values, env);
     case 'workspace': {

@@ -83,6 +83,8 @@ const CREATE_FAILURE_EXIT: Record<TurnCreateFailure, number> = {
   invalid_request: EXIT.usage,
   worker_host_unsupported: EXIT.refused,
   capacity_exhausted: EXIT.capacity,
+  // 503 like every refusal of the host (cli/client.ts): retry on another host.
+  draining: EXIT.refused,
   conflict: EXIT.conflict,
 };
 

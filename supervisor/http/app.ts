@@ -31,6 +31,7 @@ import { registerWorkspaceRoutes } from './workspace-routes.js';
 import type { Activity } from '../observe/activity.js';
 import type { Metrics } from '../observe/metrics.js';
 import { registerMetricsRoute } from './metrics-route.js';
+import { hostCapacity, registerDrainRoute, registerReadyRoute } from './placement-routes.js';
 import { registerStatusPage } from './status-page.js';
 import type { UiSessions } from './ui-session.js';
 import { requestIds, requestLogger } from './request-id.js';
@@ -129,18 +130,9 @@ function errorHandler(logger: Logger): ErrorRequestHandler {
   };
 }
 
-/** Ready means: the latest probe found mode `ordinary` available. */
-function readiness(
-  status: WorkerHostStatus | null,
-): { ok: true; checkedAt: string } | { ok: false; requirement: string } {
-  if (status === null) return { ok: false, requirement: 'no worker host probe has completed yet' };
-  const ordinary = status.ordinary;
-  if (ordinary === undefined) return { ok: false, requirement: 'mode ordinary was not probed' };
-  if (!ordinary.available) return { ok: false, requirement: ordinary.requirement ?? 'mode ordinary is unavailable' };
-  const workspaces = status.workspaceTurns;
-  if (workspaces?.available === false)
-    return { ok: false, requirement: workspaces.requirement ?? 'workspace turns are unavailable' };
-  return { ok: true, checkedAt: ordinary.checkedAt };
+/** Workspaces on this host, whatever their state: placement keeps their sessions here. */
+function workspacesHeld(deps: AppDeps): () => number {
+  return () => deps.workspaces?.list().length ?? 0;
 }
 
 export function createApp(deps: AppDeps): Express {
@@ -172,12 +164,10 @@ function publicRoutes(deps: AppDeps): Router {
       res.json({ status: 'ok', uptime: process.uptime(), timestamp: new Date().toISOString() });
     },
   });
-  route(router, '/api/ready', {
-    get: (_req, res) => {
-      const ready = readiness(deps.latestStatus());
-      if (ready.ok) return void res.json({ status: 'ready', checkedAt: ready.checkedAt });
-      sendError(res, 503, 'not_ready', `not ready: ${ready.requirement}`, { requirement: ready.requirement });
-    },
+  registerReadyRoute(router, {
+    latestStatus: deps.latestStatus,
+    ...(deps.turns ? { turns: deps.turns } : {}),
+    workspacesHeld: workspacesHeld(deps),
   });
   return router;
 }
@@ -216,6 +206,7 @@ function apiRoutes(deps: AppDeps): Router {
     registerTurnRoutes(api, deps.turns);
     route(api, '/api/turns/:id/attach', { get: upgradeRequired });
     registerSessionRoutes(api, deps.turns);
+    registerDrainRoute(api, { turns: deps.turns, workspacesHeld: workspacesHeld(deps) });
   }
   return api;
 }
@@ -239,7 +230,11 @@ function registerStatusRoutes(api: Router, deps: AppDeps): void {
           workerHost: deps.latestStatus(),
           events: deps.store.status(),
           ...(deps.turns
-            ? { preparedWorkers: deps.turns.preparedWorkers(), egressRelay: deps.turns.egressRelay() }
+            ? {
+                capacity: hostCapacity(deps.turns, workspacesHeld(deps)()),
+                preparedWorkers: deps.turns.preparedWorkers(),
+                egressRelay: deps.turns.egressRelay(),
+              }
             : {}),
         },
         uptime: process.uptime(),

@@ -86,6 +86,8 @@ export function registerTurnRoutes(router: Router, turns: TurnManager): void {
           case 'capacity_exhausted':
             res.setHeader('Retry-After', '1');
             return sendError(res, 429, 'capacity_exhausted', created.detail);
+          case 'draining':
+            return sendError(res, 503, 'draining', created.detail, { requirement: 'the host is not draining' });
           case 'conflict':
             return sendError(res, 409, 'conflict', created.detail, created.field ? { field: created.field } : {});
         }

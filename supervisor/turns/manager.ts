@@ -29,9 +29,11 @@ import { createTurnRecordStore, type TurnRecordStore } from './store.js';
 import { workerKey, type WorkerSpec } from './turn-request.js';
 import { requestStdin, validateTurnRequest } from './validate.js';
 import type {
+  DrainSource,
   OutputOffsets,
   TurnAttachment,
   TurnCreateFailure,
+  TurnLoad,
   TurnManager as TurnManagerSurface,
   TurnManagerDeps,
   TurnOutputReader,
@@ -89,6 +91,8 @@ export class TurnManager implements TurnManagerSurface {
    */
   private readonly launching = new Map<string, string>();
   private readonly sessionDeps: SessionDeps;
+  /** Drain mode: no new turn is admitted while it is on (setDraining). */
+  private draining = false;
   private readonly pool: PreparedWorkerPool<Worker, WorkerSpec>;
 
   /**
@@ -272,6 +276,34 @@ export class TurnManager implements TurnManagerSurface {
     return this.pool.counts();
   }
 
+  load(): TurnLoad {
+    return {
+      turnsRunning: this.running.size,
+      maxTurns: this.deps.config.turns.maxConcurrent,
+      draining: this.draining,
+    };
+  }
+
+  setDraining(draining: boolean, source: DrainSource): boolean {
+    if (this.draining === draining) return false;
+    this.draining = draining;
+    const turnsRunning = this.running.size;
+    this.deps.events.append({
+      sessionId: null,
+      turnId: null,
+      kind: 'host_drain',
+      actor: 'operator',
+      model: null,
+      profile: null,
+      payload: { draining, source, turnsRunning },
+    });
+    this.deps.logger.info(draining ? 'draining: new turns are refused' : 'drain ended: new turns are taken', {
+      source,
+      turnsRunning,
+    });
+    return true;
+  }
+
   egressRelay(): ReturnType<TurnManagerSurface['egressRelay']> {
     return kernelRelayReport();
   }
@@ -302,10 +334,16 @@ export class TurnManager implements TurnManagerSurface {
     this.launchEnv.close();
   }
 
-  /** A turn that may not be created now: its id is taken, the capacity is used, its session is going. */
+  /** A turn that may not be created now: its id is taken, the host drains, the capacity is used, its session is going. */
   private refuseCreate(id: string, sessionId: string): CreateRefusal | null {
     if (this.running.has(id) || this.records.exists(id))
       return { ...fail('conflict', `turn ${id} already exists`), field: 'turnId' };
+    // Before the cap: a draining host says so even when it is also full.
+    if (this.draining)
+      return fail(
+        'draining',
+        'the host is draining: it takes no new turns until drain mode is turned off (turnhost drain --off)',
+      );
     const { maxConcurrent } = this.deps.config.turns;
     if (this.running.size >= maxConcurrent)
       return fail(

@@ -211,7 +211,19 @@ export interface TurnAttachment {
 
 export type InputOutcome = Result<object, 'input_closed'>;
 
-export type TurnCreateFailure = 'invalid_request' | 'worker_host_unsupported' | 'capacity_exhausted' | 'conflict';
+export type TurnCreateFailure =
+  'invalid_request' | 'worker_host_unsupported' | 'capacity_exhausted' | 'draining' | 'conflict';
+
+/** Who turned drain mode on or off: the API (`turnhost drain`, POST /api/drain) or SIGUSR2. */
+export type DrainSource = 'api' | 'signal';
+
+/** What placement reads of the turn manager: its load and whether it takes new turns. */
+export interface TurnLoad {
+  turnsRunning: number;
+  /** turns.maxConcurrent, read now (a reload may change it). */
+  maxTurns: number;
+  draining: boolean;
+}
 
 export interface TurnManager {
   /** Validates, probes the mode, launches. Resolves once the worker is running (or refused). */
@@ -259,6 +271,13 @@ export interface TurnManager {
   wait(id: string): Promise<TurnResult | undefined>;
   /** Prepared workers (supervisor/turns/prepared-workers.ts): ready to be claimed, and still starting. */
   preparedWorkers(): { ready: number; starting: number };
+  /** Turns running, the cap and drain mode: what `GET /api/ready` reports for placement. */
+  load(): TurnLoad;
+  /**
+   * Drain mode: while on, `create` refuses with `draining` and running turns end as they would.
+   * Records a `host_drain` event when the mode changes; answers whether it did.
+   */
+  setDraining(draining: boolean, source: DrainSource): boolean;
   /** The kernel relay the turn proxies hand CONNECT tunnels to (relay/); null before any proxy started. */
   egressRelay(): RelayReport | null;
   close(): Promise<void>;

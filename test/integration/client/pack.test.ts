@@ -23,12 +23,13 @@ t.setTimeout(600_000);
 
 /** Every method of TurnhostClient, called once; `satisfies` fails when a method is missing here. */
 const EVERY_METHOD = `
-import { createClient, TurnhostApiError, type TurnhostClient } from '@turnhost/client';
+import { createClient, HostPool, NoHostReadyError, TurnhostApiError, type TurnhostClient } from '@turnhost/client';
 
 export async function everyMethod(client: TurnhostClient): Promise<void> {
   const calls = {
     health: () => client.health(),
-    ready: () => client.ready(),
+    ready: async () => (await client.ready()).capacity?.freeSlots,
+    drain: async () => (await client.drain({ draining: false })).capacity.draining,
     status: () => client.status(),
     checkWorkerHost: () => client.checkWorkerHost(),
     openapi: () => client.openapi(),
@@ -65,6 +66,12 @@ export async function everyMethod(client: TurnhostClient): Promise<void> {
     makeWorkspaceDirectory: async () => (await client.makeWorkspaceDirectory('w', 'a')).made,
     deleteWorkspaceFile: async () => (await client.deleteWorkspaceFile('w', 'a', { recursive: true })).files,
   } satisfies Record<keyof TurnhostClient, () => unknown>;
+  const pool = new HostPool({ only: client });
+  try {
+    (await pool.place('s')).host satisfies string;
+  } catch (error) {
+    if (error instanceof NoHostReadyError) console.log(error.code, error.hosts.length);
+  }
   for (const call of Object.values(calls)) {
     try {
       await call();

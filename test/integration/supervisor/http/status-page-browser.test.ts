@@ -2,7 +2,7 @@
  * The operator status page end to end in a real browser: Debian's chromium (never a downloaded
  * build) driven by playwright-core, against real daemons on loopback. Sign-in with the token;
  * an unavailable mode shows its requirement; a running turn appears and disappears; an egress
- * denial appears live. Screenshots are kept in .tap/screenshots/status-page/ (CI keeps .tap/).
+ * denial appears live, and so do the capacity, drain mode and the chart of the last hour. Screenshots are kept in .tap/screenshots/status-page/ (CI keeps .tap/).
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -173,6 +173,25 @@ t.test('a running turn appears and disappears; a denial appears live', async (t)
   await denial.waitFor();
   t.match(await denial.textContent(), /egress_denial .*host=denied\.example\.test .*reason=not_allowlisted/);
   await page.screenshot({ path: path.join(screenshots, '2-running-turn-and-denial.png'), fullPage: true });
+
+  // Capacity and the last hour's chart, drawn by the page: this turn and its denial in the newest bucket.
+  await page.locator('#capacity', { hasText: '1 of 4 turns running, 3 free slots, 0 workspaces held.' }).waitFor();
+  await page.locator('#chart g[data-bucket="11"][data-turns="1"][data-denials="1"]').waitFor();
+  t.equal(await page.locator('#chart g').count(), 12, 'twelve 5-minute buckets');
+  t.equal(await page.locator('#chart rect.bar-turns[height="0"]').count(), 11, 'no turn in the older buckets');
+  t.match(await page.locator('#chart-summary').textContent(), /Last hour: 1 turns started, 1 egress denials\./);
+  t.notOk(await page.locator('#draining').isVisible(), 'not draining');
+  const drained = await apiRequest(connection, 'POST', '/api/drain', { draining: true });
+  t.equal(drained.status, 200);
+  await page.locator('#draining').waitFor({ state: 'visible' });
+  t.match(await page.locator('#capacity').textContent(), /0 free slots/, 'draining: no free slot');
+  await page.screenshot({ path: path.join(screenshots, '5-capacity-chart-draining.png'), fullPage: true });
+  await apiRequest(connection, 'POST', '/api/drain', { draining: false });
+  await page.locator('#draining').waitFor({ state: 'hidden' });
+  // A fresh load draws the same bars from the event history, not the stream.
+  await page.reload();
+  await page.locator('#chart g[data-bucket="11"][data-turns="1"][data-denials="1"]').waitFor();
+  await page.locator('#connection.live').waitFor();
 
   fs.writeFileSync(path.join(workspace, 'stop'), '');
   await row.waitFor({ state: 'detached' });

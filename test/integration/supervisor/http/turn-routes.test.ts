@@ -105,6 +105,8 @@ function fakeTurns(): {
         nextAfter: null,
       }),
     deleteSession: async (sessionId) => fail('not_found', `no session ${sessionId}`),
+    load: () => ({ turnsRunning: 0, maxTurns: 4, draining: false }),
+    setDraining: () => false,
     pruneSessions: () => ok({ deleted: [] }),
     listSessions: () => ok({ sessions: [], nextAfter: null }),
     cancel(id) {

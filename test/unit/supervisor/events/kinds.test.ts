@@ -35,6 +35,7 @@ const valid: Record<string, Record<string, unknown>> = {
   turn_temp_purge: { bytes: 2, inodes: 1, outcome: 'purged' },
   scratch_overage: { bytes: 10, pinnedFiles: 1, pinnedBytes: 2, overageBytes: 3 },
   session_deleted: { sessionId: 's1', events: 4, turns: 2, workspaces: 1, trigger: 'retention' },
+  host_drain: { draining: true, source: 'signal', turnsRunning: 2 },
   workspace_created: { workspaceId: 'ws', uid: 3100000, identity: 'separate_uid' },
   workspace_deleted: { workspaceId: 'ws', bytesRemoved: 4096, filesRemoved: 1 },
   workspace_directory_made: { workspaceId: 'ws', path: 'src/lib', made: 2 },
