@@ -98,10 +98,13 @@ function wallNow(): number {
 
 interface Case {
   label: string;
+  /** Resolving to `NOT_A_SAMPLE` (a turn that failed, counted apart) keeps its time out. */
   body: () => Promise<unknown>;
   /** Runs untimed before each timed body. */
   settle?: () => Promise<void>;
 }
+
+const NOT_A_SAMPLE = Symbol('not a sample');
 
 /**
  * Round robin: one iteration of every case per round, so load from other work on the machine
@@ -119,8 +122,8 @@ async function measureInterleaved(cases: Case[], warmedUp?: () => void): Promise
     for (const c of cases) {
       await c.settle?.();
       const start = performance.now();
-      await c.body();
-      samples.get(c.label)?.push(performance.now() - start);
+      const outcome = await c.body();
+      if (outcome !== NOT_A_SAMPLE) samples.get(c.label)?.push(performance.now() - start);
     }
   }
   return new Map([...samples].map(([label, values]) => [label, summarize(values)]));
@@ -134,12 +137,20 @@ interface ApiCase {
   server: BenchServer;
   phaseFile: string;
   posts: Map<string, { sent: number; answered: number }>;
+  /** Turns that did not end ok: counted and shown, not timed. */
+  failures: string[];
 }
 
-async function timedTurn(apiCase: ApiCase): Promise<void> {
+async function timedTurn(apiCase: ApiCase): Promise<typeof NOT_A_SAMPLE | undefined> {
   const sent = wallNow();
-  const turn = await apiCase.server.runToExit(['/bin/true']);
-  apiCase.posts.set(turn.id, { sent, answered: wallNow() });
+  try {
+    const turn = await apiCase.server.runToExit(['/bin/true']);
+    apiCase.posts.set(turn.id, { sent, answered: wallNow() });
+    return undefined;
+  } catch (error) {
+    apiCase.failures.push((error as Error).message);
+    return NOT_A_SAMPLE;
+  }
 }
 
 /** The CLI against a running server, when the environment names one. */
@@ -195,7 +206,15 @@ async function startApiServers(): Promise<ApiCase[]> {
       });
       index++;
       for (const way of ways)
-        cases.push({ label: `turnhost API, ${identity}, ${way}`, identity, way, server, phaseFile, posts: new Map() });
+        cases.push({
+          label: `turnhost API, ${identity}, ${way}`,
+          identity,
+          way,
+          server,
+          phaseFile,
+          posts: new Map(),
+          failures: [],
+        });
     }
   }
   return cases;
@@ -236,7 +255,7 @@ async function compareLaunchers(apiCases: ApiCase[]): Promise<void> {
       ...(apiCase.way === 'back to back'
         ? {
             settle: async () => {
-              await apiCase.server.runToExit(['/bin/true']);
+              await timedTurn({ ...apiCase, posts: new Map() });
             },
           }
         : {}),
@@ -251,7 +270,12 @@ async function compareLaunchers(apiCases: ApiCase[]): Promise<void> {
       await c.settle?.();
     },
   }));
-  const figures = await measureInterleaved(settled, () => apiCases.forEach((c) => c.posts.clear()));
+  const figures = await measureInterleaved(settled, () =>
+    apiCases.forEach((c) => {
+      c.posts.clear();
+      c.failures.splice(0);
+    }),
+  );
   const plain = figures.get('spawn /bin/true');
   const bwrap = figures.get('bwrap --unshare-all --ro-bind / /');
   console.log(
@@ -259,6 +283,10 @@ async function compareLaunchers(apiCases: ApiCase[]): Promise<void> {
   );
   for (const [label, f] of figures) {
     const apiCase = apiCases.find((c) => c.label === label);
+    if (apiCase && apiCase.posts.size === 0) {
+      console.log(`${label.padEnd(46)} no turn ended ok`);
+      continue;
+    }
     const goal = apiCase ? GOALS[apiCase.way] : undefined;
     const verdict =
       goal === undefined || bwrap === undefined
@@ -272,6 +300,10 @@ async function compareLaunchers(apiCases: ApiCase[]): Promise<void> {
       ),
     );
   }
+  for (const apiCase of apiCases.filter((c) => c.failures.length > 0))
+    console.log(
+      `${apiCase.label}: ${apiCase.failures.length} turn(s) did not end ok (not timed); the first: ${apiCase.failures[0]}`,
+    );
 }
 
 /** The supervisor's marks of each step of a worker's life (supervisor/turns/lifecycle.ts), in order. */
