@@ -81,8 +81,10 @@ async function densityOfTurnhost(identity: IdentityChoice, n: number): Promise<S
     if (capacity.maxConcurrent < n) throw new Error(`the supervisor admits ${capacity.maxConcurrent} turns, not ${n}`);
     const start = performance.now();
     const turns = await Promise.all(
-      Array.from({ length: n }, (_, i) => server.createTurn(COMMAND, { sessionId: `density-${i % 16}` })),
-    );
+      Array.from({ length: n }, (_, i) => server.createTurn(COMMAND, { sessionId: `density-${i % 16}`, fresh: true })),
+    ).catch((error: unknown) => {
+      throw new Error(`${(error as Error).message}\nthe supervisor's log ends:\n${server.logTail()}`);
+    });
     const startedMs = performance.now() - start;
     const all = listProcesses();
     const processes = server.turnProcesses(all).filter(notTheCommand);

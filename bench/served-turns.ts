@@ -187,6 +187,7 @@ export class BenchServer {
   private constructor(
     readonly options: BenchServerOptions,
     private readonly child: ChildProcess,
+    private readonly log: string[],
     private readonly helper: HelperSetup | null,
     readonly base: string,
     readonly dataDir: string,
@@ -205,11 +206,22 @@ export class BenchServer {
       ...(options.turns ? { turns: options.turns } : {}),
     });
     const child = spawn(process.execPath, [CLI, 'serve', '--config', written.configPath, '--socket', written.socket], {
-      stdio: ['ignore', 'ignore', 'pipe'],
+      stdio: ['ignore', 'pipe', 'pipe'],
       env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', HOME: written.base, LANG: 'C.UTF-8', ...options.env },
     });
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    // The log's tail, for a bench that fails: what the supervisor said last.
+    const log: string[] = [];
+    child.stdout.on('data', (d: Buffer) =>
+      log.push(
+        ...d
+          .toString()
+          .split('\n')
+          .filter((line) => line !== ''),
+      ),
+    );
+    child.stdout.on('data', () => log.splice(0, Math.max(0, log.length - 200)));
     for (let waited = 0; !fs.existsSync(written.socket); waited += 20) {
       if (child.exitCode !== null || waited > 30_000) {
         helper?.remove();
@@ -221,6 +233,7 @@ export class BenchServer {
     return new BenchServer(
       options,
       child,
+      log,
       helper,
       written.base,
       written.dataDir,
@@ -230,17 +243,25 @@ export class BenchServer {
     );
   }
 
+  /** The supervisor's last log lines (and its exit, when it ended). */
+  logTail(lines = 20): string {
+    const ended = this.child.exitCode !== null || this.child.signalCode !== null;
+    const exit = ended ? `\n(supervisor exited: ${this.child.exitCode ?? this.child.signalCode})` : '';
+    return this.log.slice(-lines).join('\n') + exit;
+  }
+
   get pid(): number {
     return this.child.pid ?? -1;
   }
 
-  request(method: string, urlPath: string, body?: unknown): Promise<{ status: number; body: any }> {
+  /** `fresh`: on a connection of its own, closed after the answer (many requests at once). */
+  request(method: string, urlPath: string, body?: unknown, fresh = false): Promise<{ status: number; body: any }> {
     const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
     return new Promise((resolve, reject) => {
       const req = http.request(
         {
           socketPath: this.socket,
-          agent: this.agent,
+          agent: fresh ? false : this.agent,
           method,
           path: urlPath,
           headers: {
@@ -272,15 +293,11 @@ export class BenchServer {
    */
   async createTurn(
     argv: string[],
-    options: { waitSeconds?: number; sessionId?: string } = {},
+    options: { waitSeconds?: number; sessionId?: string; fresh?: boolean } = {},
   ): Promise<TurnRecordView> {
     const query = options.waitSeconds === undefined ? '' : `?wait=${options.waitSeconds}`;
-    const answer = await this.request('POST', `/api/turns${query}`, {
-      sessionId: options.sessionId ?? 'bench',
-      mode: 'ordinary',
-      cwd: this.workspace,
-      argv,
-    });
+    const body = { sessionId: options.sessionId ?? 'bench', mode: 'ordinary', cwd: this.workspace, argv };
+    const answer = await this.request('POST', `/api/turns${query}`, body, options.fresh ?? false);
     if (answer.status !== 201)
       throw new Error(`POST /api/turns answered ${answer.status}: ${JSON.stringify(answer.body)}`);
     const turn = (answer.body as { turn: TurnRecordView }).turn;
