@@ -1,59 +1,77 @@
 /**
- * Launch latency of one `/bin/true` turn through the full turnhost pipeline (per-turn probe,
- * limits, egress proxy, turn cgroup, identity helper, namespaces, seccomp, Node worker) next
- * to plain spawn, setpriv + unshare -n and bubblewrap, all measured in the same run and printed
- * as p50/p95/mean with ratios. The pipeline is timed three ways: claiming a prepared worker
- * (the default; the bench waits, untimed, until the pool refilled after the previous turn),
- * back to back with no such wait, and with prepared workers off (`turns.preparedWorkers: 0`). A second table times each phase of the pipeline on its own,
- * through the same functions the launch sequence calls, to show where the time goes.
+ * Launch latency of one `/bin/true` turn through the API of a real `turnhost serve`: POST
+ * /api/turns?wait to the answer that carries the exit record, next to plain spawn, setpriv +
+ * unshare -n and bubblewrap (`--unshare-all --ro-bind / /`), all interleaved round by round in
+ * one run; p50/p95/mean and the ratios to bubblewrap's p50 and p95 from the same run, with the
+ * goals printed beside them. Each identity mode (separate_uid through the identity helper,
+ * shared_uid) is timed three ways:
+ *   cold          a supervisor with `turns.preparedWorkers: 0`: every turn starts its own worker;
+ *   back to back  the timed turn is posted the moment the previous one's answer arrived (what
+ *                 a busy host sees): the pool's next worker is usually still booting;
+ *   prepared      the bench waits, untimed, until the pool holds a ready worker of the same key
+ *                 (mode, cwd, limits, view) and the turn claims it.
+ * Then where the time went, step by step, from the supervisor's own marks
+ * (TURNHOST_BENCH_LAUNCH_PHASES, supervisor/observe/launch-phases.ts); then a second table
+ * times parts of the pipeline alone through the functions the launch calls; then the leak
+ * check of every supervisor.
  * Run as root, after `npx tsc -p tsconfig.json && make -C identity-helper all`:
- *   npx tsx bench/launch.ts [rounds, default 40] [warm-up, default 5]
+ *   npx tsx bench/launch.ts [rounds=40] [warm-up=5] [identity: both|separate_uid|shared_uid]
  * With BENCH_CLI_CONFIG=<turnhost.json> and BENCH_CLI_SERVER=<http://host:port | unix:/path>
  * of a running `turnhost serve` (e.g. set up by dist/supervisor/dev-setup.js), the comparison
  * also times `turnhost run -- /bin/true` end to end and the CLI's own start (`--help`).
  */
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { discoverCgroupLayout } from '../cgroup/discover.js';
-import { createTurnCgroup, listTurnCgroups, prepareCgroupSubtree, removeCgroupSubtree } from '../cgroup/turn-cgroup.js';
+import { createTurnCgroup, prepareCgroupSubtree, removeCgroupSubtree } from '../cgroup/turn-cgroup.js';
 import { createMemoryLogger } from '../core/log.js';
 import { buildTurnPolicy } from '../proxy/policy.js';
 import { startTurnProxy } from '../proxy/server.js';
-import { closeChannelEnd, openListenerChannel } from '../supervisor/turns/listener-channel.js';
 import { kernelRelay } from '../proxy/relay/kernel-relay.js';
 import { closeRoot, openRoot } from '../supervisor/fs/guard.js';
 import { runHelperProbe } from '../supervisor/identity/helper-probe.js';
 import { measureTurnTmp } from '../supervisor/turns/turn-tmp.js';
 import { probeMode } from '../supervisor/probes/index.js';
 import { probeLandlock, probeNetworkNamespaces, probeSeccomp } from '../supervisor/probes/facilities.js';
-import { encodeMessage, type LaunchMessage } from '../worker/protocol.js';
+import { LAUNCH_PHASES_ENV, type LaunchPhaseLine } from '../supervisor/observe/launch-phases.js';
 import type { TurnhostConfig } from '../supervisor/config/types.js';
 import type { EventStore } from '../supervisor/events/types.js';
-import type { TurnManager } from '../supervisor/turns/types.js';
+import {
+  BenchServer,
+  BWRAP_ARGS,
+  hasProgram,
+  identityChoices,
+  percentile,
+  runToExit,
+  type IdentityChoice,
+  describeLeftovers,
+} from './served-turns.js';
 
 const ITERATIONS = Number(process.argv[2] ?? 40);
 const WARMUP = Number(process.argv[3] ?? 5);
-/** A uid outside every test file's range (the harness derives ranges from the slot). */
+const IDENTITIES = identityChoices(process.argv[4], 'both');
+if (!Number.isInteger(ITERATIONS) || ITERATIONS < 1) throw new Error('rounds: expected a positive integer');
+if (!Number.isInteger(WARMUP) || WARMUP < 0) throw new Error('warm-up: expected a non-negative integer');
+/** The in-process harness of the phases-alone table (test/support/turn-harness.ts slots). */
 const HARNESS_SLOT = 90;
-const COLD_HARNESS_SLOT = 91;
 const PLAIN_UID = 3_190_500;
+/** The API supervisors' worker uid ranges: bench slot 92 (3_192_000-3_192_999). */
+const API_UID_BASE = 3_192_000;
+const GOALS: Record<LaunchWay, number> = { cold: 3, 'back to back': 3, prepared: 2 };
+
+type LaunchWay = 'cold' | 'back to back' | 'prepared';
 
 /** The part of test/support/turn-harness.ts this bench uses. */
 interface TurnHarness {
-  turns: TurnManager;
   events: EventStore;
   config: TurnhostConfig;
   workspace: string;
-  uidRange: { first: number; count: number };
   close(): Promise<void>;
 }
 interface HarnessModule {
   createTurnHarness: (options: { slot: number; configure?: (config: TurnhostConfig) => void }) => Promise<TurnHarness>;
-  WORKER_ENTRY: string;
 }
 
 /**
@@ -61,11 +79,6 @@ interface HarnessModule {
  * the bench runs under tsx, which loads the TypeScript source.
  */
 const HARNESS_MODULE = ['..', 'test', 'support', 'turn-harness.js'].join('/');
-const { createTurnHarness, WORKER_ENTRY } = (await import(HARNESS_MODULE)) as HarnessModule;
-const PREPARED_WORKERS_MODULE = ['..', 'test', 'support', 'prepared-workers.js'].join('/');
-const { workerUidProcesses: workerProcesses } = (await import(PREPARED_WORKERS_MODULE)) as {
-  workerUidProcesses: (harness: Pick<TurnHarness, 'uidRange'>) => Array<{ pid: number; uid: number }>;
-};
 
 interface Figures {
   p50: number;
@@ -73,107 +86,71 @@ interface Figures {
   mean: number;
 }
 
-function percentile(sorted: number[], q: number): number {
-  const index = Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1));
-  return sorted[index] ?? NaN;
+function summarize(samples: number[]): Figures {
+  const mean = samples.reduce((sum, v) => sum + v, 0) / samples.length;
+  return { p50: percentile(samples, 0.5), p95: percentile(samples, 0.95), mean };
 }
 
-function summarize(samples: number[]): Figures {
-  const sorted = [...samples].sort((a, b) => a - b);
-  const mean = samples.reduce((sum, v) => sum + v, 0) / samples.length;
-  return { p50: percentile(sorted, 0.5), p95: percentile(sorted, 0.95), mean };
+/** The wall clock the supervisor's marks use too (epoch ms, sub-ms). */
+function wallNow(): number {
+  return performance.timeOrigin + performance.now();
 }
 
 interface Case {
   label: string;
+  /** Resolving to `NOT_A_SAMPLE` (a turn that failed, counted apart) keeps its time out. */
   body: () => Promise<unknown>;
   /** Runs untimed before each timed body. */
   settle?: () => Promise<void>;
 }
 
+const NOT_A_SAMPLE = Symbol('not a sample');
+
 /**
  * Round robin: one iteration of every case per round, so load from other work on the machine
  * falls on all cases alike and the ratios stay honest.
  */
-async function measureInterleaved(cases: Case[]): Promise<Map<string, Figures>> {
-  for (let i = 0; i < WARMUP; i++) for (const c of cases) await c.body();
+async function measureInterleaved(cases: Case[], warmedUp?: () => void): Promise<Map<string, Figures>> {
+  for (let i = 0; i < WARMUP; i++)
+    for (const c of cases) {
+      await c.settle?.();
+      await c.body();
+    }
+  warmedUp?.();
   const samples = new Map<string, number[]>(cases.map((c) => [c.label, []]));
   for (let i = 0; i < ITERATIONS; i++) {
     for (const c of cases) {
       await c.settle?.();
       const start = performance.now();
-      await c.body();
-      samples.get(c.label)?.push(performance.now() - start);
+      const outcome = await c.body();
+      if (outcome !== NOT_A_SAMPLE) samples.get(c.label)?.push(performance.now() - start);
     }
   }
   return new Map([...samples].map(([label, values]) => [label, summarize(values)]));
 }
 
-/** Runs a program to its exit; a nonzero exit aborts the bench (a broken case measures nothing). */
-function runToExit(file: string, args: string[]): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(file, args, { stdio: 'ignore' });
-    child.on('error', reject);
-    child.on('close', (code, signal) =>
-      code === 0 ? resolve() : reject(new Error(`${file} ${args.join(' ')}: exit ${code ?? signal}`)),
-    );
-  });
+/** One API case: its server, and the POST and answer times of every timed turn, by turn id. */
+interface ApiCase {
+  label: string;
+  identity: IdentityChoice;
+  way: LaunchWay;
+  server: BenchServer;
+  phaseFile: string;
+  posts: Map<string, { sent: number; answered: number }>;
+  /** Turns that did not end ok: counted and shown, not timed. */
+  failures: string[];
 }
 
-function hasProgram(name: string): boolean {
-  return ['/usr/bin', '/bin', '/usr/sbin', '/sbin'].some((dir) => fs.existsSync(path.join(dir, name)));
-}
-
-/** One turn through the real manager; records in `startup` the time until `create` resolved (the worker reported `started`). */
-async function pipelineTurn(harness: TurnHarness, startup?: number[]): Promise<void> {
-  const start = performance.now();
-  const created = await harness.turns.create({
-    sessionId: 'session-bench',
-    mode: 'ordinary',
-    cwd: harness.workspace,
-    argv: ['/bin/true'],
-  });
-  if (!created.ok) throw new Error(`turn refused: ${created.reason}: ${created.detail}`);
-  startup?.push(performance.now() - start);
-  const result = await harness.turns.wait(created.turn.id);
-  if (result?.status !== 'ok') throw new Error(`turn ended ${result?.status}: ${result?.detail ?? ''}`);
-}
-
-/**
- * The worker alone, as root without the helper: node startup, module load, seccomp, command,
- * exit report. The turn manager has already marked this process's inherited fds close-on-exec,
- * which the worker's fd check requires.
- */
-function workerAlone(workspace: string): Promise<void> {
-  const launch: LaunchMessage = {
-    type: 'launch',
-    v: 1,
-    argv: ['/bin/true'],
-    cwd: workspace,
-    env: { PATH: '/usr/bin:/bin' },
-    tty: null,
-    egress: false,
-  };
-  const encoded = encodeMessage(launch);
-  if (!encoded.ok) throw new Error(encoded.detail);
-  // The worker requires its listener channel at fd 4 and sends its listener there; nobody takes it here.
-  const channel = openListenerChannel();
-  if (!channel.ok) throw new Error(channel.detail);
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [WORKER_ENTRY], {
-      stdio: ['ignore', 'ignore', 'pipe', 'pipe', channel.workerFd],
-      cwd: workspace,
-      env: {},
-    });
-    closeChannelEnd(channel.workerFd);
-    child.on('close', () => closeChannelEnd(channel.supervisorFd));
-    const protocol = child.stdio[3] as net.Socket;
-    protocol.on('error', () => undefined);
-    protocol.write(encoded.line);
-    let stderr = '';
-    child.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));
-    child.on('close', (code) => (code === 0 ? resolve() : reject(new Error(`worker exit ${code}: ${stderr}`))));
-  });
+async function timedTurn(apiCase: ApiCase): Promise<typeof NOT_A_SAMPLE | undefined> {
+  const sent = wallNow();
+  try {
+    const turn = await apiCase.server.runToExit(['/bin/true']);
+    apiCase.posts.set(turn.id, { sent, answered: wallNow() });
+    return undefined;
+  } catch (error) {
+    apiCase.failures.push((error as Error).message);
+    return NOT_A_SAMPLE;
+  }
 }
 
 /** The CLI against a running server, when the environment names one. */
@@ -181,7 +158,7 @@ function cliCases(cwd: string): Case[] {
   const config = process.env.BENCH_CLI_CONFIG;
   const server = process.env.BENCH_CLI_SERVER;
   if (!config || !server) return [];
-  const cli = path.join(path.dirname(WORKER_ENTRY), '../supervisor/cli/main.js');
+  const cli = path.join(path.dirname(new URL(import.meta.url).pathname), '..', 'dist', 'supervisor', 'cli', 'main.js');
   return [
     { label: 'turnhost --help (CLI start only)', body: () => runToExit(process.execPath, [cli, '--help']) },
     {
@@ -207,27 +184,50 @@ function figuresRow(label: string, f: Figures, tail: string): string {
   return `${label.padEnd(46)} ${f.p50.toFixed(1).padStart(7)} ${f.p95.toFixed(1).padStart(7)} ${f.mean.toFixed(1).padStart(7)} ${tail}`;
 }
 
-function ratio(f: Figures, base: Figures | undefined): string {
-  return (base ? `${(f.p50 / base.p50).toFixed(2)}x` : '-').padStart(8);
+function times(value: number, base: number | undefined): string {
+  return (base ? `${(value / base).toFixed(2)}x` : '-').padStart(8);
 }
 
-/**
- * Until no prepared worker is starting any more (at most 5 s): a worker booting in the
- * background would slow whichever case runs next. Run untimed before every case.
- */
-async function poolSettled(harness: TurnHarness): Promise<void> {
-  for (let waited = 0; waited < 5000 && harness.turns.preparedWorkers().starting > 0; waited += 5) {
-    await new Promise((resolve) => setTimeout(resolve, 5));
+async function startApiServers(): Promise<ApiCase[]> {
+  const cases: ApiCase[] = [];
+  let index = 0;
+  for (const identity of IDENTITIES) {
+    for (const [pool, ways] of [
+      [0, ['cold']],
+      [1, ['back to back', 'prepared']],
+    ] as Array<[number, LaunchWay[]]>) {
+      const phaseFile = path.join(os.tmpdir(), `turnhost-bench-phases-${process.pid}-${index}.jsonl`);
+      const server = await BenchServer.start({
+        name: `bench-launch-${index}`,
+        identity,
+        uidRange: { first: API_UID_BASE + 100 * index, count: 16 },
+        turns: { preparedWorkers: pool },
+        env: { [LAUNCH_PHASES_ENV]: phaseFile },
+      });
+      index++;
+      for (const way of ways)
+        cases.push({
+          label: `turnhost API, ${identity}, ${way}`,
+          identity,
+          way,
+          server,
+          phaseFile,
+          posts: new Map(),
+          failures: [],
+        });
+    }
   }
+  return cases;
 }
 
-const PREPARED_LABEL = 'turnhost pipeline, prepared worker';
-
-/** The comparison: plain spawn, setpriv + unshare, bwrap and the full pipeline. */
-async function compareLaunchers(harness: TurnHarness, cold: TurnHarness): Promise<Figures | undefined> {
+/** The comparison: plain spawn, setpriv + unshare, bwrap and the API cases, interleaved. */
+async function compareLaunchers(apiCases: ApiCase[]): Promise<void> {
   const withBwrap = hasProgram('bwrap');
-  if (!withBwrap) console.log('bwrap not installed (apt-get install -y bubblewrap): its column is empty');
-  const startup: number[] = [];
+  if (!withBwrap) console.log('bwrap not installed (apt-get install -y bubblewrap): its ratios are empty');
+  const servers = [...new Set(apiCases.map((c) => c.server))];
+  const settleAll = async (): Promise<void> => {
+    for (const server of servers) await server.poolSettled();
+  };
   const cases: Case[] = [
     { label: 'spawn /bin/true', body: () => runToExit('/bin/true', []) },
     // setpriv first drops every capability, after which unshare -n is refused; the privileged
@@ -246,57 +246,144 @@ async function compareLaunchers(harness: TurnHarness, cold: TurnHarness): Promis
         ]),
     },
     ...(withBwrap
-      ? [
-          {
-            label: 'bwrap --unshare-all --ro-bind / /',
-            body: () => runToExit('bwrap', ['--unshare-all', '--die-with-parent', '--ro-bind', '/', '/', '/bin/true']),
-          },
-        ]
+      ? [{ label: 'bwrap --unshare-all --ro-bind / /', body: () => runToExit('bwrap', [...BWRAP_ARGS, '/bin/true']) }]
       : []),
-    { label: PREPARED_LABEL, body: () => pipelineTurn(harness, startup) },
-    // The timed turn arrives the moment the previous one ended: its worker is still starting.
-    {
-      label: 'turnhost pipeline, back to back',
-      body: () => pipelineTurn(harness),
-      settle: () => pipelineTurn(harness),
-    },
-    { label: 'turnhost pipeline, preparedWorkers 0', body: () => pipelineTurn(cold) },
-    ...cliCases(harness.workspace),
+    ...apiCases.map((apiCase): Case => ({
+      label: apiCase.label,
+      body: () => timedTurn(apiCase),
+      // The previous turn of the same key just ended: its pool is booting the next worker.
+      ...(apiCase.way === 'back to back'
+        ? {
+            settle: async () => {
+              await timedTurn({ ...apiCase, posts: new Map() });
+            },
+          }
+        : {}),
+    })),
+    ...cliCases(apiCases[0]?.server.workspace ?? '/'),
   ];
+  // Before every case: no worker booting in the background, which would slow whichever case runs next.
   const settled = cases.map((c) => ({
     ...c,
     settle: async () => {
-      await poolSettled(harness);
+      await settleAll();
       await c.settle?.();
     },
   }));
-  const figures = await measureInterleaved(settled);
+  const figures = await measureInterleaved(settled, () =>
+    apiCases.forEach((c) => {
+      c.posts.clear();
+      c.failures.splice(0);
+    }),
+  );
   const plain = figures.get('spawn /bin/true');
   const bwrap = figures.get('bwrap --unshare-all --ro-bind / /');
-  const full = figures.get(PREPARED_LABEL);
-  const rows = [...figures].flatMap(([label, f]): Array<[string, Figures]> =>
-    f === full
-      ? [
-          [label, f],
-          ['  of which create (until worker `started`)', summarize(startup.slice(WARMUP))],
-        ]
-      : [[label, f]],
-  );
   console.log(
-    `\n${'case'.padEnd(46)} ${'p50'.padStart(7)} ${'p95'.padStart(7)} ${'mean'.padStart(7)} ${'/spawn'.padStart(8)} ${'/bwrap'.padStart(8)}`,
+    `\n${'case'.padEnd(46)} ${'p50'.padStart(7)} ${'p95'.padStart(7)} ${'mean'.padStart(7)} ${'/spawn'.padStart(8)} ${'p50/bwrap'.padStart(9)} ${'p95/bwrap'.padStart(9)}  goal`,
   );
-  for (const [label, f] of rows) console.log(figuresRow(label, f, `${ratio(f, plain)} ${ratio(f, bwrap)}`));
-  if (bwrap && full) {
-    const times = full.p50 / bwrap.p50;
+  for (const [label, f] of figures) {
+    const apiCase = apiCases.find((c) => c.label === label);
+    if (apiCase && apiCase.posts.size === 0) {
+      console.log(`${label.padEnd(46)} no turn ended ok`);
+      continue;
+    }
+    const goal = apiCase ? GOALS[apiCase.way] : undefined;
+    const verdict =
+      goal === undefined || bwrap === undefined
+        ? ''
+        : `  <= ${goal}x: p50 ${f.p50 / bwrap.p50 <= goal ? 'met' : 'NOT met'}, p95 ${f.p95 / bwrap.p95 <= goal ? 'met' : 'NOT met'}`;
     console.log(
-      `goal full pipeline p50 <= 3x bwrap (prepared worker): ${times.toFixed(2)}x, ${times <= 3 ? 'met' : 'NOT met'}`,
+      figuresRow(
+        label,
+        f,
+        `${times(f.p50, plain?.p50)} ${times(f.p50, bwrap?.p50).padStart(9)} ${times(f.p95, bwrap?.p95).padStart(9)}${verdict}`,
+      ),
     );
   }
-  return full;
+  for (const apiCase of apiCases.filter((c) => c.failures.length > 0))
+    console.log(
+      `${apiCase.label}: ${apiCase.failures.length} turn(s) did not end ok (not timed); the first: ${apiCase.failures[0]}`,
+    );
 }
 
-/** Each phase of the launch sequence alone, through the functions the turn lifecycle calls. */
-async function timePhases(harness: TurnHarness, full: Figures | undefined): Promise<void> {
+/** The supervisor's marks of each step of a worker's life (supervisor/turns/lifecycle.ts), in order. */
+const STEPS: Array<[mark: string, label: string]> = [
+  ['begin', 'launch begins (worker asked for)'],
+  ['probed', '1 probe of the mode (identity, helper)'],
+  ['acquired', '2 lease: uid hint, cgroup leaf, view keys, channel'],
+  ['spawned', '3 helper exec (spawn)'],
+  ['ready', '4 helper: view build + worker boot to ready'],
+  ['proxied', '5 runtime dir + egress proxy'],
+  ['claimed', '6 claimed by the turn'],
+  ['bound', '7-8 claim checks, attestation, bind'],
+  ['launched', '9-10 serve listener, launch message'],
+  ['started', '11 launch to started'],
+  ['exited', '12 command runs, exit report, drain'],
+  ['disposed', '13 dispose (cgroup, proxy, uid, view)'],
+  ['recorded', '14 exit to record (result, events)'],
+];
+
+/**
+ * Where the time of each API case went: per step, the median of its duration (from the mark
+ * before it in time) and of its moment relative to the POST; a negative moment happened
+ * before the request (a prepared worker's boot).
+ */
+function printPhases(apiCases: ApiCase[]): void {
+  const lines = new Map<string, Map<string, LaunchPhaseLine>>();
+  for (const file of new Set(apiCases.map((c) => c.phaseFile))) {
+    const byTurn = new Map<string, LaunchPhaseLine>();
+    if (fs.existsSync(file))
+      for (const text of fs.readFileSync(file, 'utf8').split('\n'))
+        if (text !== '') {
+          const line = JSON.parse(text) as LaunchPhaseLine;
+          if (line.turnId !== null) byTurn.set(line.turnId, line);
+        }
+    lines.set(file, byTurn);
+  }
+  console.log(
+    '\nwhere the time goes (supervisor marks; ms, medians over the timed turns; "at" is from the POST, negative = before it):',
+  );
+  for (const apiCase of apiCases) {
+    const durations = new Map<string, number[]>();
+    const moments = new Map<string, number[]>();
+    const push = (map: Map<string, number[]>, key: string, value: number): void =>
+      void map.set(key, [...(map.get(key) ?? []), value]);
+    for (const [turnId, post] of apiCase.posts) {
+      const line = lines.get(apiCase.phaseFile)?.get(turnId);
+      if (line === undefined) continue;
+      const marks: Array<[string, number]> = [
+        ['POST sent', post.sent],
+        ...line.marks,
+        ['answer received', post.answered],
+      ];
+      marks.sort((a, b) => a[1] - b[1]);
+      marks.forEach(([step, at], i) => {
+        push(moments, step, at - post.sent);
+        if (i > 0) push(durations, step, at - marks[i - 1]![1]);
+      });
+    }
+    const matched = [...apiCase.posts.keys()].filter((id) => lines.get(apiCase.phaseFile)?.has(id)).length;
+    console.log(`\n${apiCase.label} (${matched} turns with marks)`);
+    console.log(`  ${'step'.padEnd(52)} ${'took'.padStart(7)} ${'at'.padStart(8)}`);
+    const rows: Array<[string, string]> = [
+      ...STEPS,
+      ['POST sent', 'POST sent'],
+      ['answer received', 'answer with the exit record received'],
+    ];
+    const ordered = rows
+      .filter(([mark]) => moments.has(mark))
+      .sort((a, b) => percentile(moments.get(a[0])!, 0.5) - percentile(moments.get(b[0])!, 0.5));
+    for (const [mark, label] of ordered) {
+      const took = durations.get(mark);
+      console.log(
+        `  ${label.padEnd(52)} ${(took ? percentile(took, 0.5).toFixed(1) : '-').padStart(7)} ${percentile(moments.get(mark)!, 0.5).toFixed(1).padStart(8)}`,
+      );
+    }
+  }
+}
+
+/** Parts of the launch sequence alone, through the functions the turn lifecycle calls. */
+async function timePhasesAlone(harness: TurnHarness): Promise<void> {
   const { config } = harness;
   const helperPath = config.identityHelper.path;
   if (helperPath === null) throw new Error('the harness configured no identity helper');
@@ -369,17 +456,12 @@ async function timePhases(harness: TurnHarness, full: Figures | undefined): Prom
       },
     },
     { label: 'node -e 0', body: () => runToExit(process.execPath, ['-e', '0']) },
-    { label: 'node -e "require(\'koffi\')"', body: () => runToExit(process.execPath, ['-e', "require('koffi')"]) },
-    { label: 'worker alone (node, modules, seccomp, command)', body: () => workerAlone(harness.workspace) },
   ];
   try {
     const figures = await measureInterleaved(cases);
-    console.log('\nphases, each timed alone through the functions the launch sequence calls:');
-    console.log(
-      `${'phase'.padEnd(46)} ${'p50'.padStart(7)} ${'p95'.padStart(7)} ${'mean'.padStart(7)} ${'/full'.padStart(8)}`,
-    );
-    for (const [label, f] of figures)
-      console.log(figuresRow(label, f, (full ? `${((100 * f.p50) / full.p50).toFixed(0)}%` : '-').padStart(8)));
+    console.log('\nparts, each timed alone through the functions the launch sequence calls:');
+    console.log(`${'part'.padEnd(46)} ${'p50'.padStart(7)} ${'p95'.padStart(7)} ${'mean'.padStart(7)}`);
+    for (const [label, f] of figures) console.log(figuresRow(label, f, ''));
   } finally {
     joinLeaf.cgroup.kill();
     joinLeaf.cgroup.remove();
@@ -388,58 +470,47 @@ async function timePhases(harness: TurnHarness, full: Figures | undefined): Prom
   }
 }
 
-function openFdCount(): number {
-  return fs.readdirSync('/proc/self/fd').length;
-}
-
-/**
- * The cleanup check, on the real pipeline: no leaf, worker process or fd left behind
- * but the prepared workers, which are counted apart.
- */
-function reportCleanup(harness: TurnHarness, slot: number): void {
-  // The harness names its subtree so; preparing it again only opens the existing directories.
-  const subtree = prepareCgroupSubtree(discoverCgroupLayout(harness.config.probeRoots), {
-    name: `turnhost-test-${slot}-${process.pid}`,
-  });
-  const leaves = subtree.ok ? listTurnCgroups(subtree.subtree) : [];
-  const prepared = leaves.filter((name) => name.startsWith('prepared_')).length;
-  const processes = workerProcesses(harness);
-  console.log(
-    `cleanup (slot ${slot}) after ${ITERATIONS + WARMUP} rounds: ${subtree.ok ? leaves.length - prepared : `unknown (${subtree.detail})`} turn cgroup leaves left, ` +
-      `${processes.length} worker-uid processes left (${prepared} prepared worker(s) idle by design)`,
-  );
-}
-
 async function main(): Promise<void> {
-  if (process.geteuid?.() !== 0) throw new Error('run as root: the pipeline needs the helper config and turn cgroups');
+  if (process.geteuid?.() !== 0)
+    throw new Error('run as root: the supervisors need the helper, cgroups and namespaces');
   const load = (): string =>
     os
       .loadavg()
       .map((l) => l.toFixed(2))
       .join(' ');
   console.log(
-    `launch bench: ${ITERATIONS} rounds after ${WARMUP} warm-up, times in ms; ${os.cpus().length} cpus, load ${load()}`,
+    `launch bench: ${ITERATIONS} rounds after ${WARMUP} warm-up, times in ms; ${IDENTITIES.join(' and ')}; ` +
+      `${os.cpus().length} cpus, load ${load()}`,
   );
-  const fdsBefore = openFdCount();
-  const harness = await createTurnHarness({ slot: HARNESS_SLOT });
-  const cold = await createTurnHarness({
-    slot: COLD_HARNESS_SLOT,
-    configure: (config) => (config.turns.preparedWorkers = 0),
-  });
+  const apiCases = await startApiServers();
+  const servers = [...new Set(apiCases.map((c) => c.server))];
   try {
-    const full = await compareLaunchers(harness, cold);
-    reportCleanup(harness, HARNESS_SLOT);
-    reportCleanup(cold, COLD_HARNESS_SLOT);
-    await timePhases(harness, full);
-    console.log(`load average at the end: ${load()} (other work on the machine inflates every row alike)`);
+    // One turn each before the baseline: what a first turn sets up for good is not a leak.
+    for (const server of servers) await server.runToExit(['/bin/true']);
+    for (const server of servers) await server.poolSettled();
+    for (const server of servers) await server.takeBaseline();
+    await compareLaunchers(apiCases);
+    printPhases(apiCases);
+    console.log('\ncleanup check, after every timed turn ended:');
+    for (const server of servers) {
+      await server.poolSettled();
+      const ways = apiCases.filter((c) => c.server === server).map((c) => c.way);
+      console.log(`  ${server.options.identity}, ${ways.join(' + ')}: ${describeLeftovers(await server.leftovers())}`);
+    }
+  } finally {
+    for (const server of servers) await server.stop();
+    for (const file of new Set(apiCases.map((c) => c.phaseFile))) fs.rmSync(file, { force: true });
+  }
+  const { createTurnHarness } = (await import(HARNESS_MODULE)) as HarnessModule;
+  const harness = await createTurnHarness({ slot: HARNESS_SLOT });
+  try {
+    await timePhasesAlone(harness);
   } finally {
     await harness.close();
-    await cold.close();
   }
-  // The turns' proxies started this process's kernel relay thread (16 fds, by design for the
-  // process's life); stopped here so that the count shows what the turns themselves left.
+  // The harness's proxies started this process's kernel relay thread; stopped before exit.
   await kernelRelay().stop();
-  console.log(`fds of this process before the harnesses and after closing them: ${fdsBefore} -> ${openFdCount()}`);
+  console.log(`\nload average at the end: ${load()} (other work on the machine inflates every row alike)`);
 }
 
 await main();

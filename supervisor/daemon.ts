@@ -13,6 +13,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createLogger, type Logger, type LogLevelSwitch } from '../core/log.js';
 import { fail, ok, type Result } from '../core/result.js';
+import { describeDerivation } from './config/capacity.js';
 import { loadConfig, parseHostPort, type ConfigOverrides, type ConfigSources } from './config/load.js';
 import { tokenFilePath } from './config/token-path.js';
 import type { TurnhostConfig } from './config/types.js';
@@ -285,6 +286,9 @@ function loadDaemonConfig(
     env: sources.env,
     flags: sources.cli,
     dataDir: config.dataDir,
+    maxConcurrent: config.turns.maxConcurrent,
+    maxConcurrentSource:
+      sources.capacity.source === 'derived' ? describeDerivation(sources.capacity.derived) : 'configured',
   });
   return ok({ config, sources, levelSwitch, logger });
 }
@@ -518,6 +522,8 @@ interface ReloadContext {
   options: DaemonOptions;
   env: NodeJS.ProcessEnv;
   config: TurnhostConfig;
+  /** Changed in place too: the status reads where `turns.maxConcurrent` came from. */
+  sources: ConfigSources;
   levelSwitch: LogLevelSwitch;
   logger: Logger;
   notifier: ServiceNotifier;
@@ -541,6 +547,8 @@ async function reloadOnce(ctx: ReloadContext): Promise<ReloadOutcome> {
   }
   const plan = planReload(config, next.config);
   applyLiveKeys(config, next.config, plan);
+  // turns.maxConcurrent and limits are live: where the value in force came from follows them.
+  ctx.sources.capacity = next.sources.capacity;
   ctx.levelSwitch.level = config.logLevel;
   ctx.journal.sync();
   if (plan.live.length > 0) {
@@ -630,6 +638,7 @@ export async function startDaemon(
       store,
       probes: () => probes.run('check'),
       latestStatus: () => probes.latest,
+      capacity: () => sources.capacity,
       ...services,
       token: token.token,
       activity,
@@ -641,7 +650,18 @@ export async function startDaemon(
   // Listeners bound, boot probe done: systemd may now order dependants after this unit.
   notifier.ready(readyStatus(probes.latest));
   notifier.startWatchdog();
-  const reload = serialReload({ options, env, config, levelSwitch, logger, notifier, probes, journal, metrics });
+  const reload = serialReload({
+    options,
+    env,
+    config,
+    sources,
+    levelSwitch,
+    logger,
+    notifier,
+    probes,
+    journal,
+    metrics,
+  });
   const close = shutdownOnce(notifier, shutdown, logger);
   const { http, metricsAddress } = listening;
   const drain = (draining: boolean): boolean => services.turns?.setDraining(draining, 'signal') ?? false;

@@ -394,7 +394,9 @@ export const TurnhostConfig = Type.Object(
     ),
     turns: Type.Object(
       {
-        maxConcurrent: positiveInteger('Beyond it POST /api/turns answers 429.'),
+        maxConcurrent: positiveInteger(
+          "Beyond it POST /api/turns answers 429. Unset: derived from the host's memory and cores and limits.memory (docs/configuration.md, Capacity).",
+        ),
         defaultTimeoutSeconds: positiveInteger('Must not exceed maxTimeoutSeconds.'),
         maxTimeoutSeconds: positiveInteger('The longest timeout a turn may ask for.'),
         workspaceRoots: arrayOf(

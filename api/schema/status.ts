@@ -21,6 +21,31 @@ export const Ready = Type.Object(
 );
 export type Ready = Static<typeof Ready>;
 
+const CapacityStatus = Type.Object(
+  {
+    maxConcurrent: Type.Integer({
+      minimum: 1,
+      description: 'Turns that may run at once: turns.maxConcurrent, capped by the worker uid range (separate_uid).',
+    }),
+    configured: Type.Integer({ minimum: 1, description: 'turns.maxConcurrent as configured or derived.' }),
+    source: Type.Union([Type.Literal('configured'), Type.Literal('derived')]),
+    cappedBy: Type.Union([Type.Literal('uid_range'), Type.Null()]),
+    uidRangeSize: Type.Union([Type.Integer(), Type.Null()], {
+      description: 'separate_uid: the verified worker uid range; each running turn holds one uid of it.',
+    }),
+    derived: Type.Object({
+      value: Type.Integer({ minimum: 1 }),
+      memoryBound: Type.Union([Type.Integer(), Type.Null()]),
+      cpuBound: Type.Integer(),
+      memoryBytes: Type.Number(),
+      cpus: Type.Integer(),
+      memoryLimitBytes: Type.Union([Type.Number(), Type.Null()]),
+    }),
+    reason: Type.String({ description: 'The effective value and where it came from, the formula with its numbers.' }),
+  },
+  { title: 'CapacityStatus' },
+);
+
 export const SystemStatus = Type.Object(
   {
     software: Type.Object({ release: Type.String(), sourceCommit: Type.String() }),
@@ -43,6 +68,7 @@ export const SystemStatus = Type.Object(
       }),
       capacity: Type.Optional(HostCapacity),
       preparedWorkers: Type.Optional(Type.Object({ ready: Type.Integer(), starting: Type.Integer() })),
+      capacity: Type.Optional(CapacityStatus),
       egressRelay: Type.Optional(
         Type.Union([
           Type.Object({

@@ -96,6 +96,8 @@ export const WorkerHostStatus = Type.Object(
     identity: Type.Optional(IdentityMode),
     // 0 is a root supervisor's shared_uid worker (its root-server warning says what that allows).
     workerUid: Type.Optional(Type.Integer({ minimum: 0 })),
+    // separate_uid: the range the identity helper verified; each running turn holds one uid of it.
+    uidRange: Type.Optional(Type.Object({ first: Type.Integer({ minimum: 1 }), count: Type.Integer({ minimum: 1 }) })),
     limits: WorkerLimitsStatus,
     governed: GovernedStatus,
     boundary: BoundaryFacilities,

@@ -12,6 +12,13 @@ import { TurnhostConfig as ConfigSchema, renderConfigSchema, TurnhostConfigFile 
 import type { FieldError } from '../../api/schema/errors.js';
 import { compileValidator, createAjv } from '../../api/schema/validate.js';
 import type { TurnhostConfig } from './types.js';
+import {
+  configuredMemoryLimit,
+  deriveMaxConcurrent,
+  hostCapacityFacts,
+  type CapacityChoice,
+  type HostCapacityFacts,
+} from './capacity.js';
 
 const INSTALLED_CODE_ROOT = '/usr/lib/turnhost';
 const INSTALLED_CONFIG_PATH = '/etc/turnhost/turnhost.json';
@@ -39,6 +46,8 @@ export interface LoadConfigOptions {
   installed?: boolean;
   /** Base of the dev data dir and dev workspace root; defaults to process.cwd(). */
   cwd?: string;
+  /** The host the `turns.maxConcurrent` default is derived for; defaults to this one (tests pass their own). */
+  host?: HostCapacityFacts;
 }
 
 /** Where each layer came from, for the boot log and `status`. */
@@ -50,6 +59,8 @@ export interface ConfigSources {
   /** Flags that were applied. */
   cli: string[];
   installed: boolean;
+  /** Whether `turns.maxConcurrent` was configured or derived from the host (supervisor/config/capacity.ts). */
+  capacity: CapacityChoice;
 }
 
 export type ConfigLoadResult = Result<{ config: TurnhostConfig; sources: ConfigSources }, 'config_invalid'>;
@@ -89,6 +100,7 @@ export function defaultConfig(options: { installed: boolean; cwd: string }): Tur
       hostWriteMaxBytes: 16 * 1024 * 1024,
     },
     turns: {
+      // Stands until loadConfig derives the host's own default (supervisor/config/capacity.ts).
       maxConcurrent: 4,
       defaultTimeoutSeconds: 600,
       maxTimeoutSeconds: 3600,
@@ -102,9 +114,14 @@ export function defaultConfig(options: { installed: boolean; cwd: string }): Tur
   };
 }
 
-/** The configuration file's published JSON Schema, its defaults those of the installed package. */
+/**
+ * The configuration file's published JSON Schema, its defaults those of the installed package.
+ * `turns.maxConcurrent` has no fixed default: it is derived from the host it runs on.
+ */
 export function publishedConfigSchema(): string {
-  return renderConfigSchema(defaultConfig({ installed: true, cwd: '/' }));
+  const defaults = defaultConfig({ installed: true, cwd: '/' });
+  const { maxConcurrent: _derivedPerHost, ...turns } = defaults.turns;
+  return renderConfigSchema({ ...defaults, turns: turns as TurnhostConfig['turns'] });
 }
 
 type Layer = Record<string, unknown>;
@@ -344,7 +361,8 @@ function checkCombination(config: TurnhostConfig): string[] {
 export function loadConfig(options: LoadConfigOptions): ConfigLoadResult {
   const installed = options.installed ?? isInstalledLayout();
   const cwd = options.cwd ?? process.cwd();
-  const sources: ConfigSources = { file: null, env: [], cli: [], installed };
+  const sources: Omit<ConfigSources, 'capacity'> = { file: null, env: [], cli: [], installed };
+  let capacityConfigured = false;
   let layer: Layer = defaultConfig({ installed, cwd });
 
   // Every problem at once: the file's, then every refused variable and flag.
@@ -355,6 +373,7 @@ export function loadConfig(options: LoadConfigOptions): ConfigLoadResult {
     if (read.ok) {
       layer = merge(layer, read.layer);
       sources.file = file;
+      capacityConfigured = isRecord(read.layer['turns']) && read.layer['turns']['maxConcurrent'] !== undefined;
     } else if (read.reason === 'config_unreadable') return fail('config_invalid', read.detail);
     else problems.push(read.detail);
   }
@@ -376,6 +395,7 @@ export function loadConfig(options: LoadConfigOptions): ConfigLoadResult {
     }
     setPath(layer, override.key, value);
     sources.env.push(override.name);
+    if (override.key === 'turns.maxConcurrent') capacityConfigured = true;
   }
 
   for (const override of CLI_OVERRIDES) {
@@ -396,5 +416,11 @@ export function loadConfig(options: LoadConfigOptions): ConfigLoadResult {
   if (!merged.ok) return fail('config_invalid', describe(layer, merged.errors).join('; '));
   const combination = checkCombination(merged.value);
   if (combination.length > 0) return fail('config_invalid', combination.join('; '));
-  return ok({ config: merged.value, sources });
+  const config = merged.value;
+  const derived = deriveMaxConcurrent(options.host ?? hostCapacityFacts(), configuredMemoryLimit(config));
+  if (!capacityConfigured) config.turns.maxConcurrent = derived.value;
+  return ok({
+    config,
+    sources: { ...sources, capacity: { source: capacityConfigured ? 'configured' : 'derived', derived } },
+  });
 }

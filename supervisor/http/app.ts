@@ -16,6 +16,8 @@ import type { Logger } from '../../core/log.js';
 import type { TurnhostConfig } from '../config/types.js';
 import type { EventStore } from '../events/types.js';
 import type { WorkerHostStatus } from '../probes/types.js';
+import { capacityStatus } from '../probes/capacity.js';
+import type { CapacityChoice } from '../config/capacity.js';
 import type { TurnManager } from '../turns/types.js';
 import type { WorkspaceService } from '../workspaces/service.js';
 import { requireToken } from './auth.js';
@@ -50,6 +52,8 @@ export interface AppDeps {
   probes: () => Promise<WorkerHostStatus>;
   /** The latest probe answer, or null when the boot probe failed and no check has run since. */
   latestStatus: () => WorkerHostStatus | null;
+  /** Where the running `turns.maxConcurrent` came from; the status reports it with the uid range's cap when given. */
+  capacity?: () => CapacityChoice;
   /** Turn routes exist only when a turn manager is given. */
   turns?: TurnManager;
   /** Workspace routes exist only when a workspace service is given. */
@@ -236,6 +240,7 @@ function registerStatusRoutes(api: Router, deps: AppDeps): void {
                 egressRelay: deps.turns.egressRelay(),
               }
             : {}),
+          ...(deps.capacity ? { capacity: capacityStatus(deps.config, deps.capacity(), deps.latestStatus()) } : {}),
         },
         uptime: process.uptime(),
       });

@@ -297,6 +297,7 @@ export async function runWorkerHostProbes(ctx: ProbeContext, trigger: ProbeTrigg
     },
   };
   if (facts.identity.workerUid !== undefined) status.workerUid = facts.identity.workerUid;
+  if (facts.identity.uidRange !== undefined) status.uidRange = facts.identity.uidRange;
   const warning = rootServerWarning(facts.ids, facts.identity, facts.viewFacts);
   if (warning !== undefined) status.rootServer = { warning };
   if (trigger === 'boot') logBootProbe(ctx.logger, status);

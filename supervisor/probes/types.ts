@@ -91,6 +91,8 @@ export interface WorkerHostStatus {
   identity?: IdentityMode;
   /** The nonzero uid verified by the identity helper's own probe in this check. */
   workerUid?: number;
+  /** separate_uid: the range the helper's probe verified; each running turn holds one uid of it. */
+  uidRange?: { first: number; count: number };
   limits: WorkerLimitsStatus;
   governed: GovernedStatus;
   boundary: BoundaryFacilities;

@@ -55,6 +55,7 @@
  * paused at the claim.
  */
 import { fail, type Result } from '../../core/result.js';
+import { launchPhaseClock } from '../observe/launch-phases.js';
 import { openRoot } from '../fs/guard.js';
 import { acquireHoldings, awaitReady, probeBoundary, spawnWorkerProcess, startEgressProxy } from './launch-steps.js';
 import type { LaunchEnvironment } from './launch-environment.js';
@@ -157,38 +158,53 @@ function startWorker(
  */
 async function workerLifecycle(env: LaunchEnvironment, worker: WorkerState): Promise<void> {
   const launch = beginLaunch(env, worker);
+  const clock = launchPhaseClock(worker.name);
+  clock.mark('begin');
   // 1. The mode's probe: the identity, and the helper that builds it.
   const probed = await probeBoundary(launch);
   if (!probed.ok) return refuseBeforeWorker(launch, probed);
+  clock.mark('probed');
   // 2. Acquire: uid hint, cgroup leaf, view keys, listener channel.
   const acquired = await acquireHoldings(probed);
   if (!acquired.ok) return refuseBeforeWorker(launch, acquired);
+  clock.mark('acquired');
   // 3. Start the worker in the turn's cgroup, namespaces and view.
   const spawned = spawnWorkerProcess(acquired);
   if (!spawned.ok) return refuseBeforeWorker(launch, spawned);
+  clock.mark('spawned');
   // 4. Ready, and the helper's launch report (the uid, the turn's /tmp).
   const booted = await awaitReady(spawned);
+  clock.mark('ready');
   // 5. The runtime directory and the egress proxy.
   const proxied = await startEgressProxy(booted);
+  clock.mark('proxied');
   // 6. The claim: a prepared worker waits here for a turn.
   const turn = await awaitClaim(proxied);
+  clock.mark('claimed');
   // 7. The claim's checks: view and helper unchanged, the live process attested.
   const claimed = checkClaim(proxied, turn);
   if (!claimed.ok) return retireWorker(proxied, turn, claimed.detail);
   // 8. Bind the turn.
   bindTurn(claimed);
+  clock.mark('bound');
   // 9. Serve the egress listener.
   const served = await serveEgressListener(claimed);
   // 10. Launch the command.
   const refusal = launchCommand(claimed, served);
+  clock.mark('launched');
   // 11. Started.
   await awaitStart(claimed);
+  clock.mark('started');
   // 12. Exit: kill the cgroup, drain the pipes, read the result.
   const result = await awaitExit(claimed, refusal);
+  clock.mark('exited');
   // 13. Dispose the scope, newest first (the turn's workspace root after it, in 14).
   await claimed.scope.dispose();
+  clock.mark('disposed');
   // 14. Record the result and its events.
   await recordResult(claimed, result);
+  clock.mark('recorded');
+  clock.write(claimed.turn.record.id);
 }
 
 /** Starts a worker for the pool and waits until it is ready; null (logged) when it cannot be. */

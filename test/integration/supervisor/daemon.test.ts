@@ -14,6 +14,7 @@ import { daemonConnection, startTestDaemon } from '../../support/app-server.js';
 import { stopTapInjectingIntoChildren } from '../../support/no-tap-inject.js';
 import { apiRequest } from '../../support/served-api.js';
 import { until } from '../../support/until.js';
+import { deriveMaxConcurrent, hostCapacityFacts } from '../../../supervisor/config/capacity.js';
 
 stopTapInjectingIntoChildren();
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-daemon-'));
@@ -88,6 +89,21 @@ t.test('status starts as the startup configuration', async (t) => {
   t.equal(status.json.runtime.workerHost.governed.configurationView, 'startup');
 });
 
+t.test('status shows the turns that may run at once, derived from this host', async (t) => {
+  const expected = deriveMaxConcurrent(hostCapacityFacts(), 2 * 1024 ** 3);
+  const status = await api('GET', '/api/status');
+  t.match(status.json.runtime.capacity, {
+    maxConcurrent: expected.value,
+    configured: expected.value,
+    source: 'derived',
+    cappedBy: null,
+    uidRangeSize: null,
+    derived: { value: expected.value, cpuBound: expected.cpuBound, memoryLimitBytes: 2 * 1024 ** 3 },
+  });
+  t.match(status.json.runtime.capacity.reason, /^\d+ turns at once: turns\.maxConcurrent derived from the host: min\(/);
+  t.equal(daemon.config.turns.maxConcurrent, expected.value, 'the value in force is the one shown');
+});
+
 t.test('a reload with a changed allowlist: the next turn obeys it', async (t) => {
   const before = await fetchOriginInATurn();
   t.match(before, [{ kind: 'egress_denial', payload: { host: 'localhost', reason: 'not_allowlisted' } }]);
@@ -132,4 +148,17 @@ t.test('a configuration that no longer validates changes nothing and says why', 
   t.match(metrics, /^turnhost_config_reloads_total\{result="applied"\} 1$/m);
   t.match(metrics, /^turnhost_turn_launches_total\{outcome="started"\} 2$/m);
   t.match(metrics, /^turnhost_turn_launch_seconds_count 2$/m);
+});
+
+t.test('a reload that configures turns.maxConcurrent: status says it is configured', async (t) => {
+  writeConfig({ allowlist: [`localhost:${originPort}`] }, { turns: { workspaceRoots: [workspace], maxConcurrent: 3 } });
+  const reloaded = await daemon.reload();
+  t.match(reloaded, { ok: true });
+  t.equal(daemon.config.turns.maxConcurrent, 3);
+  const status = await api('GET', '/api/status');
+  t.match(status.json.runtime.capacity, { maxConcurrent: 3, configured: 3, source: 'configured', cappedBy: null });
+  t.match(
+    status.json.runtime.capacity.reason,
+    /^3 turns at once: turns\.maxConcurrent configured as 3 \(the host's derived default would be \d+\)$/,
+  );
 });

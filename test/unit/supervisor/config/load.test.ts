@@ -7,6 +7,8 @@ import { defaultConfig, isInstalledLayout, loadConfig, parseHostPort } from '../
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-config-'));
 t.teardown(() => fs.rmSync(tmp, { recursive: true, force: true }));
 const cwd = path.join(tmp, 'checkout');
+/** 0.8 x 16 GiB / 2 GiB (the default limits.memory) = 6.4 turns; 64 x 4 cores = 256. */
+const HOST = { memoryBytes: 16 * 1024 ** 3, cpus: 4 };
 
 function writeConfig(name: string, content: unknown): string {
   const file = path.join(tmp, name);
@@ -30,6 +32,7 @@ function load(
     overrides: options.overrides,
     installed: options.installed ?? false,
     cwd,
+    host: HOST,
   });
 }
 
@@ -42,12 +45,48 @@ t.test('defaults: every key, dev data dir under the working directory', async (t
   const result = load();
   t.ok(result.ok);
   if (!result.ok) return;
-  t.same(result.config, defaultConfig({ installed: false, cwd }));
+  // turns.maxConcurrent, unconfigured, is derived from the host: min(floor(6.4), 256).
+  const defaults = defaultConfig({ installed: false, cwd });
+  t.same(result.config, { ...defaults, turns: { ...defaults.turns, maxConcurrent: 6 } });
   t.equal(result.config.dataDir, path.join(cwd, '.turnhost-dev'));
   t.equal(result.config.listen.tcp, '127.0.0.1:7707');
   t.equal(result.config.listen.socket, null);
   t.equal(result.config.logLevel, 'info');
-  t.same(result.sources, { file: null, env: [], cli: [], installed: false });
+  t.match(result.sources, { file: null, env: [], cli: [], installed: false, capacity: { source: 'derived' } });
+  t.same(result.sources.capacity.derived, {
+    value: 6,
+    memoryBound: 6,
+    cpuBound: 256,
+    host: HOST,
+    memoryLimitBytes: 2 * 1024 ** 3,
+  });
+});
+
+t.test('turns.maxConcurrent: derived unless the file or the environment sets it', async (t) => {
+  const small = load({ file: { limits: { memory: '4G' } } });
+  t.ok(small.ok);
+  if (!small.ok) return;
+  t.equal(small.config.turns.maxConcurrent, 3, 'the memory term follows limits.memory: floor(0.8 x 16 / 4)');
+  t.equal(small.sources.capacity.source, 'derived');
+
+  const unlimited = load({ file: { limitsDisabled: ['memory'] } });
+  t.ok(unlimited.ok);
+  if (!unlimited.ok) return;
+  t.equal(unlimited.config.turns.maxConcurrent, 256, 'without a memory limit only the cores term bounds it');
+  t.equal(unlimited.sources.capacity.derived.memoryBound, null);
+
+  const configured = load({ file: { turns: { maxConcurrent: 40 } } });
+  t.ok(configured.ok);
+  if (!configured.ok) return;
+  t.equal(configured.config.turns.maxConcurrent, 40, 'a configured value stands, above the derived one too');
+  t.equal(configured.sources.capacity.source, 'configured');
+  t.equal(configured.sources.capacity.derived.value, 6, 'the derived value is still reported next to it');
+
+  const fromEnv = load({ env: { TURNHOST_MAX_CONCURRENT_TURNS: '2' } });
+  t.ok(fromEnv.ok);
+  if (!fromEnv.ok) return;
+  t.equal(fromEnv.config.turns.maxConcurrent, 2);
+  t.equal(fromEnv.sources.capacity.source, 'configured');
 });
 
 t.test('installed layout: /var/lib/turnhost and no dev workspace roots', async (t) => {
