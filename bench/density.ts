@@ -76,7 +76,7 @@ async function densityOfTurnhost(identity: IdentityChoice, n: number): Promise<S
   try {
     await server.runToExit(['/bin/true']);
     await server.takeBaseline();
-    const capacity = (await server.status()).runtime.capacity as { maxConcurrent: number; reason: string };
+    const capacity = (await server.status()).runtime.concurrency as { maxConcurrent: number; reason: string };
     console.log(`  status: ${capacity.reason}`);
     if (capacity.maxConcurrent < n) throw new Error(`the supervisor admits ${capacity.maxConcurrent} turns, not ${n}`);
     const start = performance.now();

@@ -84,7 +84,7 @@ async function main(): Promise<void> {
   });
   let failed = false;
   try {
-    const capacity = (await server.status()).runtime.capacity as { maxConcurrent: number; reason: string };
+    const capacity = (await server.status()).runtime.concurrency as { maxConcurrent: number; reason: string };
     console.log(`status: ${capacity.reason}`);
     if (capacity.maxConcurrent < CONCURRENCY) throw new Error(`concurrency ${CONCURRENCY} exceeds the capacity`);
     reportFailures('warm-up', (await runTurns(server, WARMUP)).failures);

@@ -43,7 +43,7 @@ const CapacityStatus = Type.Object(
     }),
     reason: Type.String({ description: 'The effective value and where it came from, the formula with its numbers.' }),
   },
-  { title: 'CapacityStatus' },
+  { title: 'ConcurrencyStatus' },
 );
 
 export const SystemStatus = Type.Object(
@@ -68,7 +68,7 @@ export const SystemStatus = Type.Object(
       }),
       capacity: Type.Optional(HostCapacity),
       preparedWorkers: Type.Optional(Type.Object({ ready: Type.Integer(), starting: Type.Integer() })),
-      capacity: Type.Optional(CapacityStatus),
+      concurrency: Type.Optional(CapacityStatus),
       egressRelay: Type.Optional(
         Type.Union([
           Type.Object({

@@ -240,7 +240,7 @@ function registerStatusRoutes(api: Router, deps: AppDeps): void {
                 egressRelay: deps.turns.egressRelay(),
               }
             : {}),
-          ...(deps.capacity ? { capacity: capacityStatus(deps.config, deps.capacity(), deps.latestStatus()) } : {}),
+          ...(deps.capacity ? { concurrency: capacityStatus(deps.config, deps.capacity(), deps.latestStatus()) } : {}),
         },
         uptime: process.uptime(),
       });

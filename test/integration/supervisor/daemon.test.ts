@@ -92,7 +92,7 @@ t.test('status starts as the startup configuration', async (t) => {
 t.test('status shows the turns that may run at once, derived from this host', async (t) => {
   const expected = deriveMaxConcurrent(hostCapacityFacts(), 2 * 1024 ** 3);
   const status = await api('GET', '/api/status');
-  t.match(status.json.runtime.capacity, {
+  t.match(status.json.runtime.concurrency, {
     maxConcurrent: expected.value,
     configured: expected.value,
     source: 'derived',
@@ -100,7 +100,10 @@ t.test('status shows the turns that may run at once, derived from this host', as
     uidRangeSize: null,
     derived: { value: expected.value, cpuBound: expected.cpuBound, memoryLimitBytes: 2 * 1024 ** 3 },
   });
-  t.match(status.json.runtime.capacity.reason, /^\d+ turns at once: turns\.maxConcurrent derived from the host: min\(/);
+  t.match(
+    status.json.runtime.concurrency.reason,
+    /^\d+ turns at once: turns\.maxConcurrent derived from the host: min\(/,
+  );
   t.equal(daemon.config.turns.maxConcurrent, expected.value, 'the value in force is the one shown');
 });
 
@@ -156,9 +159,9 @@ t.test('a reload that configures turns.maxConcurrent: status says it is configur
   t.match(reloaded, { ok: true });
   t.equal(daemon.config.turns.maxConcurrent, 3);
   const status = await api('GET', '/api/status');
-  t.match(status.json.runtime.capacity, { maxConcurrent: 3, configured: 3, source: 'configured', cappedBy: null });
+  t.match(status.json.runtime.concurrency, { maxConcurrent: 3, configured: 3, source: 'configured', cappedBy: null });
   t.match(
-    status.json.runtime.capacity.reason,
+    status.json.runtime.concurrency.reason,
     /^3 turns at once: turns\.maxConcurrent configured as 3 \(the host's derived default would be \d+\)$/,
   );
 });

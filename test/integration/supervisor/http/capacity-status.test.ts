@@ -25,7 +25,7 @@ const derived = deriveMaxConcurrent(hostCapacityFacts(), 512 * 1024 ** 2);
 t.test('shared_uid: the derived value, no uid range to cap it', async (t) => {
   const status = await servedApi(shared).request('GET', '/api/status');
   t.equal(status.status, 200);
-  t.match((status.body as any).runtime.capacity, {
+  t.match((status.body as any).runtime.concurrency, {
     maxConcurrent: derived.value,
     configured: derived.value,
     source: 'derived',
@@ -40,14 +40,14 @@ t.test('separate_uid: a uid range smaller than the derived value caps it, and st
   const status = (await api.request('GET', '/api/status')).body as any;
   t.same(status.runtime.workerHost.uidRange, RANGE, 'the probe reports the range the helper verified');
   const capped = derived.value > RANGE.count;
-  t.match(status.runtime.capacity, {
+  t.match(status.runtime.concurrency, {
     maxConcurrent: Math.min(derived.value, RANGE.count),
     configured: derived.value,
     source: 'derived',
     cappedBy: capped ? 'uid_range' : null,
     uidRangeSize: RANGE.count,
   });
-  if (capped) t.match(status.runtime.capacity.reason, /; capped at 2 by the worker uid range/);
+  if (capped) t.match(status.runtime.concurrency.reason, /; capped at 2 by the worker uid range/);
 
   // The cap is what a turn meets: with both uids held, the next turn is refused as over capacity.
   const running: string[] = [];
