@@ -32,6 +32,10 @@ int run_usage(const struct helper_config *c, const struct descriptor *d, struct 
  * may write in it. Existing directories are kept as they are. Receipt `made N`. */
 int run_mkdir(const struct helper_config *c, const struct descriptor *d, struct failure *f);
 
+/* op image: makes (with `max_bytes`, for a new, empty workspace) and mounts, or re-attaches, the
+ * workspace's filesystem image (workspace-image.h). Receipt `image made|attached|mounted|none`. */
+int run_image(const struct helper_config *c, const struct descriptor *d, struct failure *f);
+
 /* The uid a separate-uid launch runs as, with its lock in `*lock_fd`: with `lease`, the lease's
  * uid (which `uid` must name), locked shared with the workspace's other turns; without, `uid`
  * (or with `uid_search` the first free uid from it on) that no workspace holds, locked
