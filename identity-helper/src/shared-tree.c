@@ -89,8 +89,9 @@ int run_shared_usage(const struct helper_config *c, const struct descriptor *d, 
   tree_walk_usage_options(&options);
   if (code == 0 && !on_image) code = tree_walk_bounded(top, TREE_MEASURE, &options, &totals, f);
   if (code == 0) {
-    printf("bytes %llu\nfiles %llu\ncomplete %s\n", (unsigned long long)totals.bytes,
-           (unsigned long long)totals.files, options.incomplete ? "no" : "yes");
+    printf("bytes %llu\nfiles %llu\ncomplete %s\nimage %s\n", (unsigned long long)totals.bytes,
+           (unsigned long long)totals.files, options.incomplete ? "no" : "yes",
+           on_image ? "yes" : "no");
     fflush(stdout);
   }
   if (top >= 0) close(top);

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <linux/loop.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
@@ -177,9 +178,49 @@ static int create_image(int dir, const struct workspace_image_request *r, int *i
   return code;
 }
 
+/* Whether the loop device `number` is configured over `image`. */
+static bool loop_backs(long number, const struct stat *image_st) {
+  char device[32];
+  snprintf(device, sizeof device, "/dev/loop%ld", number);
+  int loop = open(device, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  struct loop_info64 info;
+  bool backs = loop >= 0 && ioctl(loop, LOOP_GET_STATUS64, &info) == 0 &&
+               info.lo_inode == image_st->st_ino && info.lo_device == image_st->st_dev;
+  close_fd(&loop);
+  return backs;
+}
+
+/* The loop device already configured over `image`, or -1: an image still mounted in another
+ * mount namespace (a supervisor that restarted in a new one) is mounted from the same device,
+ * never from a second one (two devices over one ext4 image would corrupt it). */
+static long attached_loop(int image) {
+  struct stat image_st;
+  DIR *block = opendir("/sys/block");
+  if (block == NULL || fstat(image, &image_st) != 0) {
+    if (block != NULL) closedir(block);
+    return -1;
+  }
+  long found = -1;
+  struct dirent *entry;
+  while (found < 0 && (entry = readdir(block)) != NULL) {
+    char *end = NULL;
+    if (strncmp(entry->d_name, "loop", 4) != 0) continue;
+    long number = strtol(entry->d_name + 4, &end, 10);
+    if (end != entry->d_name + 4 && *end == '\0' && loop_backs(number, &image_st)) found = number;
+  }
+  closedir(block);
+  return found;
+}
+
 /* A free loop device configured over `image`, clearing itself once its last user (the mount)
  * is gone. */
 static int attach_loop(int image, int *loop, char device[32], struct failure *f) {
+  long attached = attached_loop(image);
+  if (attached >= 0) {
+    snprintf(device, 32, "/dev/loop%ld", attached);
+    *loop = open(device, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    return *loop >= 0 ? 0 : fail_with(f, EXIT_INTERNAL, "image: %s: %s", device, strerror(errno));
+  }
   int control = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
   if (control < 0) {
     return fail_with(f, EXIT_INTERNAL, "image: /dev/loop-control: %s", strerror(errno));
@@ -230,15 +271,7 @@ static int image_mounted_at(int root, int image, int top, bool *mounted, struct 
   struct statfs fs;
   bool ours = image >= 0 && major(top_st.st_dev) == LOOP_MAJOR && fstatfs(top, &fs) == 0 &&
               fs.f_type == EXT4_MAGIC && fstat(image, &image_st) == 0;
-  if (ours) {
-    char device[32];
-    snprintf(device, sizeof device, "/dev/loop%u", minor(top_st.st_dev));
-    int loop = open(device, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    struct loop_info64 info;
-    ours = loop >= 0 && ioctl(loop, LOOP_GET_STATUS64, &info) == 0 &&
-           info.lo_inode == image_st.st_ino && info.lo_device == image_st.st_dev;
-    close_fd(&loop);
-  }
+  if (ours) ours = loop_backs((long)minor(top_st.st_dev), &image_st);
   if (!ours) {
     return fail_with(f, EXIT_WORKSPACE_BUSY,
                      "workspace is a mount point that is not its own image: never touched");

@@ -463,8 +463,9 @@ static int usage_in_context(const struct helper_config *c, const struct descript
   if (code == 0 && !measured) code = tree_walk_bounded(top, TREE_MEASURE, &options, &totals, f);
   close(top);
   if (code == 0) {
-    printf("bytes %llu\nfiles %llu\ncomplete %s\n", (unsigned long long)totals.bytes,
-           (unsigned long long)totals.files, options.incomplete ? "no" : "yes");
+    printf("bytes %llu\nfiles %llu\ncomplete %s\nimage %s\n", (unsigned long long)totals.bytes,
+           (unsigned long long)totals.files, options.incomplete ? "no" : "yes",
+           measured ? "yes" : "no");
   }
   return code;
 }

@@ -23,7 +23,8 @@ int run_release(const struct helper_config *c, const struct descriptor *d, struc
 
 /* op usage: receipt `bytes N`, `files N`, `complete yes|no` of the workspace tree (no link
  * followed), within tree-walk.h's usage bounds; `no` when a bound stopped the walk or a
- * directory could not be read (the counts are then a lower bound). */
+ * directory could not be read (the counts are then a lower bound). `image yes` when the
+ * workspace is its mounted image: the counts are then its statfs (always complete). */
 int run_usage(const struct helper_config *c, const struct descriptor *d, struct failure *f);
 
 /* op mkdir: makes `dir` and its missing parents beneath the workspace, each component opened
