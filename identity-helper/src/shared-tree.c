@@ -109,6 +109,9 @@ int run_shared_release(const struct helper_config *c, const struct descriptor *d
   /* A root supervisor's workspace may be an image: unmounted (never lazily) before the walk. */
   if (code == 0 && geteuid() == 0)
     code = workspace_image_unmount(root, d->lease, d->workspace, &totals, f);
+  /* The image goes first: what it held is gone with it, and the directory beneath is then an
+   * ordinary one for the walk. */
+  if (code == 0 && geteuid() == 0) code = workspace_image_remove(root, d->lease, f);
   if (code == 0) code = tree_walk_restore_owner_access(root, d->lease, f);
   bool on_image = false;
   struct tree_totals ignored = {0, 0};
@@ -121,7 +124,6 @@ int run_shared_release(const struct helper_config *c, const struct descriptor *d
     code =
         fail_with(f, EXIT_INTERNAL, "workspace %.128s: rmdir: %s", d->workspace, strerror(errno));
   }
-  if (code == 0 && geteuid() == 0) code = workspace_image_remove(root, d->lease, f);
   if (code == 0) {
     printf("removed_bytes %llu\nremoved_files %llu\n", (unsigned long long)totals.bytes,
            (unsigned long long)totals.files);

@@ -373,17 +373,33 @@ static int statfs_totals(int top, struct tree_totals *totals, struct failure *f)
   return 0;
 }
 
-int workspace_image_measure(int root, const char *lease, int top, struct tree_totals *totals,
-                            bool *measured, struct failure *f) {
+/* What workspace_image_measure does, with `*has_image` telling whether the lease has an image
+ * at all (mounted or not). */
+static int measure_image(int root, const char *lease, int top, struct tree_totals *totals,
+                         bool *measured, bool *has_image, struct failure *f) {
   *measured = false;
   int dir = -1;
   int image = -1;
   int code = open_image_dir(root, false, &dir, f);
   if (code == 0) code = open_image(dir, lease, &image, f);
+  *has_image = image >= 0;
   if (code == 0) code = image_mounted_at(root, image, top, measured, f);
   if (code == 0 && *measured) code = statfs_totals(top, totals, f);
   close_fd(&image);
   close_fd(&dir);
+  return code;
+}
+
+int workspace_image_measure(int root, const char *lease, int top, struct tree_totals *totals,
+                            bool *measured, struct failure *f) {
+  bool has_image = false;
+  int code = measure_image(root, lease, top, totals, measured, &has_image, f);
+  if (code == 0 && has_image && !*measured) {
+    /* The directory beneath an unmounted image is no workspace: a write there would meet the
+     * host's disk, not the cap. */
+    return fail_with(f, EXIT_LEASE_REFUSED,
+                     "workspace %s: its image is not attached (re-attach it: op image)", lease);
+  }
   return code;
 }
 
@@ -394,7 +410,8 @@ int workspace_image_unmount(int root, const char *lease, const char *workspace,
     return 0; /* no directory: nothing mounted on it (the release reports the rest) */
   }
   bool mounted = false;
-  int code = workspace_image_measure(root, lease, top, totals, &mounted, f);
+  bool has_image = false;
+  int code = measure_image(root, lease, top, totals, &mounted, &has_image, f);
   close_fd(&top); /* an fd inside the mount would keep it busy */
   if (code != 0 || !mounted) {
     return code;

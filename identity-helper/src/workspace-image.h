@@ -46,7 +46,8 @@ int workspace_image_mount(int root, const struct workspace_image_request *r, str
 
 /* When `top` (the workspace directory as opened from `root`) is the mount of its own image:
  * its usage from statfs (`*measured` true), bytes used and inodes used by files and
- * directories. A mount point that is not its image is refused (82). */
+ * directories. A mount point that is not its image is refused (82), an image that is not
+ * mounted (81): the directory beneath it is not the workspace. */
 int workspace_image_measure(int root, const char *lease, int top, struct tree_totals *totals,
                             bool *measured, struct failure *f);
 
