@@ -21,6 +21,8 @@
 #define EXT4_MAGIC 0xEF53
 /* Inodes 1-10 are ext4's own (the root directory is inode 2): never a workspace's file. */
 #define EXT4_RESERVED_INODES 10
+/* mke2fs fits the inode count to whole inode-table blocks (16 inodes of 256 bytes in 4 KiB). */
+#define INODE_ROUNDING 16
 /* LOOP_CTL_GET_FREE may hand two callers the same device; the loser asks again. */
 #define LOOP_ATTEMPTS 16
 /* mke2fs at fixed paths (merged /usr first), never through PATH. */
@@ -119,8 +121,10 @@ static int make_filesystem(int image, uint64_t max_files, struct failure *f) {
   char target[64];
   char inodes[32];
   fd_path(target, sizeof target, image, NULL);
-  /* Inodes 1-10 are the filesystem's own; ask for the workspace's files on top of them. */
-  snprintf(inodes, sizeof inodes, "%llu", (unsigned long long)(max_files + EXT4_RESERVED_INODES));
+  /* Inodes 1-10 are the filesystem's own; ask for the workspace's files on top of them, and a
+   * margin, since mke2fs rounds the count to whole blocks of its inode table (up or down). */
+  snprintf(inodes, sizeof inodes, "%llu",
+           (unsigned long long)(max_files + EXT4_RESERVED_INODES + INODE_ROUNDING));
   pid_t pid = fork();
   if (pid < 0) {
     return fail_with(f, EXIT_INTERNAL, "image: fork: %s", strerror(errno));
