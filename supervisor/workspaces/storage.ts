@@ -36,13 +36,25 @@ function helperFailure(what: string, failure: { reason: HelperFailureReason; det
 /** The shared launcher that walks shared_uid trees, or why there is none. */
 export type SharedLauncherState = { launcher: HelperLocation } | { launcher: null; problem: string };
 
-/** What a workspace holds now. */
+/** The helper's refusal to measure the directory beneath an image that is not mounted. */
+const IMAGE_DETACHED = /its image is not attached/;
+
+/**
+ * What a workspace holds now. A workspace whose image lost its mount (unmounted by hand, or a
+ * mount namespace gone) is attached again first, as boot would: never measured, written or run
+ * in beneath it.
+ */
 export async function measureWorkspace(
   record: WorkspaceRecord,
   helper: HelperLocation | null,
   shared: SharedLauncherState,
 ): Promise<Result<WorkspaceMeasure, WorkspaceFailure>> {
-  const measured = await walkWorkspace(record, helper, shared);
+  let measured = await walkWorkspace(record, helper, shared);
+  if (!measured.ok && IMAGE_DETACHED.test(measured.detail)) {
+    const attached = await mountWorkspaceImage(record, helper, shared, null);
+    if (!attached.ok) return attached;
+    measured = await walkWorkspace(record, helper, shared);
+  }
   if (!measured.ok) return measured;
   // A lower bound is no measure: every cap check would pass on it.
   if (!measured.complete)

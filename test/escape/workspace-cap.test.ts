@@ -161,6 +161,28 @@ for (const [name, supervisor] of capped) {
     t.same(supervisor.contractProblems, [], 'every answer matches the API document');
   });
 
+  t.test(`${name}: a workspace whose image lost its mount gets it back, never the directory beneath`, async (t) => {
+    const id = 'cap-reattach';
+    t.equal((await supervisor.cli(['workspace', 'create', id])).code, 0);
+    t.equal((await turn(supervisor, id, 'echo kept > kept')).code, 0);
+    // What a reboot or a new mount namespace does to the mount: the loop device goes with it.
+    execFileSync('umount', [path.join(rootOf(supervisor), id)]);
+    t.same(fs.readdirSync(path.join(rootOf(supervisor), id)), [], 'beneath the mount the directory is empty');
+    const read = await turn(supervisor, id, 'cat kept && echo more > more');
+    t.equal(read.code, 0, read.stderr);
+    t.equal(read.stdout, 'kept\n', 'the turn runs in the image again, its file there');
+    t.same(loopsOf(supervisor, id).length, 1, 'one loop device again');
+    const beneath = execFileSync(
+      'sh',
+      ['-c', `umount ${path.join(rootOf(supervisor), id)} && ls -A ${path.join(rootOf(supervisor), id)}`],
+      {
+        encoding: 'utf8',
+      },
+    );
+    t.equal(beneath, '', 'nothing was written beneath the image');
+    await deleteClean(t, supervisor, id);
+  });
+
   t.test(`${name}: creating files past maxFiles meets ENOSPC`, async (t) => {
     const id = 'cap-files';
     t.equal((await supervisor.cli(['workspace', 'create', id])).code, 0);
