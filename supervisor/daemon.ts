@@ -415,6 +415,7 @@ async function startTurnServices(
   shutdown.push(
     () => built.close(),
     () => built.turns.close(),
+    () => built.workspaces.close(),
   );
   shutdown.push(startSessionRetention(built.turns, ctx.config, ctx.logger));
   return { turns: built.turns, workspaces: built.workspaces };

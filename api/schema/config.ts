@@ -91,6 +91,11 @@ const positiveInteger = (description: string) =>
     'x-detail': 'expected a positive integer',
     description,
   });
+const positiveIntegerOrNull = (description: string) =>
+  Type.Union([Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER }), Type.Null()], {
+    'x-detail': 'expected a positive integer or null',
+    description,
+  });
 const nonNegativeInteger = (description: string) =>
   Type.Integer({
     minimum: 0,
@@ -419,7 +424,13 @@ export const TurnhostConfig = Type.Object(
           'The directory whose entries are workspaces; null: no workspaces. With the identity helper it must ' +
             "also be a workspace_root of the helper's config. Not /, not containing or inside dataDir.",
         ),
-        maxBytes: positiveInteger('A workspace holding more bytes starts no turn and takes no host write.'),
+        maxBytes: positiveIntegerOrNull(
+          'Each new workspace is its own filesystem of this many bytes (at least 1 MiB): writes past it fail ' +
+            'with ENOSPC in turns and host writes alike. null: plain directories, no cap (docs/workspaces.md).',
+        ),
+        maxFiles: positiveIntegerOrNull(
+          "Inodes for files and directories of each new workspace's filesystem (needs maxBytes). null: mkfs's own count.",
+        ),
       },
       section,
     ),

@@ -84,6 +84,7 @@ export const EVENT_PAYLOADS: Readonly<Record<string, EventPayloadDefinition>> = 
   egress_denial: payload(1, { host: string, port: orNull(port), reason: string }),
   workspace_created: payload(1, { workspaceId: string, uid: orNull(uid), identity }),
   workspace_deleted: payload(1, { workspaceId: string, bytesRemoved: count, filesRemoved: count }),
+  workspace_delete_failed: payload(1, { workspaceId: string, attempt: count, detail: string, retryInSeconds: count }),
   host_write: payload(1, { path: string, bytes: count, sha256: string, replaced: boolean }),
   host_write_refused: payload(1, { path: string, reason: string }),
   workspace_directory_made: payload(1, { workspaceId: string, path: string, made: count }),

@@ -85,6 +85,22 @@ const BoundaryFacilities = Type.Object(
   { title: 'BoundaryFacilities' },
 );
 
+const WorkspaceCapStatus = Type.Object(
+  {
+    enforced: Type.Boolean({
+      description: 'Each new workspace is its own filesystem of maxBytes: writes past it fail.',
+    }),
+    mechanism: Type.Union([Type.Literal('image'), Type.Literal('measured'), Type.Literal('none')], {
+      description:
+        'image: an ext4 image per workspace; measured: checked at turn start and on host writes only; none: no cap.',
+    }),
+    maxBytes: Type.Union([Type.Integer({ minimum: 1 }), Type.Null()]),
+    maxFiles: Type.Union([Type.Integer({ minimum: 1 }), Type.Null()]),
+    requirement: Type.Optional(Type.String({ description: 'What this host lacks for a real bound.' })),
+  },
+  { title: 'WorkspaceCapStatus' },
+);
+
 export const WorkerHostStatus = Type.Object(
   {
     ordinary: Type.Optional(ModeAvailability),
@@ -92,6 +108,8 @@ export const WorkerHostStatus = Type.Object(
     // Turns in a workspace: mode ordinary, a usable workspaces.root and, with an identity
     // helper, a workspace_root line of its config for it; absent when workspaces are not configured.
     workspaceTurns: Type.Optional(ModeAvailability),
+    // The byte and inode cap of workspaces; absent when workspaces are not configured.
+    workspaceCap: Type.Optional(WorkspaceCapStatus),
     rootServer: Type.Optional(Type.Object({ warning: Type.String() })),
     identity: Type.Optional(IdentityMode),
     // 0 is a root supervisor's shared_uid worker (its root-server warning says what that allows).

@@ -7,11 +7,14 @@
 #include "syntax.h"
 
 #define OP_BIT(op) (1u << (op))
-#define LEASE_OPS (OP_BIT(OP_LEASE) | OP_BIT(OP_RELEASE) | OP_BIT(OP_USAGE) | OP_BIT(OP_MKDIR))
+#define LEASE_OPS \
+  (OP_BIT(OP_LEASE) | OP_BIT(OP_RELEASE) | OP_BIT(OP_USAGE) | OP_BIT(OP_MKDIR) | OP_BIT(OP_IMAGE))
 #define ALL_OPS \
   (OP_BIT(OP_PROBE) | OP_BIT(OP_LAUNCH) | OP_BIT(OP_VIEW) | OP_BIT(OP_KILL) | LEASE_OPS)
-/* release, usage and mkdir name their workspace by its lease only: no uid to pick or check */
-#define UID_OPS (ALL_OPS & ~(OP_BIT(OP_RELEASE) | OP_BIT(OP_USAGE) | OP_BIT(OP_MKDIR)))
+/* release, usage, mkdir and image name their workspace by its lease only: no uid to pick or
+ * check */
+#define UID_OPS \
+  (ALL_OPS & ~(OP_BIT(OP_RELEASE) | OP_BIT(OP_USAGE) | OP_BIT(OP_MKDIR) | OP_BIT(OP_IMAGE)))
 #define MAX_ID 4294967294u /* (uid_t)-1 is "no change" to the kernel: never a valid id */
 #define MAX_RLIMIT_VALUE 999999999999999999ull
 
@@ -27,9 +30,9 @@ struct key_rule {
 };
 
 static const char *op_names[] = {
-    [OP_NONE] = "none",       [OP_PROBE] = "probe", [OP_LAUNCH] = "launch",
-    [OP_VIEW] = "view",       [OP_KILL] = "kill",   [OP_LEASE] = "lease",
-    [OP_RELEASE] = "release", [OP_USAGE] = "usage", [OP_MKDIR] = "mkdir",
+    [OP_NONE] = "none",   [OP_PROBE] = "probe", [OP_LAUNCH] = "launch",   [OP_VIEW] = "view",
+    [OP_KILL] = "kill",   [OP_LEASE] = "lease", [OP_RELEASE] = "release", [OP_USAGE] = "usage",
+    [OP_MKDIR] = "mkdir", [OP_IMAGE] = "image",
 };
 
 static const char *rlimit_names[RLIMIT_SLOT_COUNT] = {
@@ -67,7 +70,7 @@ static int store_string(struct descriptor_parser *p, const char *key, const char
 }
 
 static int handle_op(struct descriptor_parser *p, const char *value, struct failure *f) {
-  for (size_t op = OP_PROBE; op <= OP_MKDIR; op++) {
+  for (size_t op = OP_PROBE; op <= OP_IMAGE; op++) {
     if (strcmp(value, op_names[op]) == 0) {
       p->result.op = (enum descriptor_op)op;
       return 0;
@@ -75,7 +78,7 @@ static int handle_op(struct descriptor_parser *p, const char *value, struct fail
   }
   return fail_with(f, EXIT_DESCRIPTOR_UNKNOWN,
                    "descriptor: op: unknown operation (expected probe, launch, view, kill, "
-                   "lease, release, usage or mkdir)");
+                   "lease, release, usage, mkdir or image)");
 }
 
 static int parse_id(const char *key, const char *value, uint32_t *out, struct failure *f) {
@@ -248,6 +251,24 @@ static int handle_dir(struct descriptor_parser *p, const char *value, struct fai
   return store_string(p, "dir", value, &p->result.dir, f);
 }
 
+/* image: at most 2^50 bytes and 2^32 files; the helper checks the lower bound of the size. */
+static int store_image_count(const char *key, const char *value, uint64_t max, uint64_t *slot,
+                             struct failure *f) {
+  if (!parse_decimal(value, max, slot) || *slot == 0) {
+    return fail_with(f, EXIT_DESCRIPTOR_MALFORMED, "descriptor: %s: from 1 to %llu", key,
+                     (unsigned long long)max);
+  }
+  return 0;
+}
+
+static int handle_max_bytes(struct descriptor_parser *p, const char *value, struct failure *f) {
+  return store_image_count("max_bytes", value, 1ull << 50, &p->result.max_bytes, f);
+}
+
+static int handle_max_files(struct descriptor_parser *p, const char *value, struct failure *f) {
+  return store_image_count("max_files", value, 1ull << 32, &p->result.max_files, f);
+}
+
 static int handle_tmp_size(struct descriptor_parser *p, const char *value, struct failure *f) {
   uint64_t size = 0;
   if (!parse_decimal(value, DESCRIPTOR_MAX_TMP_SIZE, &size) || size < DESCRIPTOR_MIN_TMP_SIZE) {
@@ -395,6 +416,8 @@ static const struct key_rule key_rules[] = {
     {"owner", false, LAUNCH_ONLY | LEASE_OPS, handle_owner},
     {"adopt", false, OP_BIT(OP_LEASE), handle_adopt},
     {"dir", false, OP_BIT(OP_MKDIR), handle_dir},
+    {"max_bytes", false, OP_BIT(OP_IMAGE), handle_max_bytes},
+    {"max_files", false, OP_BIT(OP_IMAGE), handle_max_files},
     {"tmp_size", false, LAUNCH_OR_VIEW, handle_tmp_size},
     {"protect", true, LAUNCH_OR_VIEW, handle_protect},
     {"hide", true, LAUNCH_OR_VIEW, handle_hide},
@@ -411,6 +434,7 @@ static const char *const required_keys[][7] = {
     [OP_RELEASE] = {"lease", "owner", "workspace", NULL},
     [OP_USAGE] = {"lease", "owner", "workspace", NULL},
     [OP_MKDIR] = {"lease", "owner", "workspace", "dir", NULL},
+    [OP_IMAGE] = {"lease", "owner", "workspace", NULL},
 };
 
 static int key_index(const char *name) {

@@ -35,7 +35,8 @@ enum descriptor_op {
   OP_LEASE,
   OP_RELEASE,
   OP_USAGE,
-  OP_MKDIR
+  OP_MKDIR,
+  OP_IMAGE
 };
 
 enum view_profile { PROFILE_NONE = 0, PROFILE_GOVERNED, PROFILE_STRICT };
@@ -73,6 +74,10 @@ struct descriptor {
   /* lease: a record without an owner (written by an older release) takes `owner`, when `uid` is
    * exactly its uid. */
   bool adopt;
+  /* image: the size of a new workspace image in bytes (0: attach an existing one only) and its
+   * inode count for files (0: mkfs's own) */
+  uint64_t max_bytes;
+  uint64_t max_files;
   /* mkdir: the directory to make beneath the leased workspace (canonical, relative) */
   const char *dir;
   size_t cgroup_count;

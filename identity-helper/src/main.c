@@ -38,7 +38,10 @@
  *   release  remove a leased workspace's tree (no link followed, no mount crossed), then its
  *            lease; refused while a turn or a process holds its uid.
  *   usage    measure a leased workspace's tree (no link followed).
- *   In shared mode release and usage act on the caller's own `<workspace_root>/<lease>`
+ *   image    (workspace-image.c) make and mount, or re-attach at boot, the workspace's own
+ *            ext4 image on a loop device: the byte and inode cap. Needs root (in shared mode,
+ *            a root supervisor); release unmounts and removes it, usage reads its statfs.
+ *   In shared mode release, usage and image act on the caller's own `<workspace_root>/<lease>`
  *   (shared-tree.c): no lease, no uid lock, the caller's privilege only.
  *   mkdir    make a directory and its missing parents beneath a leased workspace, one held fd
  *            per level, no link followed, each new one owned by the lease's uid.
@@ -134,6 +137,8 @@ static int dispatch(const struct descriptor *d, struct failure *f) {
       return config.shared ? run_shared_usage(&config, d, f) : run_usage(&config, d, f);
     case OP_MKDIR:
       return run_mkdir(&config, d, f);
+    case OP_IMAGE:
+      return config.shared ? run_shared_image(&config, d, f) : run_image(&config, d, f);
     case OP_NONE:
       break;
   }

@@ -21,4 +21,8 @@ int run_shared_usage(const struct helper_config *c, const struct descriptor *d, 
 int run_shared_release(const struct helper_config *c, const struct descriptor *d,
                        struct failure *f);
 
+/* op image in shared mode: the workspace image of a root supervisor's `<workspace_root>/<lease>`
+ * (workspace-image.h); refused (67) without root. */
+int run_shared_image(const struct helper_config *c, const struct descriptor *d, struct failure *f);
+
 #endif

@@ -17,6 +17,7 @@
 #include "syntax.h"
 #include "tree-walk.h"
 #include "uid-lock.h"
+#include "workspace-image.h"
 
 #define WORKSPACE_MODE 02770
 
@@ -419,7 +420,9 @@ static int release_in_context(const struct helper_config *c, const struct descri
   int lock = -1;
   if (code == 0) code = hold_idle_uid(x, d, record.uid, &lock, f);
   struct tree_totals totals = {0, 0};
+  if (code == 0) code = workspace_image_unmount(x->root, d->lease, d->workspace, &totals, f);
   if (code == 0) code = remove_workspace(x, d, &totals, f);
+  if (code == 0) code = workspace_image_remove(x->root, d->lease, f);
   if (code == 0) code = lease_record_remove(x->lease_dir, d->lease, f);
   close_if_open(&lock);
   if (code == 0) {
@@ -455,17 +458,43 @@ static int usage_in_context(const struct helper_config *c, const struct descript
   struct tree_totals totals = {0, 0};
   struct tree_walk_options options;
   tree_walk_usage_options(&options);
-  code = tree_walk_bounded(top, TREE_MEASURE, &options, &totals, f);
+  bool measured = false;
+  code = workspace_image_measure(x->root, d->lease, top, &totals, &measured, f);
+  if (code == 0 && !measured) code = tree_walk_bounded(top, TREE_MEASURE, &options, &totals, f);
   close(top);
   if (code == 0) {
-    printf("bytes %llu\nfiles %llu\ncomplete %s\n", (unsigned long long)totals.bytes,
-           (unsigned long long)totals.files, options.incomplete ? "no" : "yes");
+    printf("bytes %llu\nfiles %llu\ncomplete %s\nimage %s\n", (unsigned long long)totals.bytes,
+           (unsigned long long)totals.files, options.incomplete ? "no" : "yes",
+           measured ? "yes" : "no");
   }
   return code;
 }
 
 int run_usage(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
   return run_workspace_op(c, d, usage_in_context, f);
+}
+
+static int image_in_context(const struct helper_config *c, const struct descriptor *d,
+                            struct lease_context *x, struct failure *f) {
+  int code = open_workspace_root(c, d, x, f);
+  /* Exclusive: a release of the same lease never meets a half-mounted image. */
+  if (code == 0) code = take_guard(c, LOCK_EX, x, f);
+  if (code == 0) code = lease_dir_open(c, false, &x->lease_dir, f);
+  struct lease_record record;
+  bool found = false;
+  if (code == 0) code = read_lease(d, x, &record, &found, f);
+  if (code == 0 && !found) {
+    code = fail_with(f, EXIT_LEASE_REFUSED, "image: no lease %s", d->lease);
+  }
+  if (code != 0) {
+    return code;
+  }
+  struct workspace_image_request request = {d->lease, d->workspace, d->max_bytes, d->max_files};
+  return workspace_image_mount(x->root, &request, f);
+}
+
+int run_image(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
+  return run_workspace_op(c, d, image_in_context, f);
 }
 
 /* One component of `dir` beneath the held `parent`: made when missing (then handed to the uid),

@@ -23,7 +23,8 @@ int run_release(const struct helper_config *c, const struct descriptor *d, struc
 
 /* op usage: receipt `bytes N`, `files N`, `complete yes|no` of the workspace tree (no link
  * followed), within tree-walk.h's usage bounds; `no` when a bound stopped the walk or a
- * directory could not be read (the counts are then a lower bound). */
+ * directory could not be read (the counts are then a lower bound). `image yes` when the
+ * workspace is its mounted image: the counts are then its statfs (always complete). */
 int run_usage(const struct helper_config *c, const struct descriptor *d, struct failure *f);
 
 /* op mkdir: makes `dir` and its missing parents beneath the workspace, each component opened
@@ -31,6 +32,10 @@ int run_usage(const struct helper_config *c, const struct descriptor *d, struct 
  * directory owned by the lease's uid, group the caller's, mode 02770, so the workspace's turns
  * may write in it. Existing directories are kept as they are. Receipt `made N`. */
 int run_mkdir(const struct helper_config *c, const struct descriptor *d, struct failure *f);
+
+/* op image: makes (with `max_bytes`, for a new, empty workspace) and mounts, or re-attaches, the
+ * workspace's filesystem image (workspace-image.h). Receipt `image made|attached|mounted|none`. */
+int run_image(const struct helper_config *c, const struct descriptor *d, struct failure *f);
 
 /* The uid a separate-uid launch runs as, with its lock in `*lock_fd`: with `lease`, the lease's
  * uid (which `uid` must name), locked shared with the workspace's other turns; without, `uid`

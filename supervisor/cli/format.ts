@@ -70,12 +70,21 @@ function workspaceTurns(availability: ModeAvailability | undefined): string {
     : `UNAVAILABLE: ${availability.requirement ?? 'no requirement named'} ${when}`;
 }
 
+function workspaceCap(cap: WorkerHostStatus['workspaceCap']): string {
+  if (cap === undefined) return 'not configured (workspaces.root is null)';
+  const bound = `${cap.maxBytes ?? '-'} bytes, ${cap.maxFiles ?? 'mkfs default'} files`;
+  return cap.enforced
+    ? `enforced: a filesystem per workspace (${bound})`
+    : `NOT ENFORCED (${cap.mechanism}): ${cap.requirement ?? 'no requirement named'}`;
+}
+
 function workerHostRows(status: WorkerHostStatus | null): Array<[string, string]> {
   if (status === null) return [['worker host', 'UNKNOWN: the boot probe failed; run `turnhost check`']];
   const rows: Array<[string, string]> = [
     ['ordinary', mode(status.ordinary, 'ordinary')],
     ['restricted', mode(status.restricted, 'restricted')],
     ['workspace turns', workspaceTurns(status.workspaceTurns)],
+    ['workspace cap', workspaceCap(status.workspaceCap)],
     [
       'identity',
       status.identity === undefined

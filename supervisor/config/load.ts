@@ -25,6 +25,8 @@ const INSTALLED_CONFIG_PATH = '/etc/turnhost/turnhost.json';
 const INSTALLED_DATA_DIR = '/var/lib/turnhost';
 /** Outside the data directory: every turn's view hides the data directory whole. */
 const INSTALLED_WORKSPACES_ROOT = '/var/lib/turnhost-workspaces';
+/** The helper's smallest workspace image (identity-helper/src/workspace-image.h). */
+const WORKSPACE_IMAGE_MIN_BYTES = 1024 * 1024;
 const DEV_DATA_DIR_NAME = '.turnhost-dev';
 const DEFAULT_LISTEN = '127.0.0.1:7707';
 const MAX_CONFIG_FILE_BYTES = 1024 * 1024;
@@ -109,7 +111,7 @@ export function defaultConfig(options: { installed: boolean; cwd: string }): Tur
       preparedWorkerIdleSeconds: 120,
       outputRetainBytes: 16 * 1024 * 1024,
     },
-    workspaces: { root: options.installed ? INSTALLED_WORKSPACES_ROOT : null, maxBytes: 10 * 1024 * 1024 * 1024 },
+    workspaces: { root: options.installed ? INSTALLED_WORKSPACES_ROOT : null, maxBytes: null, maxFiles: null },
     probeRoots: { proc: '/proc', sysFsCgroup: '/sys/fs/cgroup' },
   };
 }
@@ -351,6 +353,13 @@ function checkCombination(config: TurnhostConfig): string[] {
   else if (workspacesRoot !== null && isBeneathDir(workspacesRoot, config.dataDir))
     problems.push('workspaces.root: must not lie inside the data directory (dataDir), which every view hides');
   problems.push(...checkBrokers(config.egress));
+  const { maxBytes, maxFiles } = config.workspaces;
+  if (maxBytes !== null && maxBytes < WORKSPACE_IMAGE_MIN_BYTES)
+    problems.push(
+      `workspaces.maxBytes: at least ${WORKSPACE_IMAGE_MIN_BYTES} (a workspace filesystem smaller than 1 MiB has no room for files)`,
+    );
+  if (maxFiles !== null && maxBytes === null)
+    problems.push('workspaces.maxFiles: needs workspaces.maxBytes (the files are bounded by the workspace filesystem)');
   if (config.limitsDisabled.includes('tmp_size'))
     problems.push(
       "limitsDisabled: tmp_size cannot be disabled: the turn's /tmp is always a tmpfs of a set size (set limits.tmp_size instead)",

@@ -14,7 +14,8 @@
  * - `events.unboundRetentionDays`, `events.sessionRetentionDays`: read at each pruning;
  * - `events.journal`: read for each committed event;
  * - `turns.maxConcurrent`, `turns.defaultTimeoutSeconds`, `turns.maxTimeoutSeconds`,
- * - `workspaces.maxBytes`: read at each workspace turn's start and each workspace host write.
+ * - `workspaces.maxBytes`, `workspaces.maxFiles`: read when a workspace is created (its filesystem's
+ *   size, which an existing workspace keeps), and by the measured checks where no image is used.
  *
  * Every other key is bound at boot (listeners, token, data directory, helper, turn temp, cgroup
  * names, the prepared-worker pool, protected paths and workspace roots that prepared workers
@@ -42,6 +43,7 @@ export const LIVE_KEYS: readonly string[] = [
   'turns.defaultTimeoutSeconds',
   'turns.maxTimeoutSeconds',
   'workspaces.maxBytes',
+  'workspaces.maxFiles',
 ];
 
 type Tree = Record<string, unknown>;

@@ -5,7 +5,7 @@
  * (uid range, cgroup roots, caller group).
  */
 import { CodedError } from '../../core/result.js';
-import { leaseKeyLines } from './helper-lease-keys.js';
+import { imageKeyLines, leaseKeyLines } from './helper-lease-keys.js';
 import { CONTROL_CHARS, isCanonicalAbsolutePath, isCanonicalRelativePath } from './helper-paths.js';
 
 export const DESCRIPTOR_PROTOCOL_VERSION = 2;
@@ -24,7 +24,7 @@ export const DESCRIPTOR_LIMITS = {
   maxRlimitExclusive: 10n ** 18n,
 } as const;
 
-type HelperOp = 'probe' | 'launch' | 'view' | 'kill' | 'lease' | 'release' | 'usage' | 'mkdir';
+type HelperOp = 'probe' | 'launch' | 'view' | 'kill' | 'lease' | 'release' | 'usage' | 'mkdir' | 'image';
 export type HelperRlimitName = 'nproc' | 'data' | 'fsize' | 'nofile';
 export type HelperProfile = 'governed' | 'strict';
 type HelperProtectMode = 'read_only' | 'mask_file' | 'mask_directory';
@@ -65,6 +65,10 @@ export interface HelperDescriptor {
   adopt?: boolean;
   /** mkdir: the directory, relative to the workspace, to make with its parents. */
   dir?: string;
+  /** image: the size of a new workspace image (absent: re-attach an existing one only). */
+  maxBytes?: number;
+  /** image: the inodes of a new workspace image for files and directories. */
+  maxFiles?: number;
 }
 
 export type HelperLaunchDescriptor = Omit<HelperDescriptor, 'op' | 'paths'> & {
@@ -119,6 +123,7 @@ const OP_KEYS: Record<HelperOp, { allowed: ReadonlySet<string>; required: readon
   release: { allowed: LEASE_KEYS, required: [...LEASE_KEYS] },
   usage: { allowed: LEASE_KEYS, required: [...LEASE_KEYS] },
   mkdir: { allowed: new Set([...LEASE_KEYS, 'dir']), required: [...LEASE_KEYS, 'dir'] },
+  image: { allowed: new Set([...LEASE_KEYS, 'maxBytes', 'maxFiles']), required: [...LEASE_KEYS] },
 };
 
 const RLIMIT_NAMES: readonly HelperRlimitName[] = ['nproc', 'data', 'fsize', 'nofile'];
@@ -222,7 +227,7 @@ function envLines(env: HelperDescriptor['env']): string[] {
 function checkOpKeys(d: HelperDescriptor): void {
   const rules = OP_KEYS[d.op];
   // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- the descriptor is checked whatever its type says
-  if (rules === undefined) refuse('op', 'must be probe, launch, view, kill, lease, release, usage or mkdir');
+  if (rules === undefined) refuse('op', 'must be probe, launch, view, kill, lease, release, usage, mkdir or image');
   for (const [key, value] of Object.entries(d)) {
     if (key !== 'op' && value !== undefined && !rules.allowed.has(key)) refuse(key, `not valid for op ${d.op}`);
   }
@@ -258,6 +263,7 @@ function descriptorLines(d: HelperDescriptor): string[] {
   }
   if (d.workspace !== undefined) lines.push(viewPathLine('workspace', d.workspace));
   lines.push(...leaseKeyLines(d, refuse));
+  lines.push(...imageKeyLines(d, refuse));
   if (d.tmpSize !== undefined) lines.push(tmpSizeLine(d.tmpSize));
   if (d.protect !== undefined) lines.push(...protectLines(d.protect));
   if (d.hide !== undefined) lines.push(...hideLines(d.hide));

@@ -44,10 +44,12 @@ export interface WorkspaceTreeUsage {
   bytes: number;
   files: number;
   complete: boolean;
+  /** The workspace is its own mounted image: its filesystem bounds it (the counts are its statfs). */
+  image: boolean;
 }
 
 /**
- * A usage answer, `bytes`, `files` and `complete yes|no`: all three required in either mode (the
+ * A usage answer, `bytes`, `files`, `complete yes|no` and `image yes|no`: all required in either mode (the
  * helper ships with the supervisor, so an answer without `complete` is a helper of another
  * release, never a complete measure).
  */
@@ -56,9 +58,15 @@ export function parseUsageAnswer(stdout: string, what: string): Result<Workspace
   const bytes = countField(receipt, 'bytes');
   const files = countField(receipt, 'files');
   const complete = receipt['complete'];
-  if (bytes === null || files === null || (complete !== 'yes' && complete !== 'no'))
-    return fail('helper_output_invalid', `${what} answer lacks bytes, files or complete`);
-  return ok({ bytes, files, complete: complete === 'yes' });
+  const image = receipt['image'];
+  if (
+    bytes === null ||
+    files === null ||
+    (complete !== 'yes' && complete !== 'no') ||
+    (image !== 'yes' && image !== 'no')
+  )
+    return fail('helper_output_invalid', `${what} answer lacks bytes, files, complete or image`);
+  return ok({ bytes, files, complete: complete === 'yes', image: image === 'yes' });
 }
 
 /** What a leased workspace holds, within the helper's bounds. */

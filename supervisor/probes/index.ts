@@ -20,7 +20,7 @@ import { probeLimits } from './limits.js';
 import { rootServerWarning, supervisorIsRoot } from './root.js';
 import { probeMaskedView, type HelperViewProbe, type ViewFacts } from './view.js';
 import { supervisorStateInWorkspace } from './state.js';
-import { probeWorkspaceTurns, type WorkspaceViewRunner } from './workspaces.js';
+import { probeWorkspaceCap, probeWorkspaceTurns, type WorkspaceViewRunner } from './workspaces.js';
 import { keptViewPaths } from './kept-paths.js';
 import { hiddenHostPaths, supervisorStatePaths } from '../view/descriptor.js';
 import type {
@@ -281,10 +281,12 @@ export async function runWorkerHostProbes(ctx: ProbeContext, trigger: ProbeTrigg
   const facts = await probeBoundary(ctx, config.modes.restricted.enabled ? ['ordinary', 'restricted'] : ['ordinary']);
   const ordinary = modeAvailability(facts, config, 'ordinary', trigger);
   const workspaceTurns = await probeWorkspaceTurns(config, ordinary, trigger, workspaceViewRunner(ctx, facts.identity));
+  const workspaceCap = probeWorkspaceCap(config);
   const status: WorkerHostStatus = {
     ordinary,
     ...(config.modes.restricted.enabled ? { restricted: modeAvailability(facts, config, 'restricted', trigger) } : {}),
     ...(workspaceTurns === undefined ? {} : { workspaceTurns }),
+    ...(workspaceCap === undefined ? {} : { workspaceCap }),
     ...(facts.identity.identity === undefined ? {} : { identity: facts.identity.identity }),
     limits: facts.limits,
     governed: governedStatus(config, facts, ordinary),

@@ -78,6 +78,18 @@ export interface BoundaryFacilities {
   identityHelper: FacilityStatus & { path: string | null; qualified: boolean };
 }
 
+/** The workspace byte and inode cap here (docs/workspaces.md, "The byte and inode cap"). */
+export interface WorkspaceCapStatus {
+  /** true only where each new workspace is its own filesystem of workspaces.maxBytes. */
+  enforced: boolean;
+  /** image: a filesystem per workspace; measured: checked at turn start and host writes only; none: no cap. */
+  mechanism: 'image' | 'measured' | 'none';
+  maxBytes: number | null;
+  maxFiles: number | null;
+  /** What the host lacks for a real bound, when it is not enforced. */
+  requirement?: string;
+}
+
 export interface WorkerHostStatus {
   ordinary?: ModeAvailability;
   restricted?: ModeAvailability;
@@ -86,6 +98,8 @@ export interface WorkerHostStatus {
    * helper's `workspace_root` for it. Absent when workspaces are not configured.
    */
   workspaceTurns?: ModeAvailability;
+  /** The byte and inode cap of workspaces. Absent when workspaces are not configured. */
+  workspaceCap?: WorkspaceCapStatus;
   rootServer?: { warning: string };
   /** Omitted when no probe of this run established it (docs/probes.md, "Receipts only from proof"). */
   identity?: IdentityMode;

@@ -12,7 +12,7 @@ import type { TurnhostConfig } from '../config/types.js';
 import type { HelperViewEntry } from '../identity/helper-view.js';
 import { hiddenHostPaths } from '../view/descriptor.js';
 import { helperConfigPath, helperConfigValues, keptViewPaths } from './kept-paths.js';
-import type { ModeAvailability, ProbeTrigger } from './types.js';
+import type { ModeAvailability, ProbeTrigger, WorkspaceCapStatus } from './types.js';
 import type { HelperViewProbe } from './view.js';
 
 /** Why the workspaces root cannot hold workspaces, or its real path when it can. */
@@ -134,4 +134,49 @@ export async function probeWorkspaceTurns(
   return requirement === undefined
     ? { available: true, checkedAt, trigger }
     : { available: false, checkedAt, trigger, requirement };
+}
+
+/** Where the helper runs mke2fs (identity-helper/src/workspace-image.c): fixed, never PATH. */
+const MKE2FS_PATHS = ['/usr/sbin/mke2fs', '/sbin/mke2fs'];
+
+/** Why a non-root shared_uid supervisor's workspaces are not bounded (docs/workspaces.md). */
+export const NON_ROOT_SHARED_CAP =
+  'a workspace filesystem needs root to attach a loop device and mount it: run the supervisor as root or with the identity helper (separate_uid); here workspaces.maxBytes is only measured at turn start and on host writes';
+
+/** The first facility a workspace image needs that this host lacks. */
+function imageRequirement(): string | undefined {
+  try {
+    if (!fs.statSync('/dev/loop-control').isCharacterDevice()) return '/dev/loop-control is not a character device';
+  } catch (error) {
+    return `a workspace filesystem needs loop devices: /dev/loop-control: ${(error as Error).message}`;
+  }
+  if (!MKE2FS_PATHS.some((file) => fs.existsSync(file)))
+    return `a workspace filesystem needs mke2fs at ${MKE2FS_PATHS.join(' or ')} (Debian: e2fsprogs)`;
+  return undefined;
+}
+
+/**
+ * Whether the byte and inode cap of new workspaces is a real bound here: each workspace its own
+ * ext4 image (the helper, or a root supervisor's shared launcher, mounts it), or only measured
+ * (a non-root shared_uid supervisor), or off (workspaces.maxBytes null). Never claims a bound
+ * it has no means for. Absent when workspaces are not configured.
+ */
+export function probeWorkspaceCap(config: TurnhostConfig): WorkspaceCapStatus | undefined {
+  if (config.workspaces.root === null) return undefined;
+  const { maxBytes, maxFiles } = config.workspaces;
+  if (maxBytes === null)
+    return {
+      enforced: false,
+      mechanism: 'none',
+      maxBytes,
+      maxFiles,
+      requirement: 'workspaces.maxBytes is not set: workspaces are plain directories with no byte or inode cap',
+    };
+  const canMount = config.identityHelper.path !== null || process.geteuid?.() === 0;
+  if (!canMount)
+    return { enforced: false, mechanism: 'measured', maxBytes, maxFiles, requirement: NON_ROOT_SHARED_CAP };
+  const missing = imageRequirement();
+  return missing === undefined
+    ? { enforced: true, mechanism: 'image', maxBytes, maxFiles }
+    : { enforced: false, mechanism: 'measured', maxBytes, maxFiles, requirement: missing };
 }

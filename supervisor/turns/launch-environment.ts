@@ -33,7 +33,7 @@ export interface LaunchEnvironment {
   /** Why there is no shared launcher, when there is none. */
   sharedLauncherProblem: string | null;
   /** What a workspace holds (set by the manager once its workspace service exists). */
-  workspaceUsage?: (id: string) => Promise<Result<{ bytes: number; files: number }>>;
+  workspaceUsage?: (id: string) => Promise<Result<{ bytes: number; files: number; image: boolean }>>;
   close(): void;
 }
 

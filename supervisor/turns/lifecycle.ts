@@ -240,14 +240,15 @@ export async function launchTurn(
   if (!workspace.ok) return { ok: false, reason: 'invalid_request', detail: `cwd: ${workspace.detail}`, field: 'cwd' };
   const turn = new Turn(env, request, output, workspace, spec.limits);
   if (workspaceLease) {
-    // The byte cap is measured at the start (and the end, in the result): a workspace over it
-    // runs no turn until something removes files from it.
+    // A workspace that is its own filesystem is bounded by it: a full one still runs turns, and
+    // a turn that deletes frees it. One without an image is only measured at the start (and the
+    // end, in the result): over the cap it runs no turn until something removes files from it.
     const usage = env.workspaceUsage
       ? await env.workspaceUsage(workspaceLease.id)
       : fail('workspaces_unavailable', 'no workspace usage');
     if (!usage.ok) return turn.refuse(hostRefusal(`workspace ${workspaceLease.id} usage: ${usage.detail}`));
     const maxBytes = deps.config.workspaces.maxBytes;
-    if (usage.bytes > maxBytes)
+    if (!usage.image && maxBytes !== null && usage.bytes > maxBytes)
       return turn.refuse(
         hostRefusal(
           `workspace ${workspaceLease.id} holds ${usage.bytes} bytes, above its cap of ${maxBytes} (workspaces.maxBytes)`,

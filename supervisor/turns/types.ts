@@ -292,8 +292,8 @@ export interface TurnWorkspaces {
   get(id: string): { sessionId: string | null } | undefined;
   /** A turn starts on the workspace: where it is and its uid, if it is ready. */
   claimForTurn(id: string): Result<{ workspace: { id: string; uid: number | null; path: string } }>;
-  /** What the workspace holds now. */
-  usage(id: string): Promise<Result<{ bytes: number; files: number }>>;
+  /** What the workspace holds now; `image`: it is its own filesystem, which bounds it. */
+  usage(id: string): Promise<Result<{ bytes: number; files: number; image: boolean }>>;
   /** The workspaces bound to a session. */
   list(filter: { sessionId: string }): readonly unknown[];
   /**

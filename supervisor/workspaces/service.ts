@@ -23,14 +23,18 @@ import {
   leaseWorkspace,
   makeSharedDirectory,
   measureWorkspace,
+  mountWorkspaceImage,
   removeWorkspaceTree,
   type SharedLauncherState,
+  type WorkspaceCap,
 } from './storage.js';
+import { DeleteRetries } from './delete-retry.js';
 import { UsageCache } from './usage-cache.js';
 import { createWorkspaceStore, type WorkspaceRecord, type WorkspaceStore } from './store.js';
 import type {
   WorkspaceFailure,
   WorkspaceFileFailure,
+  WorkspaceMeasure,
   WorkspaceServiceDeps,
   WorkspaceUsage,
   WorkspaceView,
@@ -44,6 +48,21 @@ function newWorkspaceId(): string {
     .replace(/[^A-Za-z0-9_-]/g, '_')}`;
 }
 
+/** A filesystem without room (bytes or inodes) as a refusal: the workspace's filesystem is full. */
+const NO_SPACE = /\b(ENOSPC|EDQUOT)\b|No space left on device|Disk quota exceeded/;
+
+/** A failure that is a full filesystem, answered as the workspace being full (HTTP 409). */
+function asFull<R extends string>(
+  workspace: WorkspaceView,
+  failure: { ok: false; reason: R; detail: string },
+): { ok: false; reason: R | 'workspace_full'; detail: string } {
+  if (!NO_SPACE.test(failure.detail)) return failure;
+  return fail(
+    'workspace_full',
+    `workspace ${workspace.id} is full (its filesystem has no room left: workspaces.maxBytes, maxFiles): ${failure.detail}`,
+  );
+}
+
 export class WorkspaceService {
   private readonly store: WorkspaceStore;
   private readonly log: Logger;
@@ -52,9 +71,22 @@ export class WorkspaceService {
   private readonly usageCache = new UsageCache();
   private shared: SharedLauncherState = { launcher: null, problem: 'the shared_uid launcher is not ready yet' };
 
+  /** Half-done deletes, tried again without a restart (delete-retry.ts). */
+  private readonly retries: DeleteRetries;
+
   constructor(private readonly deps: WorkspaceServiceDeps) {
     this.store = createWorkspaceStore(deps.db);
     this.log = deps.logger.child({ component: 'workspaces' });
+    this.retries = new DeleteRetries(
+      (id) => this.retryDelete(id),
+      (id, attempt, detail, retryInMs) => this.deleteFailed(id, attempt, detail, retryInMs),
+      deps.deleteRetry,
+    );
+  }
+
+  /** Shutdown: no delete retry starts after this. */
+  close(): void {
+    this.retries.close();
   }
 
   async create(options: {
@@ -82,6 +114,8 @@ export class WorkspaceService {
     const made = await this.makeTree(record, helper);
     if (!made.ok) return made;
     record.uid = made.uid;
+    const imaged = await this.makeImage(record);
+    if (!imaged.ok) return imaged;
     this.store.setReady(id, record.uid);
     record.state = 'ready';
     this.event('workspace_created', record.sessionId, { workspaceId: id, uid: record.uid, identity: record.identity });
@@ -114,7 +148,7 @@ export class WorkspaceService {
    * measurement is reused until a host write, a turn or a delete may have changed the tree, and
    * concurrent callers share one in flight (usage-cache.ts).
    */
-  async usage(id: string): Promise<Result<WorkspaceUsage, WorkspaceFailure>> {
+  async usage(id: string): Promise<Result<WorkspaceMeasure, WorkspaceFailure>> {
     const record = this.store.get(id);
     if (!record || record.state !== 'ready') return fail('workspace_not_found', `no workspace ${id}`);
     const turnRuns = () => this.deps.turns.running(id).length > 0;
@@ -130,11 +164,16 @@ export class WorkspaceService {
 
   /** Refused (workspace_busy) while a turn runs on it, unless `cancel`: then its turns end first. */
   delete(id: string, options: { cancel?: boolean } = {}): Deletion {
+    return this.deleteSerialized(id, options, false);
+  }
+
+  /** `retry`: the attempt is the retry timer's own, which schedules the next itself. */
+  private deleteSerialized(id: string, options: { cancel?: boolean }, retry: boolean): Deletion {
     // One delete per workspace at a time: a second caller shares the first one's outcome
     // (two releases of one lease would race each other and record the receipt twice).
     const pending = this.inFlight.get(id);
     if (pending) return pending;
-    const deleting = this.deleteOnce(id, options).finally(() => this.inFlight.delete(id));
+    const deleting = this.deleteOnce(id, options, retry).finally(() => this.inFlight.delete(id));
     this.inFlight.set(id, deleting);
     return deleting;
   }
@@ -171,10 +210,12 @@ export class WorkspaceService {
   /** Finishes what a crash left half done, after adopting the leases an older release left without owner (boot). */
   async recover(): Promise<void> {
     await this.adoptLegacyLeases();
+    await this.reattachImages();
     for (const record of this.store.unsettled()) {
       const removed = await this.remove(record);
       if (!removed.ok) {
-        this.log.warn('unfinished workspace kept', { workspaceId: record.id, detail: removed.detail });
+        this.log.warn('unfinished workspace kept; retried later', { workspaceId: record.id, detail: removed.detail });
+        this.retries.schedule(record.id, 0, removed.detail);
         continue;
       }
       this.log.info('unfinished workspace removed', { workspaceId: record.id, state: record.state });
@@ -203,6 +244,27 @@ export class WorkspaceService {
   }
 
   /**
+   * A workspace's own filesystem is mounted in the supervisor's mount namespace, which a reboot
+   * or a restart (a new namespace under systemd) loses: every ready workspace that has an image
+   * gets it back before any turn or host write can reach its directory. One that cannot is
+   * logged; its usage then fails (the helper refuses to measure the directory beneath an
+   * unmounted image), so no turn starts on it and no host write lands in it until it is back.
+   */
+  private async reattachImages(): Promise<void> {
+    for (const record of this.store.list()) {
+      if (record.state !== 'ready') continue;
+      const attached = await mountWorkspaceImage(record, this.deps.helper(), this.shared, null);
+      if (!attached.ok)
+        this.log.warn('workspace image not re-attached', {
+          workspaceId: record.id,
+          reason: attached.reason,
+          detail: attached.detail,
+        });
+      else if (attached.image === 'attached') this.log.info('workspace image re-attached', { workspaceId: record.id });
+    }
+  }
+
+  /**
    * Where a host read or write goes: a valid path (checked first) in a ready workspace. With
    * `top`, `''` and `.` name the workspace itself (a listing).
    */
@@ -225,7 +287,7 @@ export class WorkspaceService {
   /** Makes a directory with its parents, owned as the workspace's turns need (files.ts). */
   async makeDirectory(workspace: WorkspaceView, rel: string): Promise<Result<{ made: number }, WorkspaceFileFailure>> {
     const made = await makeTreeDirectory(workspace, rel, this.deps.helper());
-    if (!made.ok) return this.refused(workspace, 'mkdir', rel, made);
+    if (!made.ok) return this.refused(workspace, 'mkdir', rel, asFull(workspace, made));
     this.event('workspace_directory_made', workspace.sessionId, {
       workspaceId: workspace.id,
       path: rel,
@@ -255,15 +317,18 @@ export class WorkspaceService {
     const config = this.deps.config();
     const usage = await this.usage(workspace.id);
     if (!usage.ok) return usage;
-    if (usage.bytes + data.length > config.workspaces.maxBytes)
+    // A workspace that is its own filesystem is bounded by it (the write meets ENOSPC); one
+    // without is only measured against the configured cap.
+    const maxBytes = config.workspaces.maxBytes;
+    if (!usage.image && maxBytes !== null && usage.bytes + data.length > maxBytes)
       return fail(
         'workspace_full',
-        `workspace ${workspace.id} holds ${usage.bytes} bytes; ${data.length} more exceed its cap of ${config.workspaces.maxBytes} (workspaces.maxBytes)`,
+        `workspace ${workspace.id} holds ${usage.bytes} bytes; ${data.length} more exceed its cap of ${maxBytes} (workspaces.maxBytes)`,
       );
     // The read above awaited: a delete may have begun meanwhile. From this check to the end of
     // the write nothing yields, so the write never lands in a tree being removed.
     const parents = await this.makeParents(workspace, rel);
-    if (!parents.ok) return this.refused(workspace, 'write', rel, parents);
+    if (!parents.ok) return this.refused(workspace, 'write', rel, asFull(workspace, parents));
     if (this.store.get(workspace.id)?.state !== 'ready')
       return fail('workspace_not_found', `no workspace ${workspace.id} (being deleted)`);
     this.usageCache.invalidate(workspace.id);
@@ -272,7 +337,7 @@ export class WorkspaceService {
       maxBytes: config.fs.hostWriteMaxBytes,
       parents: parents.made,
     });
-    if (!written.ok) return this.refused(workspace, 'write', rel, written);
+    if (!written.ok) return this.refused(workspace, 'write', rel, asFull(workspace, written));
     this.event('host_write', workspace.sessionId, {
       path: rel,
       bytes: written.bytes,
@@ -333,8 +398,27 @@ export class WorkspaceService {
     return leased;
   }
 
+  /** The cap a new workspace gets from the configuration, or null (plain directories). */
+  private cap(): WorkspaceCap | null {
+    const { maxBytes, maxFiles } = this.deps.config().workspaces;
+    return maxBytes === null ? null : { maxBytes, maxFiles };
+  }
+
+  /**
+   * A new workspace's own filesystem when a cap is set and this host can mount one; a failure
+   * removes the half-made workspace (its row is still `creating`).
+   */
+  private async makeImage(record: WorkspaceRecord): Promise<Result<{}, WorkspaceFailure>> {
+    const cap = this.cap();
+    if (cap === null) return ok({});
+    const mounted = await mountWorkspaceImage(record, this.deps.helper(), this.shared, cap);
+    if (mounted.ok) return ok({});
+    await this.remove(record);
+    return mounted;
+  }
+
   /** A delete (any state but creating: a half-done one is retried); the caller serialises per id. */
-  private async deleteOnce(id: string, options: { cancel?: boolean }): Deletion {
+  private async deleteOnce(id: string, options: { cancel?: boolean }, retry: boolean): Deletion {
     const record = this.store.get(id);
     if (!record || record.state === 'creating') return fail('workspace_not_found', `no workspace ${id}`);
     const running = this.deps.turns.running(id);
@@ -351,11 +435,40 @@ export class WorkspaceService {
     this.store.setDeleting(id);
     const removed = await this.remove({ ...record, state: 'deleting' });
     if (!removed.ok) {
-      this.log.warn('workspace delete incomplete', { workspaceId: id, detail: removed.detail });
+      this.log.warn('workspace delete incomplete; retried later', { workspaceId: id, detail: removed.detail });
+      if (!retry) this.retries.schedule(id, 0, removed.detail);
       return removed;
     }
+    this.retries.cancel(id);
     this.deletedEvent(record, removed);
     return removed;
+  }
+
+  /**
+   * One retry of a half-done delete: done when the workspace is gone (whoever removed it);
+   * a row still `creating` (a create a crash interrupted) is removed as boot would.
+   */
+  private async retryDelete(id: string): Promise<Result> {
+    const record = this.store.get(id);
+    if (!record || record.state === 'ready') return ok({});
+    if (record.state === 'creating') {
+      const removed = await this.remove(record);
+      return removed.ok ? ok({}) : removed;
+    }
+    const removed = await this.deleteSerialized(id, {}, true);
+    if (removed.ok || removed.reason === 'workspace_not_found') return ok({});
+    return removed;
+  }
+
+  private deleteFailed(id: string, attempt: number, detail: string, retryInMs: number): void {
+    const record = this.store.get(id);
+    this.log.warn('workspace delete failed; retrying', { workspaceId: id, attempt, detail, retryInMs });
+    this.event('workspace_delete_failed', record?.sessionId ?? null, {
+      workspaceId: id,
+      attempt,
+      detail: detail.slice(0, 1024),
+      retryInSeconds: Math.ceil(retryInMs / 1000),
+    });
   }
 
   /** Removes the directory and lease of a record in `creating` or `deleting` state, then its row. */

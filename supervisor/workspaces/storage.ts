@@ -11,9 +11,11 @@ import { fail, ok, type Result } from '../../core/result.js';
 import { runHelperLease } from '../identity/helper-lease.js';
 import type { HelperFailureReason, HelperLocation } from '../identity/helper-process.js';
 import { runHelperRelease, runHelperUsage, type WorkspaceTreeUsage } from '../identity/helper-workspace-tree.js';
+import { runHelperImage, type WorkspaceImageState } from '../identity/helper-workspace-image.js';
 import { runSharedRelease, runSharedUsage } from '../identity/shared-workspace-tree.js';
+import { NON_ROOT_SHARED_CAP } from '../probes/workspaces.js';
 import type { WorkspaceRecord } from './store.js';
-import type { WorkspaceFailure, WorkspaceUsage } from './types.js';
+import type { WorkspaceFailure, WorkspaceMeasure, WorkspaceUsage } from './types.js';
 
 const NO_HELPER = 'the workspace has a leased uid but no identity helper is configured';
 
@@ -34,13 +36,25 @@ function helperFailure(what: string, failure: { reason: HelperFailureReason; det
 /** The shared launcher that walks shared_uid trees, or why there is none. */
 export type SharedLauncherState = { launcher: HelperLocation } | { launcher: null; problem: string };
 
-/** What a workspace holds now. */
+/** The helper's refusal to measure the directory beneath an image that is not mounted. */
+const IMAGE_DETACHED = /its image is not attached/;
+
+/**
+ * What a workspace holds now. A workspace whose image lost its mount (unmounted by hand, or a
+ * mount namespace gone) is attached again first, as boot would: never measured, written or run
+ * in beneath it.
+ */
 export async function measureWorkspace(
   record: WorkspaceRecord,
   helper: HelperLocation | null,
   shared: SharedLauncherState,
-): Promise<Result<WorkspaceUsage, WorkspaceFailure>> {
-  const measured = await walkWorkspace(record, helper, shared);
+): Promise<Result<WorkspaceMeasure, WorkspaceFailure>> {
+  let measured = await walkWorkspace(record, helper, shared);
+  if (!measured.ok && IMAGE_DETACHED.test(measured.detail)) {
+    const attached = await mountWorkspaceImage(record, helper, shared, null);
+    if (!attached.ok) return attached;
+    measured = await walkWorkspace(record, helper, shared);
+  }
   if (!measured.ok) return measured;
   // A lower bound is no measure: every cap check would pass on it.
   if (!measured.complete)
@@ -48,7 +62,7 @@ export async function measureWorkspace(
       'workspaces_unavailable',
       `usage of ${record.id}: the measurement stopped at its bound or at a directory it may not read (at least ${measured.files} files, ${measured.bytes} bytes)`,
     );
-  return ok({ bytes: measured.bytes, files: measured.files });
+  return ok({ bytes: measured.bytes, files: measured.files, image: measured.image });
 }
 
 /** The bounded usage walk of the workspace's mode: the helper's with a leased uid, else the shared launcher's. */
@@ -65,6 +79,48 @@ async function walkWorkspace(
   if (!shared.launcher) return fail('workspaces_unavailable', `usage of ${record.id}: ${shared.problem}`);
   const measured = await runSharedUsage(shared.launcher, { lease: record.id, workspace: record.path });
   return measured.ok ? measured : helperFailure('usage', measured);
+}
+
+/** The byte and inode cap of a new workspace's filesystem (workspaces.maxBytes, maxFiles). */
+export interface WorkspaceCap {
+  maxBytes: number;
+  maxFiles: number | null;
+}
+
+/**
+ * Who may mount a workspace's image, or why nobody here can: the identity helper (setuid root)
+ * for a leased workspace; for a shared_uid one the shared launcher, when the supervisor is root.
+ */
+function imageMounter(
+  record: WorkspaceRecord,
+  helper: HelperLocation | null,
+  shared: SharedLauncherState,
+): { mounter: HelperLocation } | { mounter: null; requirement: string } {
+  if (record.identity === 'separate_uid')
+    return helper ? { mounter: helper } : { mounter: null, requirement: NO_HELPER };
+  if (process.geteuid?.() !== 0) return { mounter: null, requirement: NON_ROOT_SHARED_CAP };
+  return shared.launcher ? { mounter: shared.launcher } : { mounter: null, requirement: shared.problem };
+}
+
+/**
+ * With `cap`, makes and mounts a new workspace's own filesystem; without, re-attaches the one it
+ * has (boot). A workspace nobody here may mount an image for answers `none` (its cap, if any,
+ * is only measured: the probe reports it).
+ */
+export async function mountWorkspaceImage(
+  record: WorkspaceRecord,
+  helper: HelperLocation | null,
+  shared: SharedLauncherState,
+  cap: WorkspaceCap | null,
+): Promise<Result<{ image: WorkspaceImageState }, WorkspaceFailure>> {
+  const who = imageMounter(record, helper, shared);
+  if (!who.mounter) return ok({ image: 'none' as const });
+  const mounted = await runHelperImage(who.mounter, {
+    lease: record.id,
+    workspace: record.path,
+    ...(cap ? { cap } : {}),
+  });
+  return mounted.ok ? mounted : helperFailure('image', mounted);
 }
 
 /** Leases a uid to the workspace and has the helper make its directory as that uid. */

@@ -10,6 +10,7 @@ import type { Result } from '../../core/result.js';
 import type { TurnhostConfig } from '../config/types.js';
 import type { EntryRefusal } from '../fs/guard-entries.js';
 import type { HelperLocation } from '../identity/helper-process.js';
+import type { DeleteRetryOptions } from './delete-retry.js';
 import type { WorkspaceRecord } from './store.js';
 
 export type WorkspaceFailure =
@@ -28,6 +29,11 @@ export type WorkspaceFileFailure = WorkspaceFailure | EntryRefusal;
 export interface WorkspaceUsage {
   bytes: number;
   files: number;
+}
+
+/** A measurement: with `image`, the workspace is its own filesystem and the cap is a real bound. */
+export interface WorkspaceMeasure extends WorkspaceUsage {
+  image: boolean;
 }
 
 export interface WorkspaceView extends WorkspaceRecord {
@@ -51,4 +57,6 @@ export interface WorkspaceServiceDeps {
   /** Where the helper's search for a free uid starts (the first uid of its verified range). */
   uidSearchStart: () => Promise<Result<{ uid: number }>>;
   turns: WorkspaceTurns;
+  /** The backoff of half-done deletes (delete-retry.ts); its defaults when absent. */
+  deleteRetry?: DeleteRetryOptions;
 }

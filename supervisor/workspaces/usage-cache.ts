@@ -6,9 +6,9 @@
  * is never kept. Concurrent callers share the one in flight.
  */
 import type { Result } from '../../core/result.js';
-import type { WorkspaceFailure, WorkspaceUsage } from './types.js';
+import type { WorkspaceFailure, WorkspaceMeasure } from './types.js';
 
-type Measured = Result<WorkspaceUsage, WorkspaceFailure>;
+type Measured = Result<WorkspaceMeasure, WorkspaceFailure>;
 
 interface Entry {
   /** Bumped by every invalidation: a measurement that began before one is not kept. */

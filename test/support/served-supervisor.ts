@@ -56,6 +56,8 @@ export interface SupervisorOptions {
   baseParent?: string;
   /** A root supervisor's checkout bound at this path in a mount namespace of its own (made here). */
   codeRoot?: string;
+  /** With `workspaces`: more `workspaces` keys (e.g. maxBytes, maxFiles). */
+  workspacesConfig?: Record<string, unknown>;
 }
 
 export interface CliResult {
@@ -254,7 +256,7 @@ export function writeSupervisorConfig(
       limits: options.limits ?? { memory: '512M', pids: 128, cpu: 1, open_files: 1024, tmp_size: '16M' },
       egress: { allowAddressRanges: [] },
       turns: { workspaceRoots: [workspace], preparedWorkers: 0, ...options.turns },
-      ...(options.workspaces ? { workspaces: { root: workspacesRoot } } : {}),
+      ...(options.workspaces ? { workspaces: { root: workspacesRoot, ...options.workspacesConfig } } : {}),
     }),
   );
   fs.chmodSync(configPath, 0o644);

@@ -100,7 +100,7 @@ t.test('usage counts allocated bytes and non-directories, and follows no link', 
   t.equal(usage.complete, true, 'a walk within its bounds is a complete measure');
 });
 
-t.test('the usage answer is bytes, files and complete yes for a tree within the bounds', async (t) => {
+t.test('the usage answer is bytes, files, complete yes and image no for a plain tree within the bounds', async (t) => {
   await lease('usage-answer', uidRange.first + 14);
   const workspace = workspaceOf('usage-answer');
   fs.mkdirSync(path.join(workspace, 'd'));
@@ -112,7 +112,7 @@ t.test('the usage answer is bytes, files and complete yes for a tree within the 
     dir,
   );
   t.equal(run.code, 0, run.stderr);
-  t.match(run.stdout, /^bytes \d+\nfiles 2\ncomplete yes\n$/);
+  t.match(run.stdout, /^bytes \d+\nfiles 2\ncomplete yes\nimage no\n$/);
 });
 
 t.test('release removes the tree and the lease, then the id leases anew', async (t) => {

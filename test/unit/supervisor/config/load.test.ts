@@ -370,12 +370,18 @@ t.test('parseHostPort', async (t) => {
 t.test('workspaces: off by default in a checkout, packaged root when installed, refusals name the key', async (t) => {
   t.equal(defaultConfig({ installed: false, cwd }).workspaces.root, null);
   t.equal(defaultConfig({ installed: true, cwd }).workspaces.root, '/var/lib/turnhost-workspaces');
-  const ok = load({ file: { workspaces: { root: '/srv/workspaces', maxBytes: 1024 } } });
-  t.ok(ok.ok && ok.config.workspaces.root === '/srv/workspaces' && ok.config.workspaces.maxBytes === 1024);
+  t.equal(defaultConfig({ installed: true, cwd }).workspaces.maxBytes, null, 'no cap unless set');
+  const ok = load({ file: { workspaces: { root: '/srv/workspaces', maxBytes: 1048576, maxFiles: 100 } } });
+  t.ok(ok.ok && ok.config.workspaces.maxBytes === 1048576 && ok.config.workspaces.maxFiles === 100);
+  t.match(refusal(load({ file: { workspaces: { maxBytes: 1024 } } })), /^workspaces\.maxBytes: at least 1048576/);
+  t.match(
+    refusal(load({ file: { workspaces: { maxFiles: 10 } } })),
+    /^workspaces\.maxFiles: needs workspaces\.maxBytes/,
+  );
   t.match(refusal(load({ file: { workspaces: { root: 'relative' } } })), /workspaces\.root: expected/);
   t.match(
     refusal(load({ file: { workspaces: { maxBytes: 0 } } })),
-    /workspaces\.maxBytes: expected a positive integer/,
+    /workspaces\.maxBytes: expected a positive integer or null/,
   );
   t.match(refusal(load({ file: { workspaces: { root: '/' } } })), /^workspaces\.root: must not be \//);
   t.match(

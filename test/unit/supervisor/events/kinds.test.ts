@@ -38,6 +38,7 @@ const valid: Record<string, Record<string, unknown>> = {
   host_drain: { draining: true, source: 'signal', turnsRunning: 2 },
   workspace_created: { workspaceId: 'ws', uid: 3100000, identity: 'separate_uid' },
   workspace_deleted: { workspaceId: 'ws', bytesRemoved: 4096, filesRemoved: 1 },
+  workspace_delete_failed: { workspaceId: 'ws', attempt: 0, detail: 'release: busy', retryInSeconds: 2 },
   workspace_directory_made: { workspaceId: 'ws', path: 'src/lib', made: 2 },
   workspace_entry_removed: { workspaceId: 'ws', path: 'build', files: 3, bytes: 12288, directories: 1 },
   workspace_file_refused: { workspaceId: 'ws', operation: 'write', path: 'link/x', reason: 'alias_denied' },
