@@ -115,6 +115,10 @@ stage_helper() {
   # root:turnhost 4750 through dpkg-statoverride, which dpkg re-applies on every upgrade.
   chmod 0755 "$code/identity-helper"
   strip --strip-unneeded --remove-section=.comment "$code/identity-helper"
+  log "building the turn worker"
+  make -s -C "$repo/worker" all
+  install -m 0755 "$repo/worker/build/turnhost-worker" "$code/turnhost-worker"
+  strip --strip-unneeded --remove-section=.comment "$code/turnhost-worker"
 }
 
 stage_system_files() {
@@ -145,7 +149,7 @@ stage_system_files() {
 normalise_tree() {
   find "$root" -type d -exec chmod 0755 {} +
   find "$root" -type f -exec chmod 0644 {} +
-  chmod 0755 "$code/bin/turnhost" "$code/identity-helper"
+  chmod 0755 "$code/bin/turnhost" "$code/identity-helper" "$code/turnhost-worker"
   local file
   while IFS= read -r -d '' file; do
     if [ "$(head -c2 "$file")" = '#!' ]; then chmod 0755 "$file"; fi

@@ -20,7 +20,7 @@ import { SPAWN_ERROR_EXIT_CODES, startCommand, type RunningCommand } from './com
 import type { ForwardableSignal, LaunchMessage, WorkerErrorCode } from './protocol.js';
 import { childrenRusage } from './rusage.js';
 import { makeUndumpable } from './dumpable.js';
-import { compilePolicy } from './seccomp/policy.js';
+import { compilePolicy } from '../core/seccomp/policy.js';
 import { installSeccompFilter } from './seccomp/install.js';
 import { CodedError } from '../core/result.js';
 

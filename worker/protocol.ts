@@ -50,6 +50,14 @@ export interface LaunchMessage {
   /** True: the supervisor took the worker's egress listener and its proxy serves it; the command gets the proxy variables. */
   egress: boolean;
 }
+/**
+ * The first message: the supervisor's compiled seccomp filter (core/seccomp/), base64 of the
+ * `struct sock_filter[]` bytes. The worker checks and installs it before it reports `ready`.
+ */
+export interface SeccompMessage {
+  type: 'seccomp';
+  program: string;
+}
 interface ResizeMessage {
   type: 'resize';
   cols: number;
@@ -59,7 +67,7 @@ interface SignalMessage {
   type: 'signal';
   signal: ForwardableSignal;
 }
-export type SupervisorMessage = LaunchMessage | ResizeMessage | SignalMessage;
+export type SupervisorMessage = SeccompMessage | LaunchMessage | ResizeMessage | SignalMessage;
 
 export interface Rusage {
   userCpuUsec: number;
@@ -210,6 +218,17 @@ function launch(m: Fields): Check<LaunchMessage> {
   });
 }
 
+/** Standard base64 with padding, as Buffer.toString('base64') writes it. */
+const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+
+function seccomp(m: Fields): Check<SeccompMessage> {
+  const known = onlyFields(m, 'seccomp', ['type', 'program']);
+  if (!known.ok) return known;
+  if (typeof m.program !== 'string' || !BASE64.test(m.program))
+    return invalid('seccomp.program', 'must be standard base64 with padding');
+  return ok({ value: { type: 'seccomp', program: m.program } });
+}
+
 function resize(m: Fields): Check<ResizeMessage> {
   const size = ttySize({ cols: m.cols, rows: m.rows }, 'resize');
   if (!size.ok) return size;
@@ -310,7 +329,7 @@ function parseWith<T>(
 
 /** Worker side: one line from the supervisor. */
 export function parseSupervisorMessage(line: string): Result<{ message: SupervisorMessage }, ParseFailure> {
-  return parseWith<SupervisorMessage>(line, { launch, resize, signal });
+  return parseWith<SupervisorMessage>(line, { seccomp, launch, resize, signal });
 }
 
 /** Supervisor side: one line from the worker. */

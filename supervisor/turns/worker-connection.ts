@@ -18,6 +18,7 @@ import {
   type WorkerMessage,
 } from '../../worker/protocol.js';
 import { parseHelperRefusal } from '../identity/helper-process.js';
+import { workerSeccompMessage } from './worker-seccomp.js';
 
 const STDERR_TAIL_BYTES = 4096;
 /** Helper and worker stderr that arrives before a turn reads the output: kept for that turn. */
@@ -96,6 +97,10 @@ export class WorkerConnection {
     this.protocol.on('error', () => undefined);
     this.child.stderr?.on('data', (data: Buffer) => this.receiveStderr(data));
     this.child.stdin?.on('error', () => undefined);
+    // The worker installs this filter before anything else it does: it is the first message.
+    const seccomp = workerSeccompMessage();
+    if (seccomp.ok) this.send(seccomp.message);
+    else this.noteError(`seccomp: ${seccomp.detail}`);
   }
 
   get pid(): number | undefined {

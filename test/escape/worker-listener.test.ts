@@ -19,7 +19,7 @@ import {
   type ListenerChannel,
 } from '../../supervisor/turns/listener-channel.js';
 import { ORIGIN_NAME, startHarness, startHttpOrigin } from '../integration/proxy/fixtures/harness.js';
-import { createTurnHarness, REPO_ROOT, runTurn } from '../support/turn-harness.js';
+import { createTurnHarness, NATIVE_BUILD, REPO_ROOT, runTurn, WORKER_PROGRAM } from '../support/turn-harness.js';
 
 const DIST = path.join(REPO_ROOT, 'dist');
 /** What the holder sends on each channel, in order (channel i is its fd 4 + i). */
@@ -246,7 +246,7 @@ t.test(
   async (t) => {
     const harness = await createTurnHarness({
       slot: 79,
-      workerEntry: path.join(REPO_ROOT, 'test/escape/fixtures/decoy-listener-worker.mjs'),
+      worker: { exec: path.join(NATIVE_BUILD, 'decoy-listener-worker'), args: [WORKER_PROGRAM] },
     });
     t.teardown(() => harness.close());
     const run = await runTurn(harness, { argv: ['/bin/sh', '-c', 'echo the-command-ran'] });

@@ -151,9 +151,9 @@ export function setUpHelper(
     uidRange,
     callerGroup: 'root',
     cgroupRoots,
-    workerExec: process.execPath,
-    workerArgs: [path.join(REPO_ROOT, 'dist/worker/main.js')],
-    viewPaths: [REPO_ROOT],
+    workerExec: path.join(REPO_ROOT, 'worker/build/turnhost-worker'),
+    workerArgs: [],
+    viewPaths: [REPO_ROOT], // the native test programs
     ...(workspaces ? { workspaceRoots: workspaces.roots, uidLeaseDir: path.join(dir, 'leases') } : {}),
   });
   const helperPath = path.join(dir, 'identity-helper');

@@ -17,7 +17,7 @@ import {
   SYS_SECCOMP,
 } from '../../core/linux-abi.js';
 import { fail, ok, type Result } from '../../core/result.js';
-import { SOCK_FILTER_SIZE } from './bpf.js';
+import { SOCK_FILTER_SIZE } from '../../core/seccomp/bpf.js';
 
 const SECCOMP_MODE_FILTER = '2';
 

@@ -4,110 +4,31 @@
  * listener channel, as an unused uid; the test sends the supervisor's compiled seccomp program
  * first, as the supervisor does.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import t from 'tap';
-import { listOpenFds, markCloseOnExec } from '../../../core/fds.js';
-import { LineDecoder, parseWorkerMessage, type WorkerMessage } from '../../../worker/protocol.js';
-import { closeChannelEnd, openListenerChannel } from '../../../supervisor/turns/listener-channel.js';
 import { receiveFd } from '../../../core/scm-rights.js';
 import { boundInet4 } from '../../../core/inet4.js';
-import { compilePolicy } from '../../../worker/seccomp/policy.js';
+import {
+  seccompMessage,
+  startWorker as startNativeWorker,
+  WORKER_ASAN,
+  type Worker,
+} from '../../support/native-worker.js';
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
-const workerBinary = path.join(root, 'worker/build/turnhost-worker-asan');
 const WORKER_UID = 65000;
 const PATH_ENV = '/usr/local/bin:/usr/bin:/bin';
-/** LeakSanitizer stops the world with ptrace, which the worker's own filter denies. */
-const WORKER_ENV = { ASAN_OPTIONS: 'detect_leaks=0' };
 
-function seccompMessage(): object {
-  const compiled = compilePolicy();
-  if (!compiled.ok) throw new Error(compiled.detail);
-  return { type: 'seccomp', program: compiled.program.toString('base64') };
-}
-
-// Supervisor hygiene: whatever this test process inherited must not reach the worker.
-const inherited = listOpenFds();
-if (inherited.ok) for (const { fd } of inherited.fds) if (fd > 2) markCloseOnExec(fd);
-
-interface Worker {
-  child: ChildProcess;
-  /** The supervisor's end of the listener channel (closed when the worker is done). */
-  channel: number;
-  messages: WorkerMessage[];
-  stdout: () => string;
-  next: (type: WorkerMessage['type']) => Promise<WorkerMessage>;
-  send: (message: object) => void;
-  done: Promise<number | null>;
-}
-
-/**
- * `fd4`: what the worker gets as fd 4 (by default the listener channel, as the supervisor gives it).
- * `seccomp`: the first message (by default the supervisor's compiled policy; null: none).
- */
+/** As an unused uid. */
 function startWorker(
   launch: object | null,
   extraStdio: (number | 'pipe')[] = [],
   fd4?: number | 'none',
   seccomp: object | null = seccompMessage(),
 ): Worker {
-  const channel = openListenerChannel();
-  if (!channel.ok) throw new Error(channel.detail);
-  const fourth = fd4 === 'none' ? [] : [fd4 ?? channel.workerFd];
-  // The helper gives the worker an empty environment; `env -i` also drops the NODE_OPTIONS
-  // tap's process tracking injects into every spawn.
-  const child = spawn('/usr/bin/env', ['-i', 'ASAN_OPTIONS=' + WORKER_ENV.ASAN_OPTIONS, workerBinary], {
-    stdio: ['pipe', 'pipe', 'pipe', 'pipe', ...fourth, ...extraStdio],
-    uid: WORKER_UID,
-    gid: WORKER_UID,
-    cwd: '/',
-    env: {},
-  });
-  closeChannelEnd(channel.workerFd);
-  const messages: WorkerMessage[] = [];
-  const waiters: (() => void)[] = [];
-  let out = '';
-  child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
-  child.stderr?.on('data', (d: Buffer) => (out += d.toString()));
-  const control = child.stdio[3] as net.Socket;
-  const decoder = new LineDecoder();
-  control.on('data', (chunk: Buffer) => {
-    const framed = decoder.push(chunk);
-    if (!framed.ok) throw new Error(framed.detail);
-    for (const line of framed.lines) {
-      const parsed = parseWorkerMessage(line);
-      if (!parsed.ok) throw new Error(`${parsed.reason}: ${parsed.detail}`);
-      messages.push(parsed.message);
-    }
-    for (const wake of waiters.splice(0)) wake();
-  });
-  const send = (message: object): void => void control.write(JSON.stringify(message) + '\n');
-  if (seccomp) send(seccomp);
-  if (launch) send(launch);
-  const next = (type: WorkerMessage['type']): Promise<WorkerMessage> =>
-    new Promise((resolve, reject) => {
-      const check = (): void => {
-        const found = messages.find((m) => m.type === type);
-        if (found) return resolve(found);
-        if (child.exitCode !== null && control.readableEnded)
-          return reject(new Error(`worker exited without ${type}: ${JSON.stringify(messages)} ${out}`));
-        waiters.push(check);
-      };
-      check();
-    });
-  const done = new Promise<number | null>((resolve) =>
-    child.on('close', (code) => {
-      for (const wake of waiters.splice(0)) wake();
-      closeChannelEnd(channel.supervisorFd);
-      resolve(code);
-    }),
-  );
-  return { child, channel: channel.supervisorFd, messages, stdout: () => out, next, send, done };
+  return startNativeWorker(launch, extraStdio, fd4, seccomp, { uid: WORKER_UID });
 }
 
 function launchOf(argv: string[], extra: Record<string, unknown> = {}): object {
@@ -126,7 +47,7 @@ function outputMatches(worker: Worker, pattern: RegExp): Promise<void> {
 }
 
 t.before(() => {
-  if (!fs.existsSync(workerBinary)) throw new Error(`${workerBinary} is missing: run make -C worker asan`);
+  if (!fs.existsSync(WORKER_ASAN)) throw new Error(`${WORKER_ASAN} is missing: run make -C worker asan`);
 });
 
 t.test('pipes mode: output, exit code, rusage, exact env, only fds 0-2, seccomp', async (t) => {
@@ -411,7 +332,7 @@ t.test('the seccomp message comes first and the worker checks the program before
     const w = startWorker(seccomp === null ? launchOf(['/bin/echo', 'should not run']) : null, [], undefined, seccomp);
     const error = await w.next('error');
     t.equal(await w.done, 1);
-    t.match(error, { type: 'error', code, detail }, JSON.stringify(seccomp)?.slice(0, 80) ?? 'none');
+    t.match(error, { type: 'error', code, detail }, seccomp === null ? 'none' : JSON.stringify(seccomp).slice(0, 80));
     t.notOk(
       w.messages.some((m) => m.type === 'ready'),
       'no ready without the filter',

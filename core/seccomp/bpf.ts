@@ -10,7 +10,7 @@
  * Only the instructions a seccomp policy needs exist: absolute 32-bit load, JEQ/JSET with an
  * immediate, and RET with an immediate.
  */
-import { fail, ok, type Result } from '../../core/result.js';
+import { fail, ok, type Result } from '../result.js';
 
 /** The kernel's limit on classic BPF program length (include/uapi/linux/bpf_common.h). */
 export const BPF_MAXINSNS = 4096;
