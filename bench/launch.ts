@@ -30,7 +30,7 @@ import { runHelperProbe } from '../supervisor/identity/helper-probe.js';
 import { measureTurnTmp } from '../supervisor/turns/turn-tmp.js';
 import { probeMode } from '../supervisor/probes/index.js';
 import { probeLandlock, probeNetworkNamespaces, probeSeccomp } from '../supervisor/probes/facilities.js';
-import { encodeMessage, type LaunchMessage } from '../worker/protocol.js';
+import { encodeMessage, type LaunchMessage } from '../supervisor/turns/worker-protocol.js';
 import type { TurnhostConfig } from '../supervisor/config/types.js';
 import type { EventStore } from '../supervisor/events/types.js';
 import type { TurnManager } from '../supervisor/turns/types.js';

@@ -43,9 +43,9 @@ import type { EventInput, EventSink } from '../core/events.js';
 import { buildTurnPolicy, DEFAULT_INFERENCE_HOSTS } from '../proxy/policy.js';
 import { startTurnProxy } from '../proxy/server.js';
 import { kernelRelay, type KernelRelay } from '../proxy/relay/kernel-relay.js';
-import { handOverEgressListener, openEgressListener } from '../worker/egress-listener.js';
+import { handOverEgressListener, openEgressListener } from '../test/support/egress-listener.js';
 import { closeChannelEnd, openListenerChannel, receiveWorkerListener } from '../supervisor/turns/listener-channel.js';
-import { LISTENER_CHANNEL_FD } from '../worker/protocol.js';
+import { LISTENER_CHANNEL_FD } from '../supervisor/turns/worker-protocol.js';
 
 const ORIGIN = 'origin.bench.test';
 const TURN_ID = 'bench';

@@ -44,7 +44,7 @@ import {
 } from '../../core/linux-abi.js';
 import { fail, ok, type Result } from '../../core/result.js';
 import { receiveFd } from '../../core/scm-rights.js';
-import { LISTENER_HANDOVER_PAYLOAD } from '../../worker/protocol.js';
+import { LISTENER_HANDOVER_PAYLOAD } from './worker-protocol.js';
 
 type SocketPair = (domain: number, type: number, protocol: number, fds: Int32Array) => number;
 const socketpair: SocketPair = (domain, type, protocol, fds) =>

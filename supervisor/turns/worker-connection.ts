@@ -16,7 +16,7 @@ import {
   type LaunchMessage,
   type SupervisorMessage,
   type WorkerMessage,
-} from '../../worker/protocol.js';
+} from './worker-protocol.js';
 import { parseHelperRefusal } from '../identity/helper-process.js';
 import { workerSeccompMessage } from './worker-seccomp.js';
 

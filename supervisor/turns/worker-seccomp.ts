@@ -6,7 +6,7 @@
  */
 import { compilePolicy } from '../../core/seccomp/policy.js';
 import { fail, ok, type Result } from '../../core/result.js';
-import type { SeccompMessage } from '../../worker/protocol.js';
+import type { SeccompMessage } from './worker-protocol.js';
 
 type Compiled = Result<{ message: SeccompMessage }, 'seccomp_compile_failed'>;
 

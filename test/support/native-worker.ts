@@ -9,11 +9,13 @@ import path from 'node:path';
 import { listOpenFds, markCloseOnExec } from '../../core/fds.js';
 import { compilePolicy } from '../../core/seccomp/policy.js';
 import { closeChannelEnd, openListenerChannel } from '../../supervisor/turns/listener-channel.js';
-import { LineDecoder, parseWorkerMessage, type WorkerMessage } from '../../worker/protocol.js';
+import { LineDecoder, parseWorkerMessage, type WorkerMessage } from '../../supervisor/turns/worker-protocol.js';
 import { REPO_ROOT } from './turn-harness.js';
 
 /** The ASan/UBSan build (make -C worker asan): memory errors fail the tests. */
 export const WORKER_ASAN = path.join(REPO_ROOT, 'worker/build/turnhost-worker-asan');
+/** The hardened static build the helper executes (make -C worker all). */
+export const WORKER_HARDENED = path.join(REPO_ROOT, 'worker/build/turnhost-worker');
 /** LeakSanitizer stops the world with ptrace, which the worker's own filter denies. */
 const ASAN_OPTIONS = 'detect_leaks=0';
 

@@ -3,14 +3,14 @@
  * message per line, UTF-8, lines bounded by MAX_LINE_BYTES. Both ends ship in the same build,
  * so parsing is strict in both directions: an unknown message type, an unknown field, a
  * missing or mistyped field is a protocol error naming the field, never silently ignored.
- * docs/worker-protocol.md is the prose version.
+ * docs/worker-protocol.md is the prose version; the worker's side is worker/src/protocol.c, and
+ * parseSupervisorMessage states the worker side's rules in TypeScript for the tests.
  */
-import { fail, ok, type Result } from '../core/result.js';
+import { fail, ok, type Result } from '../../core/result.js';
 
 const PROTOCOL_VERSION = 1;
 
-/** The worker's fds beyond stdio: this protocol's socket, and the listener channel. */
-export const PROTOCOL_FD = 3;
+/** The worker's listener channel (its fd 3 is this protocol's socket; worker/src/protocol.h). */
 export const LISTENER_CHANNEL_FD = 4;
 /** The one message on the listener channel; the worker's egress listener rides with it. */
 export const LISTENER_HANDOVER_PAYLOAD = Buffer.from('egress-listener');
@@ -35,7 +35,7 @@ const FORWARDABLE_SIGNALS = [
 ] as const;
 export type ForwardableSignal = (typeof FORWARDABLE_SIGNALS)[number];
 
-export interface TtySize {
+interface TtySize {
   cols: number;
   rows: number;
 }
@@ -69,7 +69,7 @@ interface SignalMessage {
 }
 export type SupervisorMessage = SeccompMessage | LaunchMessage | ResizeMessage | SignalMessage;
 
-export interface Rusage {
+interface Rusage {
   userCpuUsec: number;
   systemCpuUsec: number;
   maxRssKiB: number;
@@ -104,7 +104,7 @@ const WORKER_ERROR_CODES = [
   'spawn_failed',
   'undumpable_failed',
 ] as const;
-export type WorkerErrorCode = (typeof WORKER_ERROR_CODES)[number];
+type WorkerErrorCode = (typeof WORKER_ERROR_CODES)[number];
 interface ErrorMessage {
   type: 'error';
   code: WorkerErrorCode;
