@@ -25,7 +25,8 @@ deps-test:
 	bash scripts/install-deps.sh test
 	$(MAKE) node_modules/.package-lock.json
 
-# What running needs: the compiled TypeScript and the hardened identity helper (gcc only).
+# What running needs: the compiled TypeScript, the hardened identity helper and the turn worker
+# (gcc only).
 build: deps build-ts build-native
 
 build-ts:
@@ -33,6 +34,7 @@ build-ts:
 
 build-native:
 	$(MAKE) -C identity-helper all
+	$(MAKE) -C worker all
 
 # The typed client as its own package, @turnhost/client (docs/client.md): compiled alone, staged
 # in dist/client-package/ with the schema types written out (scripts/client-package.ts), packed
@@ -43,13 +45,15 @@ client-pack: node_modules/.package-lock.json
 	npx tsx scripts/client-package.ts
 	cd dist/client-package && npm pack --silent --pack-destination ..
 
-# What only the tests run: the helper's ASan+UBSan build and the native test probes.
+# What only the tests run: the helper's and the worker's ASan+UBSan builds and the native test probes.
 build-test-native:
 	$(MAKE) -C identity-helper asan
+	$(MAKE) -C worker asan
 	$(MAKE) -C test/native
 
 # Lint: typescript-eslint (type-aware), the layering and cycle check, prettier, clang-format.
-C_SOURCES := $(wildcard identity-helper/src/*.[ch] identity-helper/fuzz/*.c test/native/*.c)
+C_SOURCES := $(wildcard identity-helper/src/*.[ch] identity-helper/fuzz/*.c worker/src/*.[ch] \
+                         worker/fuzz/*.c test/native/*.c)
 lint: node_modules/.package-lock.json
 	npm run --silent lint
 	npm run --silent format:check
@@ -65,7 +69,7 @@ test-unit: node_modules/.package-lock.json
 	npx tap test/unit
 
 # The test packages, the build, then lint; the tests are type-checked (tap runs them through
-# tsx, which does not), the helper's descriptor parser is fuzzed for a bounded time, then every
+# tsx, which does not), the helper's descriptor parser and the worker's protocol parser are fuzzed for a bounded time, then every
 # tap suite runs. The deb is built first so the packaging tests reuse it instead of building
 # under test load; if it fails, those tests rebuild it and report why. Each step prints its time.
 test:
@@ -74,6 +78,7 @@ test:
 	$(STEP) lint $(MAKE) --no-print-directory lint
 	$(STEP) tsc-tests npx tsc -p tsconfig.test.json
 	$(STEP) fuzz $(MAKE) -C identity-helper fuzz-run FUZZ_SECONDS=30
+	$(STEP) fuzz-worker $(MAKE) -C worker fuzz-run FUZZ_SECONDS=30
 	$(STEP) deb $(MAKE) --no-print-directory deb || echo "make deb failed: the packaging tests will rebuild it and report why"
 	$(STEP) tap npx tap
 
@@ -86,4 +91,5 @@ run: build
 clean:
 	rm -rf dist .tap
 	$(MAKE) -C identity-helper clean
+	$(MAKE) -C worker clean
 	$(MAKE) -C test/native clean

@@ -6,7 +6,7 @@
  *   proxy         client -> unix socket -> proxy -> loopback origin              (latency only)
  *   listener      client -> TCP 127.0.0.1 (the worker's egress listener) -> proxy -> origin
  * The second is what a command in a turn uses: a "worker" process opens the listener
- * (worker/egress-listener.ts) and hands it to the proxy over the listener channel, as in a
+ * (test/support/egress-listener.ts, as the native worker does) and hands it to the proxy over the listener channel, as in a
  * turn (supervisor/turns/listener-channel.ts); here the worker runs in a network namespace of its own
  * (`unshare --net`, root needed) and the client connects from inside it (setns, per
  * connection; curl runs there under nsenter). Client, origins, proxy and worker are separate
@@ -43,9 +43,9 @@ import type { EventInput, EventSink } from '../core/events.js';
 import { buildTurnPolicy } from '../proxy/policy.js';
 import { startTurnProxy } from '../proxy/server.js';
 import { kernelRelay, type KernelRelay } from '../proxy/relay/kernel-relay.js';
-import { handOverEgressListener, openEgressListener } from '../worker/egress-listener.js';
+import { handOverEgressListener, openEgressListener } from '../test/support/egress-listener.js';
 import { closeChannelEnd, openListenerChannel, receiveWorkerListener } from '../supervisor/turns/listener-channel.js';
-import { LISTENER_CHANNEL_FD } from '../worker/protocol.js';
+import { LISTENER_CHANNEL_FD } from '../supervisor/turns/worker-protocol.js';
 
 const ORIGIN = 'origin.bench.test';
 const TURN_ID = 'bench';

@@ -82,16 +82,10 @@ export const EPOLL_EVENT_SIZE = 12;
 export const SPLICE_F_MOVE = 1;
 export const SPLICE_F_NONBLOCK = 2;
 
-// prctl(2), seccomp(2), getrusage(2).
-export const PR_GET_DUMPABLE = 3;
-export const PR_SET_DUMPABLE = 4;
-export const PR_SET_NO_NEW_PRIVS = 38;
-export const SECCOMP_SET_MODE_FILTER = 1;
-export const SECCOMP_FILTER_FLAG_TSYNC = 1;
+// getrusage(2).
 export const RUSAGE_CHILDREN = -1;
 
 // syscall(2) numbers.
-export const SYS_SECCOMP = 317;
 export const SYS_OPENAT2 = 437;
 export const SYS_LANDLOCK_CREATE_RULESET = 444;
 
@@ -203,16 +197,6 @@ export function getsockopt(fd: number, level: number, name: number, value: Buffe
 /** fcntl(2) with an int argument: every command used here takes one. */
 export function fcntl(fd: number, command: number, argument: number): number {
   return (libcFunction('int fcntl(int, int, int)') as typeof fcntl)(fd, command, argument);
-}
-
-export function prctl(option: number, arg2: number, arg3: number, arg4: number, arg5: number): number {
-  return (libcFunction('int prctl(int, unsigned long, unsigned long, unsigned long, unsigned long)') as typeof prctl)(
-    option,
-    arg2,
-    arg3,
-    arg4,
-    arg5,
-  );
 }
 
 /** syscall(2), variadic: each argument after the number is preceded by its koffi type name. */

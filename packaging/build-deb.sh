@@ -3,7 +3,7 @@
 # checkout's devDependencies (tsc), the npm registry (or a warm npm cache), gcc/make, dpkg-dev
 # (dpkg-shlibdeps) and binutils (strip).
 #
-# TURNHOST_DEB_NATIVE=rebuild compiles better-sqlite3 and node-pty in the staging tree (~2-3
+# TURNHOST_DEB_NATIVE=rebuild compiles better-sqlite3 in the staging tree (~1-2
 # min). The default reuses the checkout's compiled addons when their package version matches
 # the staged one and this node loads them (same machine, same Node ABI), else rebuilds.
 set -euo pipefail
@@ -55,7 +55,7 @@ stage_node_modules() {
   log "npm ci --omit=dev into the staging tree"
   (cd "$code" && npm ci --omit=dev --ignore-scripts --no-audit --no-fund --prefer-offline --loglevel=error)
   local name addon file
-  for pair in better-sqlite3:better_sqlite3.node node-pty:pty.node; do
+  for pair in better-sqlite3:better_sqlite3.node; do
     name=${pair%%:*} addon=${pair#*:}
     if file=$(reusable_addon "$name" "$addon"); then
       log "$name: reusing $file (same version, loads under node $node_version)"
@@ -73,11 +73,7 @@ prune_node_modules() {
   local modules=$code/node_modules
   find "$modules/better-sqlite3/build" -mindepth 1 -maxdepth 1 ! -name Release -exec rm -rf {} +
   find "$modules/better-sqlite3/build/Release" -mindepth 1 ! -name better_sqlite3.node -exec rm -rf {} +
-  find "$modules/node-pty/build" -mindepth 1 -maxdepth 1 ! -name Release -exec rm -rf {} +
-  find "$modules/node-pty/build/Release" -mindepth 1 ! -name pty.node -exec rm -rf {} +
   rm -rf "$modules/better-sqlite3/deps" "$modules/better-sqlite3/src" "$modules/better-sqlite3/binding.gyp" \
-    "$modules/node-pty/prebuilds" "$modules/node-pty/deps" "$modules/node-pty/third_party" \
-    "$modules/node-pty/src" "$modules/node-pty/scripts" "$modules/node-pty/binding.gyp" \
     "$modules/koffi/src/cnoke" "$modules/koffi/doc" "$modules/koffi/vendor" "$modules/koffi/cnoke.cjs"
   find "$modules/@koromix" -mindepth 2 -maxdepth 2 -type d -name 'musl_*' -exec rm -rf {} +
   # TypeScript sources too (ajv ships its lib/*.ts beside the compiled dist/): node runs only the JS.
@@ -101,7 +97,6 @@ check_native_modules() {
     const Database = require("better-sqlite3");
     new Database(":memory:").prepare("select 1 as one").get();
     require("koffi").load("libc.so.6");
-    require("node-pty").spawn("/bin/true", [], {}).onExit(({ exitCode }) => process.exit(exitCode));
   ') || { log "the staged native modules do not load under node $node_version"; exit 1; }
 }
 
@@ -115,6 +110,10 @@ stage_helper() {
   # root:turnhost 4750 through dpkg-statoverride, which dpkg re-applies on every upgrade.
   chmod 0755 "$code/identity-helper"
   strip --strip-unneeded --remove-section=.comment "$code/identity-helper"
+  log "building the turn worker"
+  make -s -C "$repo/worker" all
+  install -m 0755 "$repo/worker/build/turnhost-worker" "$code/turnhost-worker"
+  strip --strip-unneeded --remove-section=.comment "$code/turnhost-worker"
 }
 
 stage_system_files() {
@@ -145,7 +144,7 @@ stage_system_files() {
 normalise_tree() {
   find "$root" -type d -exec chmod 0755 {} +
   find "$root" -type f -exec chmod 0644 {} +
-  chmod 0755 "$code/bin/turnhost" "$code/identity-helper"
+  chmod 0755 "$code/bin/turnhost" "$code/identity-helper" "$code/turnhost-worker"
   local file
   while IFS= read -r -d '' file; do
     if [ "$(head -c2 "$file")" = '#!' ]; then chmod 0755 "$file"; fi

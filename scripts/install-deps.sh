@@ -13,8 +13,8 @@
 set -euo pipefail
 
 RUNTIME_PACKAGES=(
-  build-essential   # gcc and make for the identity helper; g++ for node-gyp (node-pty, better-sqlite3)
-  python3           # node-gyp (better-sqlite3 when no prebuilt binary downloads, node-pty always)
+  build-essential   # gcc, make and static libc for the helper and the worker; g++ for node-gyp (better-sqlite3)
+  python3           # node-gyp (better-sqlite3 when no prebuilt binary downloads)
   util-linux        # unshare: the supervisor's namespace probe (supervisor/probes/facilities.ts)
   git               # the software identity (commit) in status
 )

@@ -3,8 +3,7 @@
 # without printing anything, almost all of it compiling a native module from source.
 #
 # The native modules (package.json "allowScripts"): koffi takes its prebuilt binary from an npm
-# package, node-pty ships no prebuilt binary for Linux and always compiles (about half a
-# minute), better-sqlite3 fetches a prebuilt binary from its own release downloads and compiles
+# package, better-sqlite3 fetches a prebuilt binary from its own release downloads and compiles
 # SQLite from source when it cannot (a few minutes). Whether that fetch can work is not probed
 # here: this script reaches no host of its own; npm's install scripts decide.
 set -uo pipefail
@@ -14,7 +13,6 @@ say() { echo "npm-ci: $*" >&2; }
 
 started=$SECONDS
 say "installing node_modules from package-lock.json (npm ci prints nothing until it is done)"
-say "node-pty compiles from source on Linux (about half a minute)"
 if [ "${npm_config_build_from_source:-}" = "true" ]; then
   say "compiling better-sqlite3 from source (npm_config_build_from_source is set): a few minutes"
 else

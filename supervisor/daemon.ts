@@ -10,7 +10,6 @@
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { createLogger, type Logger, type LogLevelSwitch } from '../core/log.js';
 import { fail, ok, type Result } from '../core/result.js';
 import { describeDerivation } from './config/capacity.js';
@@ -146,10 +145,14 @@ export function openStore(config: TurnhostConfig, logger: Logger): Result<{ stor
   }
 }
 
-/** The compiled worker next to this module (dist/), or dist/ of the checkout when running under tsx. */
-function workerEntry(): string {
-  const sibling = fileURLToPath(new URL('../worker/main.js', import.meta.url));
-  return fs.existsSync(sibling) ? sibling : path.join(packageRoot(), 'dist', 'worker', 'main.js');
+/**
+ * The native turn worker: installed beside the package's code (the deb's
+ * /usr/lib/turnhost/turnhost-worker), or built in the checkout (make -C worker all). The helper
+ * executes it from an fd, so no view needs to show this path.
+ */
+function workerProgram(): string {
+  const installed = path.join(packageRoot(), 'turnhost-worker');
+  return fs.existsSync(installed) ? installed : path.join(packageRoot(), 'worker', 'build', 'turnhost-worker');
 }
 
 /**
@@ -168,9 +171,9 @@ export function createProbeContext(config: TurnhostConfig, logger: Logger, env: 
   }
   const shared = prepareSharedLauncher(config.dataDir, {
     cgroupRoots: [],
-    workerExec: process.execPath,
-    workerArgs: [workerEntry()],
-    viewPaths: [packageRoot()],
+    workerExec: workerProgram(),
+    workerArgs: [],
+    viewPaths: [],
   });
   if (!shared.ok) {
     context.sharedProbe = () => Promise.resolve(fail(shared.reason, shared.detail));
@@ -222,7 +225,7 @@ export async function createProductionTurnManager(ctx: {
       events: ctx.store,
       db: opened.db,
       probeContext: ctx.probeContext,
-      worker: { node: process.execPath, entry: workerEntry() },
+      worker: { exec: workerProgram(), args: [] },
       ownListeners: ctx.ownListeners ?? supervisorListeners(ctx.config),
     });
     return ok({ turns, workspaces, close: () => opened.db.close() });

@@ -61,9 +61,9 @@ function main(): number {
     uidRange: { first: DEV_UID_BASE + slot * DEV_UID_COUNT, count: DEV_UID_COUNT },
     callerGroup: 'root',
     cgroupRoots: subtreeTurnRoots(subtree.subtree),
-    workerExec: process.execPath,
-    workerArgs: [path.join(repo, 'dist/worker/main.js')],
-    viewPaths: [repo], // the strict view must still show the checkout's worker and its modules
+    // The helper executes the worker from an fd: the view need not show the checkout.
+    workerExec: path.join(repo, 'worker/build/turnhost-worker'),
+    workerArgs: [],
     // Workspaces: leases recorded next to the helper (root's, persistent), workspaces beside
     // the data directory, root's 0711 so a worker reaches its own without listing the others.
     uidLeaseDir: path.join(helperDir, 'leases'),

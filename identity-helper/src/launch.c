@@ -195,10 +195,19 @@ static bool is_listener_channel(int fd) {
 
 /* Node (and other callers) may leave 0-2 close-on-exec; the worker needs 0-3 open, and 4 when
  * it is the listener channel (the worker refuses to run without one: not the helper's to judge). */
-static int keep_only_worker_fds(struct failure *f) {
+/* Keeps fds 0-3 and the listener channel, plus `*program` (the worker's program, moved to the
+ * first fd above them and left close-on-exec: the exec itself closes it). */
+static int keep_only_worker_fds(int *program, struct failure *f) {
   int first_closed =
       is_listener_channel(LISTENER_CHANNEL_FD) ? LISTENER_CHANNEL_FD + 1 : LISTENER_CHANNEL_FD;
-  if (close_range((unsigned int)first_closed, ~0u, 0) != 0) {
+  if (*program != first_closed) {
+    if (dup3(*program, first_closed, O_CLOEXEC) < 0) {
+      return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "moving the worker program fd: %s",
+                       strerror(errno));
+    }
+    *program = first_closed;
+  }
+  if (close_range((unsigned int)first_closed + 1, ~0u, 0) != 0) {
     return fail_with(f, EXIT_IDENTITY_DROP_FAILED, "close_range: %s", strerror(errno));
   }
   for (int fd = 0; fd < first_closed; fd++) {
@@ -308,16 +317,29 @@ static int report_launch(uint32_t uid, struct failure *f) {
   return 0;
 }
 
-/* In order (docs/identity-helper-protocol.md, "Processes of a launch"): the uid and its lease
+/* The worker's program, opened before the view exists: the worker is executed from this fd, so
+ * no path to it (a checkout, a package directory) needs to be visible in the view. */
+static int open_worker_program(const struct helper_config *c, int *program, struct failure *f) {
+  *program = open(c->worker_exec, O_PATH | O_CLOEXEC);
+  if (*program < 0) {
+    return fail_with(f, EXIT_EXEC_FAILED, "open %.128s: %s", c->worker_exec, strerror(errno));
+  }
+  return 0;
+}
+
+/* In order (docs/identity-helper-protocol.md, "Processes of a launch"): the worker program opened
+ * -> the uid and its lease
  * -> the turn cgroup -> the rlimits -> [shared without root: a user namespace] -> a pid
  * namespace: this process stays outside as the monitor holding the lease, pid 1 goes on ->
  * cgroup, net, ipc, uts and mount namespaces with the view -> the launch report -> pid 1 forks the
  * worker and becomes the namespace's init -> the worker drops its identity, keeps fds 0-4 and
- * execs. */
+ * execs the program from its fd. */
 int launch_worker(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
   struct worker_identity id;
   int lock = -1;
-  int code = lease_identity(c, d, &id, &lock, f);
+  int program = -1;
+  int code = open_worker_program(c, &program, f);
+  if (code == 0) code = lease_identity(c, d, &id, &lock, f);
   if (code == 0) code = join_cgroups(c, d, f);
   if (code == 0) code = lower_rlimits(d, f);
   if (code == 0 && id.user_namespace) code = identity_enter_user_namespace(&id, f);
@@ -326,7 +348,7 @@ int launch_worker(const struct helper_config *c, const struct descriptor *d, str
   if (code == 0) code = report_launch(id.uid, f);
   if (code == 0) code = sandbox_fork_worker(c, &id, f);
   if (code == 0) code = identity_drop(c, &id, f);
-  if (code == 0) code = keep_only_worker_fds(f);
+  if (code == 0) code = keep_only_worker_fds(&program, f);
   if (code == 0) code = reset_signals(f);
   if (code != 0) {
     return code;
@@ -336,6 +358,6 @@ int launch_worker(const struct helper_config *c, const struct descriptor *d, str
   }
   char *argv[CONFIG_MAX_WORKER_ARGS + 2];
   build_worker_argv(c, argv);
-  execve(c->worker_exec, argv, (char *const *)d->env);
-  return fail_with(f, EXIT_EXEC_FAILED, "execve %.128s: %s", c->worker_exec, strerror(errno));
+  execveat(program, "", argv, (char *const *)d->env, AT_EMPTY_PATH);
+  return fail_with(f, EXIT_EXEC_FAILED, "execveat %.128s: %s", c->worker_exec, strerror(errno));
 }

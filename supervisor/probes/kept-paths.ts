@@ -1,13 +1,12 @@
 /**
  * What the probes read of the identity helper's own config, and the paths every worker view
- * must keep visible: the worker's program and its modules. A configured helper keeps its
- * config's `view_path` lines; the shared_uid launcher keeps the package root (the daemon writes
- * its config so). A view that hides one of them runs no turn ("Cannot find module"), so the view
- * probes check each stays readable.
+ * must keep visible. The worker itself needs none: the helper executes it from a descriptor it
+ * opened before building the view. A configured helper's config may still name `view_path`
+ * lines (programs an operator's turns rely on); a view that hid one would break those turns, so
+ * the view probes check each stays readable. The shared_uid launcher keeps no path of its own.
  */
 import fs from 'node:fs';
 import type { TurnhostConfig } from '../config/types.js';
-import { packageRoot } from '../software.js';
 
 /** The packaged helper's compiled-in config (identity-helper/Makefile, HELPER_CONFIG_PATH). */
 const PACKAGED_HELPER_CONFIG = '/etc/turnhost/identity-helper.conf';
@@ -33,9 +32,9 @@ export function helperConfigValues(configPath: string, key: string): { values: s
   return { values };
 }
 
-/** The paths a turn's view keeps for the worker's program, or why they cannot be known. */
+/** The paths a turn's view keeps visible (`view_path`), or why they cannot be known. */
 export function keptViewPaths(config: TurnhostConfig): { paths: string[] } | { requirement: string } {
-  if (config.identityHelper.path === null) return { paths: [packageRoot()] };
+  if (config.identityHelper.path === null) return { paths: [] };
   const configPath = helperConfigPath(config);
   const kept = helperConfigValues(configPath, 'view_path');
   if ('unreadable' in kept)

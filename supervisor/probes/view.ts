@@ -175,7 +175,7 @@ function expectations(
     // A hidden path above the worker's program must not hide it (a nested mask keeps it).
     ...kept.map((file) => ({
       path: file,
-      what: "the worker's program (view_path) must stay visible",
+      what: 'a kept path (view_path) must stay visible',
       holds: (e: HelperViewEntry) => e.exists && e.read && e.empty !== true,
     })),
   ];

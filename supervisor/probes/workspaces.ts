@@ -64,7 +64,7 @@ export interface WorkspaceViewRunner {
 /**
  * A workspace turn's view, built as a turn's is: the workspace a directory inside the
  * workspaces root (hidden above it, as the data directory or `/root` may be), every hidden path
- * of the turns, the governed profile. The workspace must be writable, the worker's program
+ * of the turns, the governed profile. The workspace must be writable, every kept `view_path`
  * readable and a sibling entry of the workspace hidden; a view that cannot be built names the
  * helper's reason (e.g. a mount it refused).
  */
@@ -94,7 +94,7 @@ async function workspaceViewRequirement(
       { path: sibling, what: 'a sibling of the workspace must stay hidden', holds: (e) => !e.exists },
       ...kept.paths.map((file) => ({
         path: file,
-        what: "the worker's program (view_path) must stay visible",
+        what: 'a kept path (view_path) must stay visible',
         holds: (e: HelperViewEntry) => e.exists && e.read && e.empty !== true,
       })),
     ];

@@ -13,7 +13,6 @@ import type { CgroupLayout, CgroupSubtree } from '../../cgroup/types.js';
 import { prepareCgroupSubtree, removeCgroupSubtree, subtreeTurnRoots } from '../../cgroup/turn-cgroup.js';
 import type { HelperLocation } from '../identity/helper-process.js';
 import { prepareSharedLauncher } from '../identity/shared-launcher.js';
-import { packageRoot } from '../software.js';
 import type { TurnRecordStore } from './store.js';
 import type { TurnManagerDeps } from './types.js';
 import type { UidPool } from './uid-pool.js';
@@ -62,9 +61,9 @@ export function prepareLaunchEnvironment(deps: TurnManagerDeps, records: TurnRec
     runtimeDir,
     {
       cgroupRoots: cgroupSubtree.ok ? subtreeTurnRoots(cgroupSubtree.subtree) : [],
-      workerExec: deps.worker.node,
-      workerArgs: [deps.worker.entry],
-      viewPaths: deps.sharedViewPaths ?? [packageRoot()],
+      workerExec: deps.worker.exec,
+      workerArgs: deps.worker.args,
+      viewPaths: deps.sharedViewPaths ?? [],
       workspaceRoots: deps.config.workspaces.root === null ? [] : [deps.config.workspaces.root],
     },
     deps.sharedLauncherBinary,

@@ -8,7 +8,7 @@
  *   supervisor  uid `turnhost` (or root). Trusted. Holds the API, the database, the proxy.
  *   helper      identity-helper/, setuid root (run directly by a root supervisor). Trusts
  *               only its own root-owned config: the supervisor may ask, the config decides.
- *   worker      worker/main.ts, as the worker uid, no capabilities, no_new_privs, in new
+ *   worker      worker/ (C, executed from the helper's fd), as the worker uid, no capabilities, no_new_privs, in new
  *               cgroup/net/ipc/uts/mount/pid namespaces with the filesystem view. Our code, trusted
  *               until the command exists; after that only what the supervisor can read for
  *               itself (/proc, the cgroup) is believed over what the worker reports.

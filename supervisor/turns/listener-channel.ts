@@ -1,7 +1,7 @@
 /**
  * The supervisor's end of the worker's listener hand-over. Before spawning a worker the
  * supervisor makes a unix SOCK_SEQPACKET pair; the worker gets one end as fd 4, sends a copy of
- * its egress listener on it before `ready` (worker/egress-listener.ts) and closes it. The
+ * its egress listener on it before `ready` (worker/src/boot.c) and closes it. The
  * supervisor takes that one message and refuses (closing what came) anything but a TCP socket
  * listening on 127.0.0.1 that lives in a network namespace other than the supervisor's own.
  *
@@ -44,7 +44,7 @@ import {
 } from '../../core/linux-abi.js';
 import { fail, ok, type Result } from '../../core/result.js';
 import { receiveFd } from '../../core/scm-rights.js';
-import { LISTENER_HANDOVER_PAYLOAD } from '../../worker/protocol.js';
+import { LISTENER_HANDOVER_PAYLOAD } from './worker-protocol.js';
 
 type SocketPair = (domain: number, type: number, protocol: number, fds: Int32Array) => number;
 const socketpair: SocketPair = (domain, type, protocol, fds) =>

@@ -11,7 +11,7 @@ import type { ResolvedLimits } from '../../core/limits.js';
 import { profileFor, type IdentityMode } from '../../core/modes.js';
 import { closeRoot, type RootHandle } from '../fs/guard.js';
 import type { HostWriteRoots, HostWriteTurn } from '../fs/host-write.js';
-import type { ForwardableSignal } from '../../worker/protocol.js';
+import type { ForwardableSignal } from './worker-protocol.js';
 import type { LaunchEnvironment } from './launch-environment.js';
 import { outputAttachment, type TurnOutput } from './output.js';
 import { finishedWithoutRun } from './turn-result.js';

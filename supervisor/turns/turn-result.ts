@@ -3,7 +3,7 @@
  * worker reported, what the helper refused, and the turn cgroup's counters.
  */
 import type { LimitHit } from '../../core/limits.js';
-import type { ExitMessage } from '../../worker/protocol.js';
+import type { ExitMessage } from './worker-protocol.js';
 import type { TurnCgroupStats } from '../../cgroup/types.js';
 import type { TurnRecord, TurnResult, TurnStatus, TurnUsage } from './types.js';
 

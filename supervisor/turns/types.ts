@@ -314,8 +314,8 @@ export interface TurnManagerDeps {
   events: EventSink;
   db: Database.Database;
   probeContext: ProbeContext;
-  /** The worker program: `node` and the compiled worker entry (used directly in shared_uid mode). */
-  worker: { node: string; entry: string };
+  /** The worker program and its arguments (the shared_uid launcher's config names them). */
+  worker: { exec: string; args: string[] };
   env?: NodeJS.ProcessEnv;
   /** Where the per-turn runtime directory (proxy sockets) is created; default the OS temp dir. */
   runtimeParent?: string;

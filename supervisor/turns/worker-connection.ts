@@ -1,6 +1,7 @@
 /**
  * The supervisor's side of one worker process: the protocol socket (fd 3, newline-delimited
- * JSON, worker/protocol.ts) decoded by one decoder for the worker's whole life, the worker's
+ * JSON, supervisor/turns/worker-protocol.ts; the native worker parses it in
+ * worker/src/protocol.c) decoded by one decoder for the worker's whole life, the worker's
  * stdout and stderr, the last bytes of its stderr (a helper refusal is read from there), and
  * its exit. The lifecycle awaits its steps in order: `ready()`, `launch()`, `started()`,
  * `exited()`, `closed()`.
@@ -16,8 +17,9 @@ import {
   type LaunchMessage,
   type SupervisorMessage,
   type WorkerMessage,
-} from '../../worker/protocol.js';
+} from './worker-protocol.js';
 import { parseHelperRefusal } from '../identity/helper-process.js';
+import { workerSeccompMessage } from './worker-seccomp.js';
 
 const STDERR_TAIL_BYTES = 4096;
 /** Helper and worker stderr that arrives before a turn reads the output: kept for that turn. */
@@ -96,6 +98,10 @@ export class WorkerConnection {
     this.protocol.on('error', () => undefined);
     this.child.stderr?.on('data', (data: Buffer) => this.receiveStderr(data));
     this.child.stdin?.on('error', () => undefined);
+    // The worker installs this filter before anything else it does: it is the first message.
+    const seccomp = workerSeccompMessage();
+    if (seccomp.ok) this.send(seccomp.message);
+    else this.noteError(`seccomp: ${seccomp.detail}`);
   }
 
   get pid(): number | undefined {

@@ -1,17 +1,24 @@
 /**
- * Attack class: dangerous syscalls from inside the worker. A real child process installs the
- * worker's default filter and runs test/native/try-syscall for each denied call. The probes
- * run as root, where the kernel itself would allow most of them, and an unfiltered baseline
- * run proves no probe answers EPERM without the filter.
+ * Attack class: dangerous syscalls from inside the worker. The native worker installs the
+ * filter the supervisor compiled, as in every turn, and its command runs test/native/try-syscall
+ * for each denied call. The probes run as root, where the kernel itself would allow most of
+ * them, and an unfiltered baseline run proves no probe answers EPERM without the filter.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
+import { seccompMessage, startWorker, WORKER_HARDENED } from '../support/native-worker.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const probe = path.join(root, 'test/native/build/try-syscall');
-const fixture = path.join(root, 'test/escape/fixtures/seccomp-child.ts');
+/** Runs each probe named after the probe path; one line per probe: name, exit status, output. */
+const PROBE_SCRIPT = [
+  'grep -E "^(Seccomp|NoNewPrivs):" /proc/self/status',
+  'probe=$1; shift',
+  'for p; do out=$("$probe" "$p"); rc=$?; printf "%s\\t%s\\t%s\\n" "$p" "$rc" "$out"; done',
+].join('\n');
 const EPERM = 1;
 const ENOSYS = 38;
 
@@ -121,21 +128,39 @@ t.test('without the filter no probe answers EPERM (the probes are meaningful)', 
   }
 });
 
-t.test('under the default filter', async (t) => {
-  const run = spawnSync(
-    process.execPath,
-    ['--import', 'tsx', fixture, probe, ...DENIED, 'clone3', ...ALLOWED, ...NO_RING, ...KILLED],
-    {
-      cwd: root,
-      encoding: 'utf8',
-    },
-  );
-  t.equal(run.status, 0, `fixture exits 0 (stderr: ${run.stderr})`);
-  const report = JSON.parse(run.stdout) as { install: { ok: boolean }; childStatus: string; results: ProbeResult[] };
-  t.equal(report.install.ok, true, 'filter installed on every thread');
-  t.match(report.childStatus, /^Seccomp:\s+2$/m, 'child of the filtered process: Seccomp 2');
-  t.match(report.childStatus, /^NoNewPrivs:\s+1$/m, 'child of the filtered process: NoNewPrivs 1');
-  const byName = new Map(report.results.map((r) => [r.name, r]));
+/** A shell reports a child killed by signal N as status 128 + N. */
+function probeResult(line: string): ProbeResult {
+  const [name = '', status = '', stdout = ''] = line.split('\t');
+  const code = Number(status);
+  const signal =
+    code > 128 ? (Object.entries(os.constants.signals).find(([, n]) => n === code - 128)?.[0] ?? null) : null;
+  return { name, stdout, status: signal === null ? code : null, signal };
+}
+
+t.test('under the default filter, installed by the worker', async (t) => {
+  const names = [...DENIED, 'clone3', ...ALLOWED, ...NO_RING, ...KILLED];
+  const launch = {
+    type: 'launch',
+    v: 1,
+    argv: ['/bin/sh', '-c', PROBE_SCRIPT, 'sh', probe, ...names],
+    cwd: '/',
+    env: { PATH: '/usr/bin:/bin' },
+    tty: null,
+    egress: false,
+  };
+  const worker = startWorker(launch, [], undefined, seccompMessage(), { binary: WORKER_HARDENED });
+  await worker.next('ready');
+  const exit = await worker.next('exit');
+  t.equal(await worker.done, 0, 'the worker reports and exits 0');
+  t.match(exit, { exitCode: 0 }, `the probe script ran (output: ${worker.stdout()})`);
+  t.match(worker.stdout(), /^Seccomp:\s+2$/m, 'the command under the worker: Seccomp 2');
+  t.match(worker.stdout(), /^NoNewPrivs:\s+1$/m, 'the command under the worker: NoNewPrivs 1');
+  const results = worker
+    .stdout()
+    .split('\n')
+    .filter((line) => line.includes('\t'))
+    .map(probeResult);
+  const byName = new Map(results.map((r) => [r.name, r]));
   for (const name of DENIED) t.equal(byName.get(name)?.stdout, `${name} errno=${EPERM}`, `${name} -> EPERM`);
   t.equal(byName.get('clone3')?.stdout, `clone3 errno=${ENOSYS}`, 'clone3 -> ENOSYS so libc falls back to clone');
   for (const name of ALLOWED) t.equal(byName.get(name)?.stdout, `${name} ok`, `${name} still works`);

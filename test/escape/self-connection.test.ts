@@ -12,7 +12,7 @@ import t from 'tap';
 import { createMemoryLogger } from '../../core/log.js';
 import { formatAddress, parseAddress } from '../../proxy/ip-class.js';
 import { interfaceAddresses } from '../../proxy/self-connection.js';
-import { openEgressListener } from '../../worker/egress-listener.js';
+import { openEgressListener } from '../support/egress-listener.js';
 import {
   exchange,
   forwardRequest,

@@ -19,7 +19,8 @@ import {
   type ListenerChannel,
 } from '../../supervisor/turns/listener-channel.js';
 import { ORIGIN_NAME, startHarness, startHttpOrigin } from '../integration/proxy/fixtures/harness.js';
-import { createTurnHarness, REPO_ROOT, runTurn } from '../support/turn-harness.js';
+import { createTurnHarness, NATIVE_BUILD, REPO_ROOT, runTurn, WORKER_PROGRAM } from '../support/turn-harness.js';
+import { LISTENER_HANDOVER_PAYLOAD } from '../../supervisor/turns/worker-protocol.js';
 
 const DIST = path.join(REPO_ROOT, 'dist');
 /** What the holder sends on each channel, in order (channel i is its fd 4 + i). */
@@ -40,13 +41,14 @@ const HOLDER = (socketPath: string): string => `
   import net from 'node:net';
   import dgram from 'node:dgram';
   import fs from 'node:fs';
-  const { openEgressListener } = await import(${JSON.stringify(path.join(DIST, 'worker/egress-listener.js'))});
-  const { LISTENER_HANDOVER_PAYLOAD } = await import(${JSON.stringify(path.join(DIST, 'worker/protocol.js'))});
+  const LISTENER_HANDOVER_PAYLOAD = Buffer.from(${JSON.stringify(LISTENER_HANDOVER_PAYLOAD.toString())});
   const { sendFd } = await import(${JSON.stringify(path.join(DIST, 'core/scm-rights.js'))});
   const fdOf = (handle) => handle._handle.fd;
   const listen = (server, ...args) => new Promise((resolve) => server.listen(...args, resolve));
-  const genuine = openEgressListener();
-  if (!genuine.ok) throw new Error(genuine.detail);
+  // What the worker hands over: a TCP socket listening on 127.0.0.1.
+  const genuineServer = net.createServer();
+  await listen(genuineServer, 0, '127.0.0.1');
+  const genuine = { fd: fdOf(genuineServer), port: genuineServer.address().port };
   const anyAddress = net.createServer();
   await listen(anyAddress, 0, '0.0.0.0');
   const unix = net.createServer();
@@ -73,7 +75,7 @@ const HOLDER = (socketPath: string): string => `
     if (!sent.ok) throw new Error(name + ': ' + sent.detail);
   });
   // As the worker does at launch: from now on only the supervisor's copy listens.
-  fs.closeSync(genuine.fd);
+  genuineServer.close();
   process.stdout.write(JSON.stringify({ port: genuine.port }) + '\\n');
   process.stdin.resume();
   process.stdin.on('end', () => process.exit(0));
@@ -246,7 +248,7 @@ t.test(
   async (t) => {
     const harness = await createTurnHarness({
       slot: 79,
-      workerEntry: path.join(REPO_ROOT, 'test/escape/fixtures/decoy-listener-worker.mjs'),
+      worker: { exec: path.join(NATIVE_BUILD, 'decoy-listener-worker'), args: [WORKER_PROGRAM] },
     });
     t.teardown(() => harness.close());
     const run = await runTurn(harness, { argv: ['/bin/sh', '-c', 'echo the-command-ran'] });

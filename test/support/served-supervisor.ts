@@ -158,9 +158,9 @@ export function setUpHelper(
     uidRange,
     callerGroup: 'root',
     cgroupRoots,
-    workerExec: process.execPath,
-    workerArgs: [path.join(codeRoot, 'dist/worker/main.js')],
-    viewPaths: [codeRoot],
+    workerExec: path.join(codeRoot, 'worker/build/turnhost-worker'),
+    workerArgs: [],
+    viewPaths: [codeRoot], // the native test programs
     ...(workspaces ? { workspaceRoots: workspaces.roots, uidLeaseDir: path.join(dir, 'leases') } : {}),
   });
   const helperPath = path.join(dir, 'identity-helper');

@@ -29,7 +29,13 @@ import type { OwnListeners } from '../../proxy/self-connection.js';
 
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const HELPER_PATH = path.join(REPO_ROOT, 'identity-helper/build/identity-helper');
-export const WORKER_ENTRY = path.join(REPO_ROOT, 'dist/worker/main.js');
+/** The native worker (make -C worker all); the helper executes it from an fd, outside any view. */
+export const WORKER_PROGRAM = path.join(REPO_ROOT, 'worker/build/turnhost-worker');
+/** What the helper executes as the worker, and its arguments. */
+interface WorkerProgram {
+  exec: string;
+  args: string[];
+}
 export const NATIVE_BUILD = path.join(REPO_ROOT, 'test/native/build');
 
 export interface TurnHarness {
@@ -65,8 +71,8 @@ export interface HarnessOptions {
   keepStateOnClose?: boolean;
   /** Size of the helper's worker uid range (default 64). */
   uidCount?: number;
-  /** The worker entry to run instead of dist/worker/main.js (a file under the repository: the view shows only that). */
-  workerEntry?: string;
+  /** A program to run instead of the worker (a decoy; a file under the repository: the view shows that). */
+  worker?: WorkerProgram;
   /** The supervisor's TCP listeners (a daemon's), which no turn's proxy may dial. */
   ownListeners?: OwnListeners;
 }
@@ -105,15 +111,16 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
     fs.mkdirSync(workspacesRoot, { recursive: true, mode: 0o711 });
     config.workspaces.root = workspacesRoot;
   }
+  const worker = options.worker ?? { exec: WORKER_PROGRAM, args: [] };
   if (options.separateUid !== false) {
     const helperConfig = path.join(helperDir, 'identity-helper.conf');
     writeHelperConfig(helperConfig, {
       uidRange,
       callerGroup: 'root',
       cgroupRoots: subtreeTurnRoots(prepared.subtree),
-      workerExec: process.execPath,
-      workerArgs: [options.workerEntry ?? WORKER_ENTRY],
-      viewPaths: [REPO_ROOT], // the worker entry, its modules and the native test programs
+      workerExec: worker.exec,
+      workerArgs: worker.args,
+      viewPaths: [REPO_ROOT], // the native test programs (the worker needs no path in the view)
       ...(options.workspaces
         ? {
             workspaceRoots: [workspacesRoot],
@@ -143,7 +150,6 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
   const helper = config.identityHelper.path
     ? { path: config.identityHelper.path, configPath: config.identityHelper.configPath }
     : null;
-  const worker = { node: process.execPath, entry: options.workerEntry ?? WORKER_ENTRY };
   const { turns, workspaces } = await composeTurnServices({
     config,
     logger,
@@ -187,13 +193,10 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
 }
 
 /** The shared_uid launcher's probes, as the daemon wires them (its config in `dir`). */
-function sharedProbes(
-  dir: string,
-  worker: { node: string; entry: string },
-): Pick<ProbeContext, 'sharedProbe' | 'sharedView'> {
+function sharedProbes(dir: string, worker: WorkerProgram): Pick<ProbeContext, 'sharedProbe' | 'sharedView'> {
   const prepared = prepareSharedLauncher(
     dir,
-    { cgroupRoots: [], workerExec: worker.node, workerArgs: [worker.entry], viewPaths: [REPO_ROOT] },
+    { cgroupRoots: [], workerExec: worker.exec, workerArgs: worker.args, viewPaths: [REPO_ROOT] },
     HELPER_PATH,
   );
   if (!prepared.ok) throw new Error(prepared.detail);

@@ -15,7 +15,7 @@ WORKER_UID_COUNT=1000
 
 require_built_checkout() {
   local missing=() file
-  for file in dist/supervisor/cli/main.js dist/worker/main.js identity-helper/build/identity-helper; do
+  for file in dist/supervisor/cli/main.js worker/build/turnhost-worker identity-helper/build/identity-helper; do
     [ -e "$REPO_DIR/$file" ] || missing+=("$file")
   done
   if [ "${#missing[@]}" -gt 0 ]; then

@@ -125,9 +125,8 @@ t.test('files, owners and modes', async (t) => {
   const mustExist = [
     '/usr/lib/turnhost/package.json',
     '/usr/lib/turnhost/dist/supervisor/cli/main.js',
-    '/usr/lib/turnhost/dist/worker/main.js',
+    '/usr/lib/turnhost/turnhost-worker',
     '/usr/lib/turnhost/node_modules/better-sqlite3/build/Release/better_sqlite3.node',
-    '/usr/lib/turnhost/node_modules/node-pty/build/Release/pty.node',
     '/usr/lib/turnhost/node_modules/koffi/package.json',
     HELPER,
     UNIT,
@@ -227,8 +226,9 @@ t.test('the shipped supervisor configuration loads and points at the shipped hel
     /^workspace_root \/var\/lib\/turnhost-workspaces$/m,
     "the helper's workspace_root is the supervisor's workspaces.root",
   );
-  const workerArg = /^worker_arg (\S+)$/m.exec(helperConf)?.[1] ?? '';
-  t.ok(contents.has(workerArg), `worker entry ${workerArg} is in the package`);
+  const workerExec = /^worker_exec (\S+)$/m.exec(helperConf)?.[1] ?? '';
+  t.ok(contents.has(workerExec), `worker program ${workerExec} is in the package`);
+  t.notMatch(helperConf, /^worker_arg /m, 'the native worker takes no arguments');
 });
 
 t.test('the launcher runs from the unpacked tree', async (t) => {

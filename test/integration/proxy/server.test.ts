@@ -2,7 +2,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import t, { type Test } from 'tap';
-import { openEgressListener } from '../../../worker/egress-listener.js';
+import { openEgressListener } from '../../support/egress-listener.js';
 import {
   RELAY_MODES,
   relayFor,

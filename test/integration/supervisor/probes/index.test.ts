@@ -12,7 +12,7 @@ import type { CgroupController } from '../../../../cgroup/types.js';
 import { createMemoryLogger } from '../../../../core/log.js';
 import { runWorkerHostProbes } from '../../../../supervisor/probes/index.js';
 import { probeConfig } from '../../../support/probe-tree.js';
-import { HELPER_PATH, REPO_ROOT, WORKER_ENTRY } from '../../../support/turn-harness.js';
+import { HELPER_PATH, REPO_ROOT, WORKER_PROGRAM } from '../../../support/turn-harness.js';
 import { runSharedProbe } from '../../../../supervisor/identity/helper-probe.js';
 import { runHelperView } from '../../../../supervisor/identity/helper-view.js';
 import { prepareSharedLauncher } from '../../../../supervisor/identity/shared-launcher.js';
@@ -158,7 +158,7 @@ t.test(
     t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
     const prepared = prepareSharedLauncher(
       dir,
-      { cgroupRoots: [], workerExec: process.execPath, workerArgs: [WORKER_ENTRY], viewPaths: [REPO_ROOT] },
+      { cgroupRoots: [], workerExec: WORKER_PROGRAM, workerArgs: [], viewPaths: [REPO_ROOT] },
       HELPER_PATH,
     );
     if (!prepared.ok) throw new Error(prepared.detail);

@@ -5,7 +5,7 @@
  */
 import path from 'node:path';
 import t from 'tap';
-import { createTurnHarness, REPO_ROOT, runTurn } from '../../../support/turn-harness.js';
+import { createTurnHarness, NATIVE_BUILD, runTurn, WORKER_PROGRAM } from '../../../support/turn-harness.js';
 
 const logLines = (lines: string[]): Array<Record<string, unknown>> =>
   lines.map((line) => JSON.parse(line) as Record<string, unknown>);
@@ -14,7 +14,7 @@ t.test('a refused launch: a warning with its reason, and worker_exit carries the
   // A worker that hands over something else than its egress listener: the launch is refused.
   const harness = await createTurnHarness({
     slot: 83,
-    workerEntry: path.join(REPO_ROOT, 'test/escape/fixtures/decoy-listener-worker.mjs'),
+    worker: { exec: path.join(NATIVE_BUILD, 'decoy-listener-worker'), args: [WORKER_PROGRAM] },
   });
   t.teardown(() => harness.close());
   const run = await runTurn(harness, { argv: ['/bin/sh', '-c', 'echo the-command-ran'] });

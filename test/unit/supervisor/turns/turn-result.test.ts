@@ -7,7 +7,7 @@ import t from 'tap';
 import type { TurnCgroupStats } from '../../../../cgroup/types.js';
 import { buildResult, finishedWithoutRun, type ResultInputs } from '../../../../supervisor/turns/turn-result.js';
 import type { TurnRecord } from '../../../../supervisor/turns/types.js';
-import type { ExitMessage } from '../../../../worker/protocol.js';
+import type { ExitMessage } from '../../../../supervisor/turns/worker-protocol.js';
 
 const quietStats: TurnCgroupStats = {
   cpuUsec: 10,

@@ -6,7 +6,7 @@
  * command's connection to it thus reaches the proxy directly, and it can only come from inside
  * this namespace: loopback belongs to it.
  */
-import { boundInet4, loopbackSockaddr, SOCKADDR_IN_SIZE } from '../core/inet4.js';
+import { boundInet4, loopbackSockaddr, SOCKADDR_IN_SIZE } from '../../core/inet4.js';
 import {
   AF_INET,
   close,
@@ -17,10 +17,10 @@ import {
   SOCK_NONBLOCK,
   SOCK_STREAM,
   socket,
-} from '../core/linux-abi.js';
-import { fail, ok, type Result } from '../core/result.js';
-import { sendFd } from '../core/scm-rights.js';
-import { LISTENER_CHANNEL_FD, LISTENER_HANDOVER_PAYLOAD } from './protocol.js';
+} from '../../core/linux-abi.js';
+import { fail, ok, type Result } from '../../core/result.js';
+import { sendFd } from '../../core/scm-rights.js';
+import { LISTENER_CHANNEL_FD, LISTENER_HANDOVER_PAYLOAD } from '../../supervisor/turns/worker-protocol.js';
 
 /** Node's own default: connections wait here between the command's connect and the proxy's accept. */
 const BACKLOG = 511;
@@ -52,10 +52,6 @@ export function openEgressListener(port = 0): Result<EgressListener, 'listen_fai
     return fail('listen_failed', bound.detail);
   }
   return ok({ fd, port: bound.port });
-}
-
-export function closeEgressListener(listener: EgressListener): void {
-  close(listener.fd);
 }
 
 /** Sends a copy of the listener to the supervisor, then closes the channel: there is one hand-over. */

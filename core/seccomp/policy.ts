@@ -12,8 +12,8 @@
  * clone flags go through lower_32_bits()): the kernel ignores the high word, so a filter that
  * compared all 64 bits could be bypassed by setting high bits (0x1_0000_5412 is TIOCSTI).
  */
-import { AF_PACKET, AF_VSOCK, ENOSYS, EPERM } from '../../core/linux-abi.js';
-import { fail, ok, type Result } from '../../core/result.js';
+import { AF_PACKET, AF_VSOCK, ENOSYS, EPERM } from '../linux-abi.js';
+import { fail, ok, type Result } from '../result.js';
 import { assemble, jeq, jset, label, load, NEXT, ret, serialise, type Instruction } from './bpf.js';
 import { SYSCALLS_X86_64, type SyscallName } from './syscalls-x86_64.js';
 

@@ -5,7 +5,8 @@ import {
   MAX_LINE_BYTES,
   parseSupervisorMessage,
   parseWorkerMessage,
-} from '../../../worker/protocol.js';
+} from '../../../../supervisor/turns/worker-protocol.js';
+import { workerSeccompMessage } from '../../../../supervisor/turns/worker-seccomp.js';
 
 const launch = { type: 'launch', v: 1, argv: ['/bin/true'], cwd: '/', env: { PATH: '/bin' }, tty: null, egress: false };
 const reason = (r: { ok: boolean; reason?: string; detail?: string }): string =>
@@ -30,6 +31,18 @@ t.test('launch round-trips and is validated strictly', async (t) => {
   t.match(refused({ egress: null }), /launch\.egress: must be a boolean/);
   t.match(refused({ egress: { socketPath: '/run/p.sock' } }), /launch\.egress: must be a boolean/);
   t.equal(refused({ tty: { cols: 80, rows: 24 }, egress: true }), 'ok');
+});
+
+t.test('the seccomp message carries the supervisor-compiled program as base64', async (t) => {
+  const compiled = workerSeccompMessage();
+  if (!compiled.ok) throw new Error(compiled.detail);
+  const encoded = encodeMessage(compiled.message);
+  if (!encoded.ok) throw new Error(encoded.detail);
+  t.same(parseSupervisorMessage(encoded.line.trimEnd()), { ok: true, message: compiled.message });
+  t.equal(Buffer.from(compiled.message.program, 'base64').length % 8, 0, 'whole sock_filter entries');
+  t.match(reason(parseSupervisorMessage('{"type":"seccomp","program":"not base64"}')), /seccomp\.program/);
+  t.match(reason(parseSupervisorMessage('{"type":"seccomp","program":"AAAA","x":1}')), /seccomp\.x: unknown field/);
+  t.match(reason(parseSupervisorMessage('{"type":"seccomp"}')), /seccomp\.program/);
 });
 
 t.test('control messages and unknown types', async (t) => {

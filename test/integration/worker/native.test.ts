@@ -1,93 +1,34 @@
 /**
- * The compiled worker (dist/worker/main.js, build with `npx tsc -p tsconfig.json`) spawned
- * the way shared_uid mode does it: directly, fd 3 = a socket, as an unused uid.
+ * The native worker (worker/build/turnhost-worker-asan, build with `make -C worker asan`)
+ * spawned the way the identity helper leaves it: directly, fd 3 = a socket, fd 4 = the
+ * listener channel, as an unused uid; the test sends the supervisor's compiled seccomp program
+ * first, as the supervisor does.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import t from 'tap';
-import { listOpenFds, markCloseOnExec } from '../../../core/fds.js';
-import { LineDecoder, parseWorkerMessage, type WorkerMessage } from '../../../worker/protocol.js';
-import { closeChannelEnd, openListenerChannel } from '../../../supervisor/turns/listener-channel.js';
 import { receiveFd } from '../../../core/scm-rights.js';
 import { boundInet4 } from '../../../core/inet4.js';
+import {
+  seccompMessage,
+  startWorker as startNativeWorker,
+  WORKER_ASAN,
+  type Worker,
+} from '../../support/native-worker.js';
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
-const workerEntry = path.join(root, 'dist/worker/main.js');
 const WORKER_UID = 65000;
 const PATH_ENV = '/usr/local/bin:/usr/bin:/bin';
 
-// Supervisor hygiene: whatever this test process inherited must not reach the worker.
-const inherited = listOpenFds();
-if (inherited.ok) for (const { fd } of inherited.fds) if (fd > 2) markCloseOnExec(fd);
-
-interface Worker {
-  child: ChildProcess;
-  /** The supervisor's end of the listener channel (closed when the worker is done). */
-  channel: number;
-  messages: WorkerMessage[];
-  stdout: () => string;
-  next: (type: WorkerMessage['type']) => Promise<WorkerMessage>;
-  send: (message: object) => void;
-  done: Promise<number | null>;
-}
-
-/** `fd4`: what the worker gets as fd 4 (by default the listener channel, as the supervisor gives it). */
-function startWorker(launch: object | null, extraStdio: (number | 'pipe')[] = [], fd4?: number | 'none'): Worker {
-  const channel = openListenerChannel();
-  if (!channel.ok) throw new Error(channel.detail);
-  const fourth = fd4 === 'none' ? [] : [fd4 ?? channel.workerFd];
-  // `env -i` gives the worker the empty environment the helper gives it, and drops the
-  // NODE_OPTIONS tap's process tracking injects into every spawn.
-  const child = spawn('/usr/bin/env', ['-i', process.execPath, workerEntry], {
-    stdio: ['pipe', 'pipe', 'pipe', 'pipe', ...fourth, ...extraStdio],
-    uid: WORKER_UID,
-    gid: WORKER_UID,
-    cwd: '/',
-    env: {},
-  });
-  closeChannelEnd(channel.workerFd);
-  const messages: WorkerMessage[] = [];
-  const waiters: (() => void)[] = [];
-  let out = '';
-  child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
-  child.stderr?.on('data', (d: Buffer) => (out += d.toString()));
-  const control = child.stdio[3] as net.Socket;
-  const decoder = new LineDecoder();
-  control.on('data', (chunk: Buffer) => {
-    const framed = decoder.push(chunk);
-    if (!framed.ok) throw new Error(framed.detail);
-    for (const line of framed.lines) {
-      const parsed = parseWorkerMessage(line);
-      if (!parsed.ok) throw new Error(`${parsed.reason}: ${parsed.detail}`);
-      messages.push(parsed.message);
-    }
-    for (const wake of waiters.splice(0)) wake();
-  });
-  const send = (message: object): void => void control.write(JSON.stringify(message) + '\n');
-  if (launch) send(launch);
-  const next = (type: WorkerMessage['type']): Promise<WorkerMessage> =>
-    new Promise((resolve, reject) => {
-      const check = (): void => {
-        const found = messages.find((m) => m.type === type);
-        if (found) return resolve(found);
-        if (child.exitCode !== null && control.readableEnded)
-          return reject(new Error(`worker exited without ${type}: ${JSON.stringify(messages)} ${out}`));
-        waiters.push(check);
-      };
-      check();
-    });
-  const done = new Promise<number | null>((resolve) =>
-    child.on('close', (code) => {
-      for (const wake of waiters.splice(0)) wake();
-      closeChannelEnd(channel.supervisorFd);
-      resolve(code);
-    }),
-  );
-  return { child, channel: channel.supervisorFd, messages, stdout: () => out, next, send, done };
+/** As an unused uid. */
+function startWorker(
+  launch: object | null,
+  extraStdio: (number | 'pipe')[] = [],
+  fd4?: number | 'none',
+  seccomp: object | null = seccompMessage(),
+): Worker {
+  return startNativeWorker(launch, extraStdio, fd4, seccomp, { uid: WORKER_UID });
 }
 
 function launchOf(argv: string[], extra: Record<string, unknown> = {}): object {
@@ -106,7 +47,7 @@ function outputMatches(worker: Worker, pattern: RegExp): Promise<void> {
 }
 
 t.before(() => {
-  if (!fs.existsSync(workerEntry)) throw new Error(`${workerEntry} is missing: run npx tsc -p tsconfig.json`);
+  if (!fs.existsSync(WORKER_ASAN)) throw new Error(`${WORKER_ASAN} is missing: run make -C worker asan`);
 });
 
 t.test('pipes mode: output, exit code, rusage, exact env, only fds 0-2, seccomp', async (t) => {
@@ -235,8 +176,7 @@ t.test('fd 4 must be the listener channel: missing or not a socket, the worker r
   const missing = startWorker(launchOf(['/bin/echo', 'should not run']), [], 'none');
   const noChannel = await missing.next('error');
   t.equal(await missing.done, 1);
-  // Node opens its own fds at the lowest free numbers, so a missing fd 4 shows as one of them there.
-  t.match(noChannel, { code: 'unexpected_fds', detail: /listener channel fd 4 is not open|4 -> anon_inode/ });
+  t.match(noChannel, { code: 'unexpected_fds', detail: /listener channel fd 4 is not open/ });
   const dir = fs.openSync(os.tmpdir(), fs.constants.O_RDONLY | fs.constants.O_DIRECTORY);
   const directory = startWorker(launchOf(['/bin/echo', 'should not run']), [], dir);
   fs.closeSync(dir);
@@ -359,5 +299,123 @@ t.test('the supervisor closing fd 3 kills the command', async (t) => {
   (w.child.stdio[3] as net.Socket).end();
   const exit = await w.next('exit');
   t.equal(await w.done, 0);
+  t.equal(exit.type === 'exit' && exit.signal, 'SIGKILL');
+});
+
+/** A sock_filter program as base64: [code, jt, jf, k] per instruction. */
+function program(instructions: [number, number, number, number][]): string {
+  const bytes = Buffer.alloc(instructions.length * 8);
+  instructions.forEach(([code, jt, jf, k], i) => {
+    bytes.writeUInt16LE(code, i * 8);
+    bytes.writeUInt8(jt, i * 8 + 2);
+    bytes.writeUInt8(jf, i * 8 + 3);
+    bytes.writeUInt32LE(k, i * 8 + 4);
+  });
+  return bytes.toString('base64');
+}
+const RET_ALLOW: [number, number, number, number] = [0x06, 0, 0, 0x7fff0000];
+const LOAD_NR: [number, number, number, number] = [0x20, 0, 0, 0];
+
+t.test('the seccomp message comes first and the worker checks the program before it installs it', async (t) => {
+  const cases: [object | null, string, RegExp][] = [
+    [null, 'protocol_invalid', /first message must be seccomp/],
+    [{ type: 'seccomp', program: 'not base64!' }, 'protocol_invalid', /seccomp\.program/],
+    [{ type: 'seccomp', program: '' }, 'seccomp_failed', /not 1\.\.4096 sock_filter entries/],
+    [{ type: 'seccomp', program: Buffer.alloc(12).toString('base64') }, 'seccomp_failed', /12 bytes/],
+    [{ type: 'seccomp', program: Buffer.alloc(4097 * 8).toString('base64') }, 'seccomp_failed', /4096/],
+    [{ type: 'seccomp', program: program([RET_ALLOW, LOAD_NR]) }, 'seccomp_failed', /not a RET/],
+    [{ type: 'seccomp', program: program([[0x15, 5, 0, 1], RET_ALLOW]) }, 'seccomp_failed', /jumps past/],
+    [{ type: 'seccomp', program: program([RET_ALLOW]), extra: 1 }, 'protocol_invalid', /seccomp\.extra: unknown field/],
+  ];
+  for (const [seccomp, code, detail] of cases) {
+    // Without a seccomp message, the launch is the first message.
+    const w = startWorker(seccomp === null ? launchOf(['/bin/echo', 'should not run']) : null, [], undefined, seccomp);
+    const error = await w.next('error');
+    t.equal(await w.done, 1);
+    t.match(error, { type: 'error', code, detail }, seccomp === null ? 'none' : JSON.stringify(seccomp).slice(0, 80));
+    t.notOk(
+      w.messages.some((m) => m.type === 'ready'),
+      'no ready without the filter',
+    );
+  }
+  const closed = startWorker(null, [], undefined, null);
+  (closed.child.stdio[3] as net.Socket).end();
+  const error = await closed.next('error');
+  t.match(error, { code: 'protocol_closed', detail: /before the seccomp message/ });
+});
+
+t.test('the filter the worker installs is the one the supervisor sent', async (t) => {
+  // A program that allows everything: the command still reports Seccomp 2 (a filter is in
+  // place) but ptrace, denied by the default policy, is no longer refused by it.
+  const w = startWorker(
+    launchOf(['/bin/sh', '-c', 'grep -E "^(Seccomp|NoNewPrivs):" /proc/self/status']),
+    [],
+    undefined,
+    { type: 'seccomp', program: program([RET_ALLOW]) },
+  );
+  const exit = await w.next('exit');
+  await w.done;
+  t.equal(exit.type === 'exit' && exit.exitCode, 0);
+  t.match(w.stdout(), /^Seccomp:\s+2$/m);
+  t.match(w.stdout(), /^NoNewPrivs:\s+1$/m);
+});
+
+t.test('the worker is not dumpable: its /proc files belong to root, not to the worker uid', async (t) => {
+  const w = startWorker(null);
+  await w.next('ready');
+  const status = fs.readFileSync(`/proc/${w.child.pid}/status`, 'utf8');
+  t.match(status, new RegExp(`^Uid:\\s+${WORKER_UID}\\s`, 'm'));
+  t.equal(fs.statSync(`/proc/${w.child.pid}/mem`).uid, 0, '/proc/<worker>/mem is root-owned');
+  (w.child.stdio[3] as net.Socket).end();
+  await w.done;
+});
+
+t.test('strings with every JSON escape and surrogate pairs reach the command as UTF-8', async (t) => {
+  const text = 'tab\there "quoted" back\\slash é 😀 \u0001';
+  // JSON.stringify escapes the control characters; \ud83d\ude00 is written out by hand.
+  const launch = JSON.stringify(launchOf(['/usr/bin/printf', '%s|%s', text, 'x'])).replace('😀', '\\ud83d\\ude00');
+  const w = startWorker(null);
+  await w.next('ready');
+  (w.child.stdio[3] as net.Socket).write(launch + '\n');
+  const exit = await w.next('exit');
+  await w.done;
+  t.equal(exit.type === 'exit' && exit.exitCode, 0);
+  t.equal(w.stdout(), `${text}|x`);
+});
+
+t.test('pty mode: the end of stdin reaches the command as the end of input, after all input', async (t) => {
+  const w = startWorker(launchOf(['/bin/sh', '-c', 'cat; echo "TERM=$TERM"; exit 4'], { tty: { cols: 80, rows: 24 } }));
+  await w.next('started');
+  w.child.stdin?.end('first line\nno newline');
+  const exit = await w.next('exit');
+  await w.done;
+  t.equal(exit.type === 'exit' && exit.exitCode, 4);
+  t.match(w.stdout(), /first line\r\n[\s\S]*no newline/);
+  t.match(w.stdout(), /TERM=xterm\r?$/m, 'a pty gets TERM=xterm by default');
+});
+
+t.test('SIGTERM to the worker itself is passed on to the command group', async (t) => {
+  const w = startWorker(launchOf(['/bin/sleep', '1000']));
+  await w.next('started');
+  process.kill(w.child.pid!, 'SIGTERM');
+  const exit = await w.next('exit');
+  t.equal(await w.done, 0);
+  t.same(exit.type === 'exit' && [exit.exitCode, exit.signal], [null, 'SIGTERM']);
+});
+
+t.test('a second launch and a bad JSON line after the start are notices, not fatal', async (t) => {
+  const w = startWorker(launchOf(['/bin/sleep', '1000']));
+  await w.next('started');
+  w.send(launchOf(['/bin/true']));
+  (w.child.stdio[3] as net.Socket).write('{"type":"resize","cols":1,"rows":1,"cols":2}\n');
+  await until(() => w.messages.filter((m) => m.type === 'error').length === 2);
+  const notices = w.messages.filter((m) => m.type === 'error');
+  t.match(notices, [
+    { code: 'protocol_invalid', detail: /launch was already received/ },
+    { code: 'protocol_invalid', detail: /invalid_json: .*duplicate member name/ },
+  ]);
+  w.send({ type: 'signal', signal: 'SIGKILL' });
+  const exit = await w.next('exit');
+  await w.done;
   t.equal(exit.type === 'exit' && exit.signal, 'SIGKILL');
 });

@@ -10,8 +10,8 @@ import {
   ret,
   serialise,
   type Instruction,
-} from '../../../../worker/seccomp/bpf.js';
-import { compilePolicy, DEFAULT_POLICY, policyProgram, validatePolicy } from '../../../../worker/seccomp/policy.js';
+} from '../../../../core/seccomp/bpf.js';
+import { compilePolicy, DEFAULT_POLICY, policyProgram, validatePolicy } from '../../../../core/seccomp/policy.js';
 
 t.test('resolves labels to forward offsets relative to the next instruction', async (t) => {
   const out = assemble([load(0), jeq(39, 'hit', NEXT), jset(0x40, NEXT, 'hit'), ret(0), label('hit'), ret(1)]);

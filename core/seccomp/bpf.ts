@@ -10,7 +10,7 @@
  * Only the instructions a seccomp policy needs exist: absolute 32-bit load, JEQ/JSET with an
  * immediate, and RET with an immediate.
  */
-import { fail, ok, type Result } from '../../core/result.js';
+import { fail, ok, type Result } from '../result.js';
 
 /** The kernel's limit on classic BPF program length (include/uapi/linux/bpf_common.h). */
 export const BPF_MAXINSNS = 4096;
@@ -18,7 +18,7 @@ export const BPF_MAXINSNS = 4096;
 const BPF_MAX_JUMP = 255;
 /** sizeof(struct seccomp_data): nr(4) arch(4) instruction_pointer(8) args(6 * 8). */
 const SECCOMP_DATA_SIZE = 64;
-export const SOCK_FILTER_SIZE = 8;
+const SOCK_FILTER_SIZE = 8;
 
 const BPF_LD_W_ABS = 0x20; // BPF_LD | BPF_W | BPF_ABS
 const BPF_JMP_JEQ_K = 0x15; // BPF_JMP | BPF_JEQ | BPF_K

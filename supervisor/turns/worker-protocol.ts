@@ -3,14 +3,14 @@
  * message per line, UTF-8, lines bounded by MAX_LINE_BYTES. Both ends ship in the same build,
  * so parsing is strict in both directions: an unknown message type, an unknown field, a
  * missing or mistyped field is a protocol error naming the field, never silently ignored.
- * docs/worker-protocol.md is the prose version.
+ * docs/worker-protocol.md is the prose version; the worker's side is worker/src/protocol.c, and
+ * parseSupervisorMessage states the worker side's rules in TypeScript for the tests.
  */
-import { fail, ok, type Result } from '../core/result.js';
+import { fail, ok, type Result } from '../../core/result.js';
 
 const PROTOCOL_VERSION = 1;
 
-/** The worker's fds beyond stdio: this protocol's socket, and the listener channel. */
-export const PROTOCOL_FD = 3;
+/** The worker's listener channel (its fd 3 is this protocol's socket; worker/src/protocol.h). */
 export const LISTENER_CHANNEL_FD = 4;
 /** The one message on the listener channel; the worker's egress listener rides with it. */
 export const LISTENER_HANDOVER_PAYLOAD = Buffer.from('egress-listener');
@@ -35,7 +35,7 @@ const FORWARDABLE_SIGNALS = [
 ] as const;
 export type ForwardableSignal = (typeof FORWARDABLE_SIGNALS)[number];
 
-export interface TtySize {
+interface TtySize {
   cols: number;
   rows: number;
 }
@@ -50,6 +50,14 @@ export interface LaunchMessage {
   /** True: the supervisor took the worker's egress listener and its proxy serves it; the command gets the proxy variables. */
   egress: boolean;
 }
+/**
+ * The first message: the supervisor's compiled seccomp filter (core/seccomp/), base64 of the
+ * `struct sock_filter[]` bytes. The worker checks and installs it before it reports `ready`.
+ */
+export interface SeccompMessage {
+  type: 'seccomp';
+  program: string;
+}
 interface ResizeMessage {
   type: 'resize';
   cols: number;
@@ -59,16 +67,16 @@ interface SignalMessage {
   type: 'signal';
   signal: ForwardableSignal;
 }
-export type SupervisorMessage = LaunchMessage | ResizeMessage | SignalMessage;
+export type SupervisorMessage = SeccompMessage | LaunchMessage | ResizeMessage | SignalMessage;
 
-export interface Rusage {
+interface Rusage {
   userCpuUsec: number;
   systemCpuUsec: number;
   maxRssKiB: number;
 }
 /**
  * The worker is booted, its fds checked, its seccomp filter installed and its egress listener
- * handed to the supervisor (fd 4, worker/egress-listener.ts); it waits for `launch`.
+ * handed to the supervisor (fd 4, worker/src/boot.c); it waits for `launch`.
  */
 interface ReadyMessage {
   type: 'ready';
@@ -96,7 +104,7 @@ const WORKER_ERROR_CODES = [
   'spawn_failed',
   'undumpable_failed',
 ] as const;
-export type WorkerErrorCode = (typeof WORKER_ERROR_CODES)[number];
+type WorkerErrorCode = (typeof WORKER_ERROR_CODES)[number];
 interface ErrorMessage {
   type: 'error';
   code: WorkerErrorCode;
@@ -210,6 +218,17 @@ function launch(m: Fields): Check<LaunchMessage> {
   });
 }
 
+/** Standard base64 with padding, as Buffer.toString('base64') writes it. */
+const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+
+function seccomp(m: Fields): Check<SeccompMessage> {
+  const known = onlyFields(m, 'seccomp', ['type', 'program']);
+  if (!known.ok) return known;
+  if (typeof m.program !== 'string' || !BASE64.test(m.program))
+    return invalid('seccomp.program', 'must be standard base64 with padding');
+  return ok({ value: { type: 'seccomp', program: m.program } });
+}
+
 function resize(m: Fields): Check<ResizeMessage> {
   const size = ttySize({ cols: m.cols, rows: m.rows }, 'resize');
   if (!size.ok) return size;
@@ -310,7 +329,7 @@ function parseWith<T>(
 
 /** Worker side: one line from the supervisor. */
 export function parseSupervisorMessage(line: string): Result<{ message: SupervisorMessage }, ParseFailure> {
-  return parseWith<SupervisorMessage>(line, { launch, resize, signal });
+  return parseWith<SupervisorMessage>(line, { seccomp, launch, resize, signal });
 }
 
 /** Supervisor side: one line from the worker. */
