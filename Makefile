@@ -33,6 +33,7 @@ build-ts:
 
 build-native:
 	$(MAKE) -C identity-helper all
+	$(MAKE) -C attack all
 
 # The typed client as its own package, @turnhost/client (docs/client.md): compiled alone, staged
 # in dist/client-package/ with the schema types written out (scripts/client-package.ts), packed
@@ -46,10 +47,11 @@ client-pack: node_modules/.package-lock.json
 # What only the tests run: the helper's ASan+UBSan build and the native test probes.
 build-test-native:
 	$(MAKE) -C identity-helper asan
+	$(MAKE) -C attack asan
 	$(MAKE) -C test/native
 
 # Lint: typescript-eslint (type-aware), the layering and cycle check, prettier, clang-format.
-C_SOURCES := $(wildcard identity-helper/src/*.[ch] identity-helper/fuzz/*.c test/native/*.c)
+C_SOURCES := $(wildcard identity-helper/src/*.[ch] identity-helper/fuzz/*.c test/native/*.c attack/src/*.[ch])
 lint: node_modules/.package-lock.json
 	npm run --silent lint
 	npm run --silent format:check
@@ -86,4 +88,5 @@ run: build
 clean:
 	rm -rf dist .tap
 	$(MAKE) -C identity-helper clean
+	$(MAKE) -C attack clean
 	$(MAKE) -C test/native clean
