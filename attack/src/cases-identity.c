@@ -35,11 +35,12 @@ static void uid_attack(const struct battery_args *args, struct outcome *out) {
   if (getresuid(&r, &e, &s) != 0)
     return verdict(out, VERDICT_FAIL, "getresuid: %s", errno_name(errno));
   int same = r == e && e == s;
-  int in_range = args->uid_first < 0 ||
-                 ((long)r >= args->uid_first && (long)r < args->uid_first + args->uid_count);
-  verdict(out, same && r != 0 && in_range ? VERDICT_PASS : VERDICT_FAIL,
-          "uid=%ld,%ld,%ld range=%ld+%ld", (long)r, (long)e, (long)s, args->uid_first,
-          args->uid_count);
+  /* Without an expected range, only "not root" can be asserted. */
+  int expected = args->uid_first < 0
+                     ? r != 0
+                     : ((long)r >= args->uid_first && (long)r < args->uid_first + args->uid_count);
+  verdict(out, same && expected ? VERDICT_PASS : VERDICT_FAIL, "uid=%ld,%ld,%ld range=%ld+%ld",
+          (long)r, (long)e, (long)s, args->uid_first, args->uid_count);
 }
 
 static void uid_control(const struct battery_args *args, struct outcome *out) {
@@ -91,8 +92,14 @@ static void nnp_control(const struct battery_args *args, struct outcome *out) {
   verdict(out, v == 0 ? VERDICT_PASS : VERDICT_FAIL, "no_new_privs=%d outside", v);
 }
 
-/* Runs the setuid copy in "euid" mode and reads the uid it ran as; -1 when it did not run. */
-static long setuid_euid(const char *probe, char *problem, size_t size) {
+/* What the setuid copy ran as: its real and effective uid and CapEff. */
+struct elevation {
+  long ruid, euid;
+  unsigned long long cap_eff;
+};
+
+/* Runs the setuid copy in "euid" mode; -1 with `problem` set when it did not run. */
+static int run_setuid_copy(const char *probe, struct elevation *seen, char *problem, size_t size) {
   int fds[2];
   if (pipe(fds) != 0) return snprintf(problem, size, "pipe: %s", errno_name(errno)), -1;
   pid_t pid = fork();
@@ -103,30 +110,41 @@ static long setuid_euid(const char *probe, char *problem, size_t size) {
     _exit(127);
   }
   close(fds[1]);
-  char buf[32] = {0};
+  char buf[96] = {0};
   ssize_t n = pid < 0 ? -1 : read(fds[0], buf, sizeof buf - 1);
   close(fds[0]);
   int status = 0;
   if (pid > 0) waitpid(pid, &status, 0);
-  if (n <= 0) return snprintf(problem, size, "the setuid copy did not run (status %d)", status), -1;
-  return strtol(buf, NULL, 10);
+  char eff[64];
+  if (n <= 0 || sscanf(buf, "%ld %ld %63s", &seen->ruid, &seen->euid, eff) != 3)
+    return snprintf(problem, size, "the setuid copy did not run (status %d)", status), -1;
+  seen->cap_eff = strtoull(eff, NULL, 16);
+  return 0;
 }
 
+/* Held: the copy ran as the caller (no uid change) with no capability. */
 static void setuid_attack(const struct battery_args *args, struct outcome *out) {
   if (args->setuid_probe == NULL) return verdict(out, VERDICT_SKIP, "no setuid-probe given");
   char problem[128] = "";
-  long euid = setuid_euid(args->setuid_probe, problem, sizeof problem);
-  if (euid < 0) return verdict(out, VERDICT_PASS, "%s", problem);
-  verdict(out, euid != 0 ? VERDICT_PASS : VERDICT_FAIL, "setuid-root copy ran with euid=%ld", euid);
+  struct elevation seen;
+  if (run_setuid_copy(args->setuid_probe, &seen, problem, sizeof problem) != 0)
+    return verdict(out, VERDICT_PASS, "%s", problem);
+  int held = seen.euid == seen.ruid && seen.cap_eff == 0;
+  verdict(out, held ? VERDICT_PASS : VERDICT_FAIL,
+          "setuid-root copy ran with ruid=%ld euid=%ld CapEff=%llx", seen.ruid, seen.euid,
+          seen.cap_eff);
 }
 
+/* The control: outside, the copy does elevate (euid 0 with capabilities). */
 static void setuid_control(const struct battery_args *args, struct outcome *out) {
   if (args->setuid_probe == NULL) return verdict(out, VERDICT_SKIP, "no setuid-probe given");
   char problem[128] = "";
-  long euid = setuid_euid(args->setuid_probe, problem, sizeof problem);
-  if (euid < 0) return verdict(out, VERDICT_FAIL, "%s", problem);
-  verdict(out, euid == 0 ? VERDICT_PASS : VERDICT_FAIL,
-          "setuid-root copy ran with euid=%ld outside", euid);
+  struct elevation seen;
+  if (run_setuid_copy(args->setuid_probe, &seen, problem, sizeof problem) != 0)
+    return verdict(out, VERDICT_FAIL, "%s", problem);
+  int elevated = seen.euid == 0 && seen.cap_eff != 0;
+  verdict(out, elevated ? VERDICT_PASS : VERDICT_FAIL,
+          "setuid-root copy ran with euid=%ld CapEff=%llx outside", seen.euid, seen.cap_eff);
 }
 
 const struct battery_case identity_cases[] = {

@@ -46,7 +46,9 @@ static int connect_unix(const char *name, int abstract) {
   size_t len = strlen(name);
   if (len + 1 >= sizeof addr.sun_path) return close(fd), ENAMETOOLONG;
   memcpy(addr.sun_path + (abstract ? 1 : 0), name, len);
-  socklen_t size = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + (abstract ? 1 : 0));
+  /* An abstract name is the whole zero-padded sun_path, as Node (libuv) binds it. */
+  socklen_t size =
+      abstract ? (socklen_t)sizeof addr : (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len);
   int err = connect(fd, (struct sockaddr *)&addr, size) == 0 ? 0 : errno;
   close(fd);
   return err;

@@ -5,7 +5,7 @@
  *   attack-battery control KEY=VALUE...  outside, as the supervisor's child: {"case","control":
  *                                        "ok|failed|skipped"}; a case whose control does not
  *                                        succeed is reported skipped by the supervisor
- *   attack-battery euid                  prints the effective uid (the setuid case runs a
+ *   attack-battery euid                  prints "RUID EUID CAPEFF" (the setuid case runs a
  *                                        setuid-root copy of this program in this mode)
  * The keys are the host facts the supervisor hands over (args.c). A case whose fact is absent is
  * skipped, naming the key. The case that can end the turn (memory, with the cgroup's OOM group
@@ -53,7 +53,9 @@ static void run_all(int control, const struct battery_args *args) {
 
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "euid") == 0) {
-    printf("%ld\n", (long)geteuid());
+    char eff[64] = "unknown";
+    (void)status_field("CapEff", eff, sizeof eff);
+    printf("%ld %ld %s\n", (long)getuid(), (long)geteuid(), eff);
     return 0;
   }
   if (argc < 2 || (strcmp(argv[1], "attack") != 0 && strcmp(argv[1], "control") != 0)) {
