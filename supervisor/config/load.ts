@@ -97,6 +97,7 @@ export function defaultConfig(options: { installed: boolean; cwd: string }): Tur
       outputRetainBytes: 16 * 1024 * 1024,
     },
     workspaces: { root: options.installed ? INSTALLED_WORKSPACES_ROOT : null, maxBytes: 10 * 1024 * 1024 * 1024 },
+    probes: { attackAtBoot: false, attackIntervalSeconds: 0 },
     probeRoots: { proc: '/proc', sysFsCgroup: '/sys/fs/cgroup' },
   };
 }

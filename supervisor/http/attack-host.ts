@@ -6,7 +6,7 @@
  */
 import { fail, ok, type Result } from '../../core/result.js';
 import type { AttackHost, AttackTurnRequest, AttackTurnRun, AttackWorkspace } from '../probes/attack.js';
-import type { TurnManager } from '../turns/manager.js';
+import type { TurnManager } from '../turns/types.js';
 import type { TurnResult } from '../turns/types.js';
 import type { WorkspaceService } from '../workspaces/service.js';
 

@@ -29,7 +29,7 @@ const CONTROL_MAX_BUFFER = 1024 * 1024;
 /** Refused by the proxy whatever the allowlist says when no denylist entry names a host. */
 const FALLBACK_DENIED_HOST = 'turnhost-attack.invalid';
 
-export function defaultBatteryPath(): string {
+function defaultBatteryPath(): string {
   return path.join(packageRoot(), 'attack/build/attack-battery');
 }
 
