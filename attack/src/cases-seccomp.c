@@ -22,6 +22,9 @@
 
 struct denied_call {
   long (*run)(void);
+  /* The kernel checks a privilege first: a non-root control makes the call in a user namespace
+   * of its own. Not for unshare(CLONE_NEWUSER): a namespace without a uid map may not nest one. */
+  int needs_userns;
 };
 
 static int errno_of(long ret) {
@@ -98,8 +101,9 @@ static int attempt(const void *arg) {
 }
 
 static int attempt_in_own_userns(const void *arg) {
+  const struct denied_call *call = arg;
   /* Best effort: without a user namespace a privileged call answers EPERM and the control fails. */
-  if (geteuid() != 0) (void)unshare(CLONE_NEWUSER | CLONE_NEWNS);
+  if (call->needs_userns && geteuid() != 0) (void)unshare(CLONE_NEWUSER | CLONE_NEWNS);
   return attempt(arg);
 }
 
@@ -126,8 +130,8 @@ static void killed_control(const struct denied_call *call, struct outcome *out) 
           r.exited ? "" : ": the kernel does not serve this syscall ABI");
 }
 
-#define DENIED(label, fn)                                                        \
-  static const struct denied_call call_##label = {fn};                           \
+#define DENIED(label, fn, userns)                                                \
+  static const struct denied_call call_##label = {fn, userns};                   \
   static void label##_attack(const struct battery_args *a, struct outcome *o) {  \
     (void)a;                                                                     \
     denied_attack(&call_##label, o);                                             \
@@ -137,7 +141,7 @@ static void killed_control(const struct denied_call *call, struct outcome *out) 
     denied_control(&call_##label, o);                                            \
   }
 #define KILLED(label, fn)                                                        \
-  static const struct denied_call call_##label = {fn};                           \
+  static const struct denied_call call_##label = {fn, 0};                        \
   static void label##_attack(const struct battery_args *a, struct outcome *o) {  \
     (void)a;                                                                     \
     killed_attack(&call_##label, o);                                             \
@@ -147,17 +151,17 @@ static void killed_control(const struct denied_call *call, struct outcome *out) 
     killed_control(&call_##label, o);                                            \
   }
 
-DENIED(ptrace, try_ptrace)
-DENIED(mount, try_mount)
-DENIED(fsopen, try_fsopen)
-DENIED(open_tree, try_open_tree)
-DENIED(unshare_user, try_unshare_user)
-DENIED(clone_newnet, try_clone_newnet)
-DENIED(keyctl, try_keyctl)
-DENIED(bpf, try_bpf)
-DENIED(io_uring_setup, try_io_uring_setup)
-DENIED(tiocsti, try_tiocsti)
-DENIED(tiocsti_high, try_tiocsti_high)
+DENIED(ptrace, try_ptrace, 0)
+DENIED(mount, try_mount, 1)
+DENIED(fsopen, try_fsopen, 1)
+DENIED(open_tree, try_open_tree, 1)
+DENIED(unshare_user, try_unshare_user, 0)
+DENIED(clone_newnet, try_clone_newnet, 1)
+DENIED(keyctl, try_keyctl, 0)
+DENIED(bpf, try_bpf, 0)
+DENIED(io_uring_setup, try_io_uring_setup, 0)
+DENIED(tiocsti, try_tiocsti, 0)
+DENIED(tiocsti_high, try_tiocsti_high, 0)
 KILLED(x32, try_x32)
 KILLED(i386, try_i386)
 

@@ -168,6 +168,8 @@ function batteryArguments(
     'workspaces.byte_cap',
     'this host enforces no workspace byte cap during a turn (workspaces.maxBytes is checked between turns)',
   );
+  if (options.ownPorts.length === 0)
+    withheld.set('network.supervisor_ports', 'the supervisor has no TCP listener (listen.tcp is null)');
   const protectedArgs = protectedArguments(config);
   if (protectedArgs.length === 0) withheld.set('view.protected', 'no protected path (fs.protectedPaths) exists');
   return [
