@@ -115,6 +115,11 @@ stage_helper() {
   # root:turnhost 4750 through dpkg-statoverride, which dpkg re-applies on every upgrade.
   chmod 0755 "$code/identity-helper"
   strip --strip-unneeded --remove-section=.comment "$code/identity-helper"
+  # The attack battery (turnhost check --attack): static, so it runs in any view; where the
+  # supervisor looks for it under its package root.
+  make -s -C "$repo/attack" all
+  install -D -m 0755 "$repo/attack/build/attack-battery" "$code/attack/build/attack-battery"
+  strip --strip-unneeded --remove-section=.comment "$code/attack/build/attack-battery"
 }
 
 stage_system_files() {
