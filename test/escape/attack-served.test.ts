@@ -47,13 +47,38 @@ const helper = setUpHelper([supervisorBase('attack-separate').dataDir], SEPARATE
 t.teardown(() => helper.remove());
 const supervisors: Array<[ConfigName, ServedSupervisor]> = [
   ['separate_uid', await startSupervisor({ name: 'attack-separate', helper, workspaces: true })],
-  ['shared_uid, root supervisor', await startSupervisor({ name: 'attack-shared-root', workspaces: true })],
+  [
+    'shared_uid, root supervisor',
+    // This one also attacks at boot (probes.attackAtBoot): status carries the attestation at once.
+    await startSupervisor({ name: 'attack-shared-root', workspaces: true, probes: { attackAtBoot: true } }),
+  ],
   [
     'shared_uid, non-root supervisor',
     await startSupervisor({ name: 'attack-shared-user', uid: NON_ROOT_UID, workspaces: true }),
   ],
 ];
 t.teardown(() => stopSupervisors(supervisors.map(([, supervisor]) => supervisor)));
+
+t.test('probes.attackAtBoot: the attestation is in status before any check', async (t) => {
+  const supervisor = supervisors[1]![1];
+  const status = await supervisor.cli(['status', '--json']);
+  const workerHost = (JSON.parse(status.stdout) as { runtime: { workerHost: WorkerHostStatus } }).runtime.workerHost;
+  t.equal(workerHost.attested?.cases.length, ATTACK_CASES.length);
+  t.equal(workerHost.attested?.counts.broken, 0);
+  const events = await supervisor.cli(['events', '--kind', 'boundary_attested', '--json']);
+  const page = JSON.parse(events.stdout) as { events: Array<{ payload: { trigger: string } }> };
+  t.same(
+    page.events.map((event) => event.payload.trigger),
+    ['boot'],
+    'one run, at boot',
+  );
+  const other = await supervisors[0]![1].cli(['status', '--json']);
+  t.equal(
+    (JSON.parse(other.stdout) as { runtime: { workerHost: WorkerHostStatus } }).runtime.workerHost.attested,
+    undefined,
+    'off by default: no attestation before a check',
+  );
+});
 
 for (const [config, supervisor] of supervisors) {
   t.test(`${config}: check --attack reports every case held`, async (t) => {
@@ -91,9 +116,9 @@ for (const [config, supervisor] of supervisors) {
     const page = JSON.parse(events.stdout) as {
       events: Array<{ payload: { held: number; broken: number; brokenCases: string[]; trigger: string } }>;
     };
-    t.equal(page.events.length, 2, 'one event per run');
-    t.same(page.events[0]?.payload.brokenCases, []);
-    t.equal(page.events[0]?.payload.held, attested.counts.held);
-    t.equal(page.events[0]?.payload.trigger, 'check');
+    const checks = page.events.filter((event) => event.payload.trigger === 'check');
+    t.equal(checks.length, 2, 'one event per run');
+    t.same(checks[0]?.payload.brokenCases, []);
+    t.equal(checks[0]?.payload.held, attested.counts.held);
   });
 }

@@ -52,6 +52,8 @@ export interface SupervisorOptions {
   workspacesRoot?: string;
   /** More `turns` keys (e.g. outputRetainBytes). */
   turns?: Record<string, unknown>;
+  /** `probes` keys (e.g. attackAtBoot). */
+  probes?: Record<string, unknown>;
 }
 
 export interface CliResult {
@@ -245,6 +247,7 @@ export function writeSupervisorConfig(
       egress: { allowAddressRanges: [] },
       turns: { workspaceRoots: [workspace], preparedWorkers: 0, ...options.turns },
       ...(options.workspaces ? { workspaces: { root: workspacesRoot } } : {}),
+      ...(options.probes ? { probes: options.probes } : {}),
     }),
   );
   fs.chmodSync(configPath, 0o644);
