@@ -48,12 +48,19 @@ async function attack(
       const root = config.turns.workspaceRoots[0]!;
       fs.writeFileSync(path.join(root, '.env'), 'API_KEY=secret\n');
       config.fs.protectedPaths = [{ root, path: '.env', mode: 'mask_file', reason: 'secrets' }];
+      // Both modes are attacked: restricted turns run in the strict view.
+      config.modes.restricted.enabled = true;
     },
     ...options,
   });
   t.teardown(() => harness.close());
   const status = await runWorkerHostProbes(harness.probeContext, 'check');
   t.equal(status.ordinary?.available, true, `ordinary available before the attack: ${status.ordinary?.requirement}`);
+  t.equal(
+    status.restricted?.available,
+    true,
+    `restricted available before the attack: ${status.restricted?.requirement}`,
+  );
   const attested = await runAttackBattery({
     config: harness.config,
     logger: harness.probeContext.logger,
@@ -67,18 +74,18 @@ async function attack(
 }
 
 function expectEveryCaseHeld(t: Test, attested: BoundaryAttestation): void {
-  const ordinary = attested.cases.filter((c) => c.mode === 'ordinary');
-  t.same(
-    ordinary.map((c) => c.case),
-    [...ATTACK_CASES],
-    'every case reported once, in order',
-  );
-  for (const attestedCase of ordinary) {
+  for (const mode of ['ordinary', 'restricted'])
+    t.same(
+      attested.cases.filter((c) => c.mode === mode).map((c) => c.case),
+      [...ATTACK_CASES],
+      `${mode}: every case reported once, in order`,
+    );
+  for (const attestedCase of attested.cases) {
     const skipped = SKIPPED_HERE[attestedCase.case];
     if (skipped !== undefined) {
-      t.equal(attestedCase.result, 'skipped', attestedCase.case);
+      t.equal(attestedCase.result, 'skipped', `${attestedCase.mode} ${attestedCase.case}`);
       t.match(attestedCase.reason, skipped, `${attestedCase.case} names why`);
-    } else t.equal(attestedCase.result, 'held', `${attestedCase.case}: ${attestedCase.reason}`);
+    } else t.equal(attestedCase.result, 'held', `${attestedCase.mode} ${attestedCase.case}: ${attestedCase.reason}`);
   }
   t.equal(attested.counts.broken, 0, 'nothing broken');
 }
