@@ -109,3 +109,30 @@ t.test('outside the sandbox every case with a working control is broken', async 
   t.match(applied.ordinary?.requirement, /the boundary attack case identity\.uid must hold .*uid=0/);
   t.equal(applied.attested, attested, 'the attestation is kept in the status');
 });
+
+t.test('the sanitizer build runs both modes clean and refuses bad arguments by name', async (t) => {
+  const asan = path.join(REPO_ROOT, 'attack/build/attack-battery-asan');
+  const run = (args: string[]): Promise<{ code: number; stdout: string; stderr: string }> =>
+    new Promise((resolve) =>
+      execFile(asan, args, { maxBuffer: 1024 * 1024 }, (error, stdout, stderr) =>
+        resolve({ code: error ? ((error as { code?: number }).code ?? -1) : 0, stdout, stderr }),
+      ),
+    );
+  const facts = ['pids=8', 'memory=16777216', 'tmp-size=1048576', `tmp-dir=${base}`, 'hidden=/etc', 'host-pid=1'];
+  for (const mode of ['control', 'attack']) {
+    const answer = await run([mode, ...facts]);
+    t.equal(answer.code, 0, `${mode}: exit 0`);
+    t.notMatch(answer.stderr, /Sanitizer|runtime error/, `${mode}: no sanitizer report`);
+    t.equal(
+      answer.stdout.trim().split('\n').length,
+      ATTACK_CASES.length + (mode === 'attack' ? 1 : 0),
+      'a line per case',
+    );
+  }
+  for (const bad of ['bogus=1', 'pids=x', 'pids=-1', 'noequals']) {
+    const answer = await run(['attack', bad]);
+    t.equal(answer.code, 2, bad);
+    t.match(answer.stderr, new RegExp(`argument ${bad.split('=')[0]}`), `${bad}: the argument is named`);
+    t.equal(answer.stdout, '', `${bad}: no case ran`);
+  }
+});
