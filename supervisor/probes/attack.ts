@@ -23,6 +23,8 @@ import type { AttestedCase, BoundaryAttestation, WorkerHostStatus } from './type
 
 /** The limits of the attack turn: small enough that the limit cases hit them quickly. */
 const ATTACK_LIMITS = { pids: 64, memory: 256 * 1024 * 1024 } as const;
+/** What the worker and the battery need besides a full /tmp under the turn's memory limit. */
+const TMP_MEMORY_MARGIN = 128 * 1024 * 1024;
 const ATTACK_TIMEOUT_SECONDS = 60;
 const CONTROL_TIMEOUT_MS = 60_000;
 const CONTROL_MAX_BUFFER = 1024 * 1024;
@@ -120,15 +122,19 @@ function deniedHost(config: TurnhostConfig): string {
 }
 
 /**
- * The attack turn's limits: ATTACK_LIMITS, lowered to what the configuration enforces (a turn
- * may only lower a limit).
+ * The attack turn's limits: ATTACK_LIMITS, raised past a full /tmp (its pages are charged to
+ * the turn's memory, so a smaller limit would end the turn in the tmp_size case), and lowered
+ * to what the configuration enforces (a turn may only lower a limit).
  */
 function attackLimits(status: WorkerHostStatus): AttackTurnRequest['limits'] {
-  const limits: AttackTurnRequest['limits'] = { ...ATTACK_LIMITS };
-  for (const name of ['pids', 'memory'] as const) {
-    const enforced = status.limits.enforced.find((entry) => entry.limit === name);
-    if (enforced !== undefined) limits[name] = Math.min(limits[name], enforced.value);
-  }
+  const enforced = (name: string): number | undefined =>
+    status.limits.enforced.find((entry) => entry.limit === name)?.value;
+  const tmpSize = enforced('tmp_size') ?? 0;
+  const limits: AttackTurnRequest['limits'] = {
+    pids: ATTACK_LIMITS.pids,
+    memory: Math.max(ATTACK_LIMITS.memory, tmpSize + TMP_MEMORY_MARGIN),
+  };
+  for (const name of ['pids', 'memory'] as const) limits[name] = Math.min(limits[name], enforced(name) ?? Infinity);
   return limits;
 }
 
@@ -145,7 +151,13 @@ function limitArguments(status: WorkerHostStatus, withheld: Withheld): string[] 
   for (const [limit, key, name] of names) {
     const absent = status.limits.absent.find((entry) => entry.limit === limit);
     const value = limit === 'tmp_size' ? limits.tmp_size : limits[limit];
+    const tmpBoundByMemory = limit === 'tmp_size' && value !== undefined && value + TMP_MEMORY_MARGIN > limits.memory;
     if (absent !== undefined) withheld.set(name, `status reports the ${limit} limit absent: ${absent.reason}`);
+    else if (tmpBoundByMemory)
+      withheld.set(
+        name,
+        `tmp_size (${value} bytes) is not below the memory limit (${limits.memory} bytes): memory bounds /tmp first`,
+      );
     else if (value === undefined) withheld.set(name, `status reports no ${limit} limit`);
     else args.push(`${key}=${value}`);
   }

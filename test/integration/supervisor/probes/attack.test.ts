@@ -58,7 +58,7 @@ const status: WorkerHostStatus = {
   limits: {
     enforced: [
       { limit: 'pids', source: 'cgroup', value: 128 },
-      { limit: 'memory', source: 'cgroup', value: 64 * 1024 * 1024 },
+      { limit: 'memory', source: 'cgroup', value: 256 * 1024 * 1024 },
       { limit: 'tmp_size', source: 'tmpfs', value: 4 * 1024 * 1024 },
     ],
     absent: [],
@@ -135,4 +135,32 @@ t.test('the sanitizer build runs both modes clean and refuses bad arguments by n
     t.match(answer.stderr, new RegExp(`argument ${bad.split('=')[0]}`), `${bad}: the argument is named`);
     t.equal(answer.stdout, '', `${bad}: no case ran`);
   }
+});
+
+t.test('a tmp_size the memory limit reaches first is not attacked, and says why', async (t) => {
+  const { logger } = createMemoryLogger('debug');
+  const small: WorkerHostStatus = {
+    ...status,
+    limits: {
+      enforced: status.limits.enforced.map((limit) =>
+        limit.limit === 'memory' ? { ...limit, value: 64 * 1024 * 1024 } : limit,
+      ),
+      absent: [],
+    },
+  };
+  const attested = await runAttackBattery({
+    config,
+    logger,
+    status: small,
+    host: unsandboxed,
+    ownPorts: [],
+    batteryPath: BATTERY,
+  });
+  if (!attested.ok) throw new Error(attested.detail);
+  const tmp = attested.cases.find((c) => c.case === 'limits.tmp_size');
+  t.equal(tmp?.result, 'skipped');
+  t.match(
+    tmp?.reason,
+    /tmp_size \(4194304 bytes\) is not below the memory limit \(67108864 bytes\): memory bounds \/tmp first/,
+  );
 });
