@@ -35,6 +35,7 @@ build-ts:
 build-native:
 	$(MAKE) -C identity-helper all
 	$(MAKE) -C worker all
+	$(MAKE) -C attack all
 
 # The typed client as its own package, @turnhost/client (docs/client.md): compiled alone, staged
 # in dist/client-package/ with the schema types written out (scripts/client-package.ts), packed
@@ -49,11 +50,12 @@ client-pack: node_modules/.package-lock.json
 build-test-native:
 	$(MAKE) -C identity-helper asan
 	$(MAKE) -C worker asan
+	$(MAKE) -C attack asan
 	$(MAKE) -C test/native
 
 # Lint: typescript-eslint (type-aware), the layering and cycle check, prettier, clang-format.
 C_SOURCES := $(wildcard identity-helper/src/*.[ch] identity-helper/fuzz/*.c worker/src/*.[ch] \
-                         worker/fuzz/*.c test/native/*.c)
+                         worker/fuzz/*.c test/native/*.c attack/src/*.[ch])
 lint: node_modules/.package-lock.json
 	npm run --silent lint
 	npm run --silent format:check
@@ -92,4 +94,5 @@ clean:
 	rm -rf dist .tap
 	$(MAKE) -C identity-helper clean
 	$(MAKE) -C worker clean
+	$(MAKE) -C attack clean
 	$(MAKE) -C test/native clean

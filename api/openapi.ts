@@ -204,7 +204,7 @@ function operation(route: ApiRoute, components: Components): Json {
     ...(route.body
       ? {
           requestBody: {
-            required: true,
+            required: route.body.optional !== true,
             content: content(
               route.body.contentType,
               route.body.schema,

@@ -20,6 +20,7 @@ import type {
   TurnList,
   TurnRecord,
   TurnResult,
+  WorkerHostCheckRequest,
   WorkerHostStatus,
   Workspace,
   WorkspaceCreateRequest,
@@ -160,8 +161,11 @@ export class TurnhostClient {
     return this.#transport.request<SystemStatus>('GET', '/api/status');
   }
 
-  checkWorkerHost(): Promise<WorkerHostStatus> {
-    return this.#transport.request<WorkerHostStatus>('POST', '/api/status/worker-host');
+  /** Re-runs the probes; with `{ attack: true }` also the attack battery (the answer's `attested`). */
+  checkWorkerHost(request: WorkerHostCheckRequest = {}): Promise<WorkerHostStatus> {
+    if (request.attack === undefined)
+      return this.#transport.request<WorkerHostStatus>('POST', '/api/status/worker-host');
+    return this.#transport.request<WorkerHostStatus>('POST', '/api/status/worker-host', jsonBody(request));
   }
 
   openapi(): Promise<Record<string, unknown>> {

@@ -114,6 +114,11 @@ stage_helper() {
   make -s -C "$repo/worker" all
   install -m 0755 "$repo/worker/build/turnhost-worker" "$code/turnhost-worker"
   strip --strip-unneeded --remove-section=.comment "$code/turnhost-worker"
+  # The attack battery (turnhost check --attack): static, so it runs in any view; where the
+  # supervisor looks for it under its package root.
+  make -s -C "$repo/attack" all
+  install -D -m 0755 "$repo/attack/build/attack-battery" "$code/attack/build/attack-battery"
+  strip --strip-unneeded --remove-section=.comment "$code/attack/build/attack-battery"
 }
 
 stage_system_files() {

@@ -25,6 +25,9 @@ import { startHttp, type HttpServerHandle } from './http/server.js';
 import { ensureApiToken } from './http/token.js';
 import { runWorkerHostProbes, type ProbeContext } from './probes/index.js';
 import type { WorkerHostStatus } from './probes/types.js';
+import type { AttackTrigger } from './probes/attack.js';
+import { BoundaryAttack } from './probes/attack-runner.js';
+import { TurnManagerAttackHost } from './http/attack-host.js';
 import { packageRoot, softwareIdentity } from './software.js';
 import type { TurnManager } from './turns/types.js';
 import { runHelperProbe, runSharedProbe } from './identity/helper-probe.js';
@@ -339,17 +342,33 @@ class WorkerHostProbes {
   latest: WorkerHostStatus | null = null;
   /** `live` once a reload has applied a change: status then describes the reloaded configuration. */
   configurationView: 'startup' | 'live' = 'startup';
+  /** The attack battery, once a turn manager exists to run it. */
+  attack: BoundaryAttack | null = null;
 
   constructor(
     private readonly context: ProbeContext,
     private readonly runProbes: (ctx: ProbeContext, trigger: 'boot' | 'check') => Promise<WorkerHostStatus>,
   ) {}
 
-  async run(trigger: 'boot' | 'check'): Promise<WorkerHostStatus> {
+  private async probe(trigger: 'boot' | 'check'): Promise<WorkerHostStatus> {
     const status = await this.runProbes(this.context, trigger);
     status.governed.configurationView = this.configurationView;
-    this.latest = status;
     return status;
+  }
+
+  async run(trigger: 'boot' | 'check'): Promise<WorkerHostStatus> {
+    const status = await this.probe(trigger);
+    // A broken attack case keeps its mode unavailable until an attack run shows it held.
+    this.latest = this.attack?.keep(status) ?? status;
+    return this.latest;
+  }
+
+  /** The probes, then the attack battery on the modes they offer; the answer becomes the latest status. */
+  async attackCheck(trigger: AttackTrigger): Promise<Result<{ status: WorkerHostStatus }>> {
+    if (this.attack === null) return fail('attack_failed', 'the attack battery needs the turn manager');
+    const attacked = await this.attack.run(await this.probe('check'), trigger);
+    if (attacked.ok) this.latest = attacked.status;
+    return attacked;
   }
 
   /** The boot probe: a failure is logged once and never refuses boot. */
@@ -362,6 +381,34 @@ class WorkerHostProbes {
       });
     }
   }
+}
+
+/**
+ * The attack battery on a turn manager (none: no attack), at boot when `probes.attackAtBoot`
+ * and every `probes.attackIntervalSeconds`; a run that fails is logged and changes nothing.
+ */
+async function startBoundaryAttack(
+  ctx: { config: TurnhostConfig; logger: Logger; store: EventStore; ownListeners: OwnListeners },
+  probes: WorkerHostProbes,
+  services: { turns?: TurnManager; workspaces?: WorkspaceService },
+  shutdown: ShutdownSteps,
+): Promise<void> {
+  const { config, logger, store, ownListeners } = ctx;
+  if (services.turns === undefined) return;
+  const workspaces = config.workspaces.root === null ? undefined : services.workspaces;
+  probes.attack = new BoundaryAttack({
+    config,
+    logger: logger.child({ component: 'attack' }),
+    events: store,
+    host: new TurnManagerAttackHost(services.turns, workspaces),
+    ownPorts: () => ownListeners.ports(),
+  });
+  if (config.probes.attackAtBoot) await probes.attackCheck('boot');
+  const seconds = config.probes.attackIntervalSeconds;
+  if (seconds === 0) return;
+  const timer = setInterval(() => void probes.attackCheck('schedule'), seconds * 1000);
+  timer.unref();
+  shutdown.push(() => clearInterval(timer));
 }
 
 /** Unbound events past retention (read at each pass) are pruned at boot and hourly. */
@@ -641,6 +688,7 @@ export async function startDaemon(
     {
       store,
       probes: () => probes.run('check'),
+      attack: () => probes.attackCheck('check'),
       latestStatus: () => probes.latest,
       capacity: () => sources.capacity,
       ...services,
@@ -650,6 +698,7 @@ export async function startDaemon(
     shutdown,
   );
   if (!listening.ok) return shutdown.abort(listening);
+  await startBoundaryAttack({ config, logger, store, ownListeners }, probes, services, shutdown);
 
   // Listeners bound, boot probe done: systemd may now order dependants after this unit.
   notifier.ready(readyStatus(probes.latest));

@@ -123,6 +123,25 @@ function renderCapacity(capacity) {
   draining.hidden = !capacity.draining;
 }
 
+// The last attack battery run (turnhost check --attack): every case, broken ones marked.
+function renderAttested(workerHost) {
+  const body = document.querySelector('#attested tbody');
+  body.replaceChildren();
+  const attested = workerHost?.attested;
+  const summary = document.getElementById('attested-summary');
+  if (attested === undefined) {
+    summary.textContent = 'No attack run yet: run turnhost check --attack.';
+    return;
+  }
+  const { held, broken, skipped } = attested.counts;
+  summary.textContent = `Attacked at ${attested.checkedAt}: ${held} held, ${broken} broken, ${skipped} skipped.`;
+  for (const attestedCase of attested.cases) {
+    const tr = row([attestedCase.mode, attestedCase.case, attestedCase.result, attestedCase.reason]);
+    if (attestedCase.result === 'broken') tr.className = 'warning';
+    body.append(tr);
+  }
+}
+
 async function refreshStatus() {
   const status = await getJson('/api/status');
   const workerHost = status.runtime.workerHost;
@@ -132,6 +151,7 @@ async function refreshStatus() {
   renderModes(workerHost);
   renderRootServer(workerHost);
   renderLimits(workerHost);
+  renderAttested(workerHost);
   document.getElementById('identity').textContent =
     workerHost === null
       ? 'The boot probe failed: run turnhost check.'

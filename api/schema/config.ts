@@ -434,6 +434,15 @@ export const TurnhostConfig = Type.Object(
       },
       section,
     ),
+    probes: Type.Object(
+      {
+        attackAtBoot: boolean(
+          'Run the attack battery (turnhost check --attack) once the supervisor listens; a broken case makes its mode unavailable.',
+        ),
+        attackIntervalSeconds: nonNegativeInteger('Run the attack battery again every this many seconds; 0: never.'),
+      },
+      { ...section, ...described('The attack battery (docs/probes.md, "Attack battery"), besides on request.') },
+    ),
     probeRoots: Type.Object(
       {
         proc: absolutePath('Where the probes read /proc.'),

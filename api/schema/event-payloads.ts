@@ -66,6 +66,15 @@ export const EVENT_PAYLOADS: Readonly<Record<string, EventPayloadDefinition>> = 
     limitHits: stringArray,
   }),
   worker_host_refusal: payload(1, { mode, requirement: string, trigger: oneOf('turn', 'boot', 'check') }),
+  // One attack run (turnhost check --attack): how many cases held, broke or were skipped, and
+  // the broken ones by name (the per-case evidence is in runtime.workerHost.attested).
+  boundary_attested: payload(1, {
+    held: count,
+    broken: count,
+    skipped: count,
+    brokenCases: stringArray,
+    trigger: oneOf('boot', 'check', 'schedule'),
+  }),
   worker_recovered: payload(1, { cgroup: string, usage: object, killedProcesses: count }),
   egress_connection: payload(1, {
     host: string,

@@ -20,7 +20,7 @@ import {
   WorkspaceList,
   WorkspaceListing,
 } from './workspaces.js';
-import { WorkerHostStatus } from './worker-host.js';
+import { WorkerHostCheckRequest, WorkerHostStatus } from './worker-host.js';
 
 type HttpMethod = 'get' | 'post' | 'put' | 'delete' | 'patch';
 
@@ -52,7 +52,8 @@ export interface ApiRoute {
   /** public: no token; token: the bearer token (or a status-page session for GET). */
   auth: 'public' | 'token';
   query?: Record<string, QueryParameter>;
-  body?: { contentType: string; schema: TSchema };
+  /** `optional`: the route also takes no body at all. */
+  body?: { contentType: string; schema: TSchema; optional?: boolean };
   responses: Record<number, SuccessResponse>;
   /** The codes this route answers beyond those every route may answer (COMMON_ERRORS). */
   errors: ErrorCode[];
@@ -153,10 +154,12 @@ export const ROUTES: ApiRoute[] = [
     method: 'post',
     path: '/api/status/worker-host',
     operationId: 'checkWorkerHost',
-    summary: 'Re-runs the worker-host probes (trigger check) and answers them. Takes no body.',
+    summary:
+      'Re-runs the worker-host probes (trigger check) and answers them; with `{ "attack": true }` also runs the attack battery in each available mode.',
     auth: 'token',
+    body: { contentType: 'application/json', schema: WorkerHostCheckRequest, optional: true },
     responses: { 200: { description: 'The new probe answer.', schema: WorkerHostStatus } },
-    errors: ['body_too_large'],
+    errors: ['body_too_large', 'unsupported_media_type', 'worker_host_unsupported'],
   },
   {
     method: 'get',

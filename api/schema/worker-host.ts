@@ -101,6 +101,59 @@ const WorkspaceCapStatus = Type.Object(
   { title: 'WorkspaceCapStatus' },
 );
 
+const AttackResult = Type.Union([Type.Literal('held'), Type.Literal('broken'), Type.Literal('skipped')]);
+
+const AttestedCase = Type.Object(
+  {
+    case: Type.String({ description: 'The case, e.g. seccomp.ptrace (docs/probes.md, "Attack battery").' }),
+    mode: WorkerMode,
+    result: AttackResult,
+    reason: Type.String({
+      description:
+        'The evidence (errno, bytes, exit status), or why the case was skipped (its control failed, a fact withheld).',
+    }),
+    checkedAt: Type.String({ format: 'date-time' }),
+  },
+  { title: 'AttestedCase' },
+);
+
+const BoundaryAttestation = Type.Object(
+  {
+    checkedAt: Type.String({ format: 'date-time' }),
+    identity: Type.Optional(IdentityMode),
+    cases: Type.Array(AttestedCase, { description: 'Every case in every mode that was attacked.' }),
+    counts: Type.Object({
+      held: Type.Integer({ minimum: 0 }),
+      broken: Type.Integer({ minimum: 0 }),
+      skipped: Type.Integer({ minimum: 0 }),
+    }),
+  },
+  {
+    title: 'BoundaryAttestation',
+    description: 'The last attack battery run (turnhost check --attack); a broken case makes its mode unavailable.',
+  },
+);
+
+/** The optional body of POST /api/status/worker-host. */
+export const WorkerHostCheckRequest = Type.Object(
+  {
+    attack: Type.Optional(
+      Type.Boolean({
+        description:
+          'Also run the attack battery as a turn in each available mode (docs/probes.md, "Attack battery"); the answer then carries `attested`.',
+        'x-detail': 'expected a boolean',
+      }),
+    ),
+  },
+  {
+    title: 'WorkerHostCheckRequest',
+    additionalProperties: false,
+    'x-detail': 'expected a JSON object',
+    'x-unknown': 'unknown field',
+  },
+);
+export type WorkerHostCheckRequest = Static<typeof WorkerHostCheckRequest>;
+
 export const WorkerHostStatus = Type.Object(
   {
     ordinary: Type.Optional(ModeAvailability),
@@ -119,6 +172,7 @@ export const WorkerHostStatus = Type.Object(
     limits: WorkerLimitsStatus,
     governed: GovernedStatus,
     boundary: BoundaryFacilities,
+    attested: Type.Optional(BoundaryAttestation),
   },
   { title: 'WorkerHostStatus' },
 );

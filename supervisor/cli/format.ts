@@ -133,6 +133,22 @@ export function formatWorkerHost(status: WorkerHostStatus | null): string {
   return table(workerHostRows(status));
 }
 
+/** The attack battery's cases, one row each: mode, case, result and its evidence or reason. */
+export function formatAttestation(attested: WorkerHostStatus['attested']): string {
+  if (attested === undefined) return 'attack battery: no run\n';
+  const { held, broken, skipped } = attested.counts;
+  const rows = attested.cases.map((c) => [c.mode, c.case, c.result, c.reason]);
+  const widths = [0, 1, 2].map((column) => Math.max(...rows.map((row) => row[column]!.length), 4));
+  const lines = rows.map((row) =>
+    row.map((cell, column) => (column < 3 ? cell.padEnd(widths[column]!) : cell)).join('  '),
+  );
+  return (
+    [...lines, `attack battery at ${attested.checkedAt}: ${held} held, ${broken} broken, ${skipped} skipped`].join(
+      '\n',
+    ) + '\n'
+  );
+}
+
 interface StatusAnswer {
   software: { release: string; sourceCommit: string };
   host: { kernel: string; distro: string; cpus: number; memoryBytes: number };

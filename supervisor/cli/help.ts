@@ -14,7 +14,7 @@ export const USAGE = `usage: turnhost <command> [options]
 
   serve   [--config FILE] [--listen HOST:PORT] [--socket PATH] [--data-dir DIR] [--log-level L]
   status  [--json]                       what the running supervisor reports
-  check   [--json]                       re-run the worker-host probes (exit 4 when ordinary or workspace turns are unavailable)
+  check   [--attack] [--json]            re-run the worker-host probes (exit 4 when ordinary or workspace turns are unavailable)
   drain   [--off] [--json]               refuse new turns (running ones end as they would); --off takes them again
   events  [--session S] [--turn T] [--kind K] [--after ID | --desc [--before ID]] [--limit N] [--follow] [--json]
   run     [--mode M] [--tty] [--timeout S] [--cwd DIR] [--env K=V]... [--allow HOST]...
@@ -48,11 +48,15 @@ identity, limits), prepared workers. --json prints the GET /api/status answer (s
 
 ${CLIENT_OPTIONS_HELP}
 `,
-  check: `usage: turnhost check [--json] [client options]
+  check: `usage: turnhost check [--attack] [--json] [client options]
 
 Re-runs the worker-host probes and prints, per mode (and for workspace turns when workspaces
 are configured), whether it is available and otherwise the missing requirement. Exits 4 when
 ordinary mode, or configured workspace turns, are unavailable.
+
+--attack also runs the attack battery as a turn in each available mode and prints every case
+(held, broken or skipped, with its evidence); a broken case makes its mode unavailable, naming
+the case (docs/probes.md, "Attack battery").
 
 ${CLIENT_OPTIONS_HELP}
 `,

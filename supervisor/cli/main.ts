@@ -13,7 +13,7 @@ import type { EventsPage as EventPage, GovernanceEvent, WorkerHostStatus } from 
 import type { TurnRequest } from '../turns/types.js';
 import { call, cliFailure, clientFor, resolveConnection, type Connection } from './client.js';
 import { CliExit, EXIT } from './exit-codes.js';
-import { formatCapacity, formatEvent, formatStatus, formatWorkerHost } from './format.js';
+import { formatAttestation, formatCapacity, formatEvent, formatStatus, formatWorkerHost } from './format.js';
 import { COMMAND_HELP, USAGE } from './help.js';
 import { bashCompletion } from './completion.js';
 import { runLocal, runRemote } from './run.js';
@@ -41,7 +41,7 @@ const CLIENT_OPTIONS: Options = { ...CONFIG_OPTIONS, server: { type: 'string' },
 const COMMAND_OPTIONS: Record<string, Options> = {
   serve: { ...CONFIG_OPTIONS, listen: { type: 'string' }, socket: { type: 'string' }, 'log-level': { type: 'string' } },
   status: CLIENT_OPTIONS,
-  check: CLIENT_OPTIONS,
+  check: { ...CLIENT_OPTIONS, attack: { type: 'boolean' } },
   drain: { ...CLIENT_OPTIONS, off: { type: 'boolean' } },
   events: {
     ...CLIENT_OPTIONS,
@@ -211,14 +211,17 @@ async function status(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
 
 async function check(values: Values, env: NodeJS.ProcessEnv): Promise<number> {
   const connection = connect(values, env);
-  const body: WorkerHostStatus = await call(connection, 'check', (client) => client.checkWorkerHost());
+  const attack = values['attack'] === true;
+  const body: WorkerHostStatus = await call(connection, 'check', (client) =>
+    client.checkWorkerHost(attack ? { attack } : {}),
+  );
   // Drain is the operator's choice, not a fault: reported, never an exit code of its own.
   const capacity = (await call(connection, 'check', (client) => client.status())).runtime.capacity;
-  print(
-    values['json']
-      ? JSON.stringify(capacity === undefined ? body : { ...body, capacity }, null, 2) + '\n'
-      : formatWorkerHost(body) + (capacity === undefined ? '' : formatCapacity(capacity)),
-  );
+  const text =
+    formatWorkerHost(body) +
+    (attack ? formatAttestation(body.attested) : '') +
+    (capacity === undefined ? '' : formatCapacity(capacity));
+  print(values['json'] ? JSON.stringify(capacity === undefined ? body : { ...body, capacity }, null, 2) + '\n' : text);
   // Configured workspaces that cannot run a turn are as unusable as the mode itself.
   const usable = body.ordinary?.available === true && body.workspaceTurns?.available !== false;
   return usable ? EXIT.ok : EXIT.unavailable;

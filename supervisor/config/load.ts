@@ -112,6 +112,7 @@ export function defaultConfig(options: { installed: boolean; cwd: string }): Tur
       outputRetainBytes: 16 * 1024 * 1024,
     },
     workspaces: { root: options.installed ? INSTALLED_WORKSPACES_ROOT : null, maxBytes: null, maxFiles: null },
+    probes: { attackAtBoot: false, attackIntervalSeconds: 0 },
     probeRoots: { proc: '/proc', sysFsCgroup: '/sys/fs/cgroup' },
   };
 }

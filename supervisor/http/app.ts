@@ -13,6 +13,7 @@ import express, {
   type Router,
 } from 'express';
 import type { Logger } from '../../core/log.js';
+import type { Result } from '../../core/result.js';
 import type { TurnhostConfig } from '../config/types.js';
 import type { EventStore } from '../events/types.js';
 import type { WorkerHostStatus } from '../probes/types.js';
@@ -25,7 +26,7 @@ import { MAX_BODY_BYTES, sendError } from './errors.js';
 import { parseEventQuery } from './event-query.js';
 import { requestQuery, sendQueryRefusal } from './query-params.js';
 import type { HostFacts } from './host-facts.js';
-import { refuseBody, route } from './routing.js';
+import { route } from './routing.js';
 import { registerTurnRoutes } from './turn-routes.js';
 import { registerSessionRoutes } from './session-routes.js';
 import { registerHostWriteRoute } from './host-write-route.js';
@@ -35,6 +36,7 @@ import type { Metrics } from '../observe/metrics.js';
 import { registerMetricsRoute } from './metrics-route.js';
 import { hostCapacity, registerDrainRoute, registerReadyRoute } from './placement-routes.js';
 import { registerStatusPage } from './status-page.js';
+import { workerHostCheck } from './worker-host-check.js';
 import type { UiSessions } from './ui-session.js';
 import { requestIds, requestLogger } from './request-id.js';
 import { renderOpenApi } from '../../api/openapi.js';
@@ -50,6 +52,8 @@ export interface AppDeps {
   store: EventStore;
   /** Re-runs the probes (trigger "check") and records the answer as the latest status. */
   probes: () => Promise<WorkerHostStatus>;
+  /** Re-runs the probes and the attack battery (`POST /api/status/worker-host` with `attack`). */
+  attack?: () => Promise<Result<{ status: WorkerHostStatus }>>;
   /** The latest probe answer, or null when the boot probe failed and no check has run since. */
   latestStatus: () => WorkerHostStatus | null;
   /** Where the running `turns.maxConcurrent` came from; the status reports it with the uid range's cap when given. */
@@ -247,12 +251,7 @@ function registerStatusRoutes(api: Router, deps: AppDeps): void {
     },
   });
   route(api, '/api/status/worker-host', {
-    post: [
-      refuseBody,
-      async (_req, res) => {
-        res.json(await deps.probes());
-      },
-    ],
+    post: workerHostCheck({ probes: deps.probes, ...(deps.attack ? { attack: deps.attack } : {}) }),
   });
 }
 

@@ -209,6 +209,20 @@ function registerWorkerHostMetrics(sources: MetricsSources, registers: Registers
       }
     },
   });
+  new Gauge({
+    name: 'turnhost_boundary_attested_cases',
+    help: 'The latest attack battery run (turnhost check --attack): its cases per mode and result (held, broken, skipped); none before a run.',
+    labelNames: ['mode', 'result'],
+    registers,
+    collect() {
+      this.reset();
+      const attested = sources.latestStatus()?.attested;
+      if (attested === undefined) return;
+      for (const mode of MODES)
+        for (const result of ['held', 'broken', 'skipped'] as const)
+          this.set({ mode, result }, attested.cases.filter((c) => c.mode === mode && c.result === result).length);
+    },
+  });
 }
 
 /** What the daemon reports of itself: configuration reloads and journal sends. */

@@ -15,7 +15,7 @@ import {
 } from '../../core/linux-abi.js';
 import type { BoundaryFacilities } from './types.js';
 
-/** The filter compiled by worker/seccomp answers with these actions. */
+/** The filter compiled by core/seccomp answers with these actions. */
 const REQUIRED_SECCOMP_ACTIONS = ['errno', 'kill_process', 'allow'] as const;
 
 export function probeSeccomp(procRoot: string): BoundaryFacilities['seccomp'] {

@@ -4,7 +4,7 @@
  * "Verified worker identity", "Worker resource limits", "Governed availability").
  */
 import type { LimitName, LimitSource } from '../../core/limits.js';
-import type { IdentityMode } from '../../core/modes.js';
+import type { IdentityMode, WorkerMode } from '../../core/modes.js';
 import type { ProtectedPathMode } from '../config/types.js';
 
 export type ProbeTrigger = 'boot' | 'turn' | 'check';
@@ -90,6 +90,26 @@ export interface WorkspaceCapStatus {
   requirement?: string;
 }
 
+export type AttackResult = 'held' | 'broken' | 'skipped';
+
+/** One case of the attack battery in one mode (docs/probes.md, "Attack battery"). */
+export interface AttestedCase {
+  case: string;
+  mode: WorkerMode;
+  result: AttackResult;
+  /** The evidence: the errno, bytes or exit status seen, or why the case was skipped. */
+  reason: string;
+  checkedAt: string;
+}
+
+/** The last attack run: every case in every enabled mode, and how many of each outcome. */
+export interface BoundaryAttestation {
+  checkedAt: string;
+  identity?: IdentityMode;
+  cases: AttestedCase[];
+  counts: { held: number; broken: number; skipped: number };
+}
+
 export interface WorkerHostStatus {
   ordinary?: ModeAvailability;
   restricted?: ModeAvailability;
@@ -110,4 +130,6 @@ export interface WorkerHostStatus {
   limits: WorkerLimitsStatus;
   governed: GovernedStatus;
   boundary: BoundaryFacilities;
+  /** The last `check --attack` (or boot/scheduled attack run); absent until one ran. */
+  attested?: BoundaryAttestation;
 }

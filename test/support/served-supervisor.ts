@@ -58,6 +58,8 @@ export interface SupervisorOptions {
   codeRoot?: string;
   /** With `workspaces`: more `workspaces` keys (e.g. maxBytes, maxFiles). */
   workspacesConfig?: Record<string, unknown>;
+  /** `probes` keys (e.g. attackAtBoot). */
+  probes?: Record<string, unknown>;
 }
 
 export interface CliResult {
@@ -257,6 +259,8 @@ export function writeSupervisorConfig(
       egress: { allowAddressRanges: [] },
       turns: { workspaceRoots: [workspace], preparedWorkers: 0, ...options.turns },
       ...(options.workspaces ? { workspaces: { root: workspacesRoot, ...options.workspacesConfig } } : {}),
+      ...(options.workspaces ? { workspaces: { root: workspacesRoot } } : {}),
+      ...(options.probes ? { probes: options.probes } : {}),
     }),
   );
   fs.chmodSync(configPath, 0o644);

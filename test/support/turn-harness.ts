@@ -46,6 +46,8 @@ export interface TurnHarness {
   config: TurnhostConfig;
   workspace: string;
   uidRange: { first: number; count: number };
+  /** The probes' context the turn manager was built with, for a test that runs the probes itself. */
+  probeContext: ProbeContext;
   logLines: string[];
   close(): Promise<void>;
 }
@@ -150,19 +152,20 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
   const helper = config.identityHelper.path
     ? { path: config.identityHelper.path, configPath: config.identityHelper.configPath }
     : null;
+  const probeContext: ProbeContext = {
+    config,
+    logger,
+    env: {},
+    ...(helper
+      ? { helperProbe: () => runHelperProbe(helper), helperView: (request) => runHelperView(helper, request) }
+      : sharedProbes(helperDir, worker)),
+  };
   const { turns, workspaces } = await composeTurnServices({
     config,
     logger,
     events,
     db: db.db,
-    probeContext: {
-      config,
-      logger,
-      env: {},
-      ...(helper
-        ? { helperProbe: () => runHelperProbe(helper), helperView: (request) => runHelperView(helper, request) }
-        : sharedProbes(helperDir, worker)),
-    },
+    probeContext,
     worker,
     env: {},
     cgroupSubtreeName: subtreeName,
@@ -178,6 +181,7 @@ export async function createTurnHarness(options: HarnessOptions): Promise<TurnHa
     config,
     workspace,
     uidRange,
+    probeContext,
     logLines: lines,
     async close() {
       await turns.close();

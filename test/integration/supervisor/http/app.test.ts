@@ -61,18 +61,34 @@ t.test('status, worker-host check and their shapes', async (t) => {
   const after = await s.request('GET', '/api/status');
   t.equal(after.json.runtime.workerHost.ordinary.trigger, 'check', 'status shows the latest probe');
 
-  const withBody = await s.request('POST', '/api/status/worker-host', {
-    body: '{}',
-    headers: { 'content-type': 'application/json' },
-  });
-  t.equal(withBody.status, 400);
-  t.same(withBody.json, { error: 'body: this request takes no body', code: 'invalid_request' });
+  // The body is optional: an empty JSON object is the plain check.
+  const json = { 'content-type': 'application/json' };
+  const emptyBody = await s.request('POST', '/api/status/worker-host', { body: '{}', headers: json });
+  t.equal(emptyBody.status, 200);
+  t.equal(emptyBody.json.ordinary.trigger, 'check');
+  t.equal(s.probeCalls(), 2);
+  const refusals: Array<[string, Record<string, string>, string, string]> = [
+    ['{"attack":"yes"}', json, 'attack', 'attack: expected a boolean'],
+    ['{"attack":true,"nope":1}', json, 'nope', 'nope: unknown field'],
+    ['[]', json, 'body', 'body: expected a JSON object'],
+    ['attack', { 'content-type': 'text/plain' }, 'body', 'body: expected an application/json object'],
+  ];
+  for (const [body, headers, field, error] of refusals) {
+    const refused = await s.request('POST', '/api/status/worker-host', { body, headers });
+    t.equal(refused.status, 400, body);
+    t.match(refused.json, { code: 'invalid_request', field, error }, body);
+  }
   const chunked = await s.request('POST', '/api/status/worker-host', {
     body: 'x',
     headers: { 'transfer-encoding': 'chunked' },
   });
-  t.equal(chunked.status, 400, 'a chunked body counts as a body');
-  t.equal(s.probeCalls(), 1, 'refused checks run no probe');
+  t.equal(chunked.status, 400, 'a chunked body counts as a body, and it is not JSON');
+  t.equal(chunked.json.field, 'body');
+  // This server has no turn manager: nothing can run the battery, and the refusal says so.
+  const attack = await s.request('POST', '/api/status/worker-host', { body: '{"attack":true}', headers: json });
+  t.equal(attack.status, 503);
+  t.match(attack.json, { code: 'worker_host_unsupported', error: /attack: the attack battery needs the turn manager/ });
+  t.equal(s.probeCalls(), 2, 'refused checks run no probe');
 });
 
 t.test('404, 405, 413', async (t) => {

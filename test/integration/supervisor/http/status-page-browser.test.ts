@@ -233,6 +233,37 @@ t.test("the sign-in names this server's token file; the root-server warning and 
   await page.close();
 });
 
+t.test('the attested boundary lists every case of the last attack run', async (t) => {
+  const workspace = path.join(dir, 'attack-workspace');
+  fs.mkdirSync(workspace, { mode: 0o777 });
+  fs.chmodSync(workspace, 0o777);
+  const attacked = await daemon('attack', { turns: { workspaceRoots: [workspace], preparedWorkers: 0 } }, true);
+  const page = await context.newPage();
+  await signIn(page, base(attacked));
+  const summary = page.locator('#attested-summary');
+  await summary.waitFor();
+  t.match(await summary.textContent(), /No attack run yet/);
+  const connection = {
+    target: { kind: 'tcp' as const, host: '127.0.0.1', port: attacked.http.tcp!.port },
+    token: TOKEN,
+  };
+  const answer = (await apiRequest(connection, 'POST', '/api/status/worker-host', { attack: true })) as {
+    status: number;
+    body: { attested?: { cases: Array<{ result: string }> } };
+  };
+  t.equal(answer.status, 200);
+  await page.reload();
+  await page.locator('#attested tbody tr').first().waitFor();
+  t.equal(await page.locator('#attested tbody tr').count(), answer.body.attested?.cases.length, 'a row per case');
+  t.match(await summary.textContent(), /Attacked at .*: \d+ held, 0 broken, \d+ skipped\./);
+  t.match(
+    await page.locator('#attested tbody tr', { hasText: 'seccomp.ptrace' }).textContent(),
+    /ordinary\s*seccomp\.ptrace\s*held\s*EPERM/,
+  );
+  await page.screenshot({ path: path.join(screenshots, '5-attested-boundary.png'), fullPage: true });
+  await page.close();
+});
+
 t.test('every API answer and message the page received matches the OpenAPI document', async (t) => {
   await Promise.all(browserChecks);
   t.ok(checkedAnswers > 0 && checkedMessages > 0, `${checkedAnswers} answers, ${checkedMessages} messages checked`);

@@ -14,6 +14,7 @@ const valid: Record<string, Record<string, unknown>> = {
   },
   worker_exit: { status: 'exited', exitCode: 0, signal: null, durationMs: 12.5, usage: {}, limitHits: [] },
   worker_host_refusal: { mode: 'restricted', requirement: 'seccomp', trigger: 'turn' },
+  boundary_attested: { held: 36, broken: 1, skipped: 2, brokenCases: ['seccomp.ptrace'], trigger: 'check' },
   worker_recovered: { cgroup: '/turn-1', usage: {}, killedProcesses: 2 },
   egress_connection: {
     host: 'api.test',
