@@ -330,7 +330,8 @@ function putWorkspaceArchive(deps: WorkspaceRouteDeps): RequestHandler {
         ...(extracted.reason === 'invalid_archive' ? { field: 'body' } : {}),
       });
     }
-    res.status(200).json({ path: rel, ...extracted });
+    const { files, directories, bytes } = extracted;
+    res.status(200).json({ path: rel, files, directories, bytes });
   };
 }
 

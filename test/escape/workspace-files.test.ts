@@ -6,66 +6,19 @@
  * and links; a turn swapping a directory for a link to a host directory while the host writes,
  * makes directories, lists and removes there gets nothing done outside the workspace.
  */
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
-import {
-  plainUid,
-  setUpHelper,
-  startSupervisor,
-  stopSupervisors,
-  supervisorBase,
-  type ServedSupervisor,
-} from '../support/served-supervisor.js';
+import { plainUid } from '../support/served-supervisor.js';
+import { curl, startServedSupervisors } from '../support/served-workspaces.js';
 import { stopTapInjectingIntoChildren } from '../support/no-tap-inject.js';
 
 stopTapInjectingIntoChildren();
 
-const RANGE = { first: 3_191_000, count: 8 };
-const separateBase = supervisorBase('wsf-separate');
-const helper = setUpHelper([separateBase.dataDir], RANGE, { roots: [separateBase.workspacesRoot] });
-t.teardown(() => helper.remove());
-const supervisors: Array<[string, ServedSupervisor]> = [
-  ['separate_uid, root supervisor', await startSupervisor({ name: 'wsf-separate', helper, workspaces: true })],
-  ['shared_uid, non-root supervisor', await startSupervisor({ name: 'wsf-user', uid: plainUid(6), workspaces: true })],
-];
-t.teardown(() => stopSupervisors(supervisors.map(([, supervisor]) => supervisor)));
-
-interface Answer {
-  status: number;
-  body: string;
-  json: any;
-}
-
-/** curl, a client of its own, against the supervisor's (contract-checked) socket. */
-function curl(supervisor: ServedSupervisor, method: string, url: string, data?: string): Promise<Answer> {
-  const token = fs.readFileSync(path.join(supervisor.dataDir, 'api-token'), 'utf8').trim();
-  const args = ['-s', '-X', method, '--unix-socket', supervisor.socket, '-H', `Authorization: Bearer ${token}`];
-  if (data !== undefined) args.push('-H', 'Content-Type: application/octet-stream', '--data-binary', '@-');
-  // The contract proxy forwards a request without a length chunked: say there is no body.
-  else args.push('-H', 'Content-Length: 0');
-  args.push('-w', '\n%{http_code}', `http://turnhost${url}`);
-  return new Promise((resolve, reject) => {
-    const child = spawn('curl', args, { stdio: ['pipe', 'pipe', 'inherit'] });
-    const out: Buffer[] = [];
-    child.stdout.on('data', (d: Buffer) => out.push(d));
-    child.on('error', reject);
-    child.on('close', () => {
-      const text = Buffer.concat(out).toString('utf8');
-      const cut = text.lastIndexOf('\n');
-      const body = text.slice(0, cut);
-      let json: any = null;
-      try {
-        json = JSON.parse(body);
-      } catch {
-        json = null;
-      }
-      resolve({ status: Number(text.slice(cut + 1)), body, json });
-    });
-    child.stdin.end(data ?? '');
-  });
-}
+const supervisors = await startServedSupervisors(t.teardown.bind(t), { first: 3_191_000, count: 8 }, [
+  { label: 'separate_uid, root supervisor', name: 'wsf-separate', helper: true },
+  { label: 'shared_uid, non-root supervisor', name: 'wsf-user', uid: plainUid(6) },
+]);
 
 const files = (id: string, query: Record<string, string>) =>
   `/api/workspaces/${id}/files?${new URLSearchParams(query).toString()}`;

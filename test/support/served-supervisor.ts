@@ -52,6 +52,8 @@ export interface SupervisorOptions {
   workspacesRoot?: string;
   /** More `turns` keys (e.g. outputRetainBytes). */
   turns?: Record<string, unknown>;
+  /** With `workspaces`: more `workspaces` keys (e.g. maxBytes). */
+  workspaceKeys?: Record<string, unknown>;
 }
 
 export interface CliResult {
@@ -244,7 +246,7 @@ export function writeSupervisorConfig(
       limits: options.limits ?? { memory: '512M', pids: 128, cpu: 1, open_files: 1024, tmp_size: '16M' },
       egress: { allowAddressRanges: [] },
       turns: { workspaceRoots: [workspace], preparedWorkers: 0, ...options.turns },
-      ...(options.workspaces ? { workspaces: { root: workspacesRoot } } : {}),
+      ...(options.workspaces ? { workspaces: { root: workspacesRoot, ...options.workspaceKeys } } : {}),
     }),
   );
   fs.chmodSync(configPath, 0o644);
