@@ -14,9 +14,9 @@ import { TarReader, type TarEntry } from './tar-format.js';
 import type { WorkspaceFileFailure } from './types.js';
 
 /** Entries (files and directories, metadata headers not counted) one archive may hold. */
-export const MAX_ARCHIVE_ENTRIES = 100_000;
+const MAX_ARCHIVE_ENTRIES = 100_000;
 /** Longest entry name accepted, in bytes (the fs guard's path bound). */
-export const MAX_ARCHIVE_NAME_BYTES = 4096;
+const MAX_ARCHIVE_NAME_BYTES = 4096;
 /** Largest pax extended header accepted. */
 const MAX_PAX_BYTES = 64 * 1024;
 /** Zero padding accepted after the end-of-archive marker (tar pads to 10240-byte records). */

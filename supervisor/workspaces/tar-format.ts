@@ -8,10 +8,10 @@
  */
 import { fail, ok, type Result } from '../../core/result.js';
 
-export const BLOCK = 512;
+const BLOCK = 512;
 
 /** What a header's typeflag says the entry is. */
-export type TarEntryKind =
+type TarEntryKind =
   'file' | 'directory' | 'symlink' | 'hardlink' | 'character_device' | 'block_device' | 'fifo' | 'unsupported';
 
 export interface TarEntry {

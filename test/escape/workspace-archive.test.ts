@@ -16,6 +16,7 @@ import t from 'tap';
 import { plainUid, type ServedSupervisor } from '../support/served-supervisor.js';
 import { curl, startServedSupervisors } from '../support/served-workspaces.js';
 import { stopTapInjectingIntoChildren } from '../support/no-tap-inject.js';
+import { until } from '../support/until.js';
 
 stopTapInjectingIntoChildren();
 
@@ -257,12 +258,15 @@ while not os.path.exists('race/stop'):
     swaps += 1
 print(swaps)
 `;
-      let settled = false;
+      const turnState = { settled: false };
       const turn = supervisor.cli(['run', '--workspace', id, '--', 'python3', '-c', swapper]).finally(() => {
-        settled = true;
+        turnState.settled = true;
       });
-      // The turn has made its tree once its link is there.
-      while (!settled && !fs.existsSync(path.join(root, id, 'race/d.lnk'))) await new Promise((r) => setTimeout(r, 20));
+      // The turn has made its tree once its link is there (or it ended early: its result says why).
+      t.ok(
+        await until(() => turnState.settled || fs.existsSync(path.join(root, id, 'race/d.lnk')), 120_000),
+        'the turn made its tree',
+      );
       let sawLink = 0;
       for (let i = 0; i < 40; i++) {
         const got = await curl(supervisor, 'GET', archiveUrl(id, 'race'));
