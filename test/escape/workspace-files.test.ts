@@ -1,7 +1,8 @@
 /**
  * The workspace file API through a real `turnhost serve`, driven with curl over its unix socket,
- * in separate_uid (root supervisor, the identity helper) and shared_uid (non-root supervisor, the
- * worker in a user namespace of its uid): an upload into a new directory leaves a directory the
+ * in separate_uid under a root supervisor (a helper copy) and under a non-root one (a setuid
+ * helper with its config compiled in, the supervisor's gid its caller group), and in shared_uid
+ * (non-root supervisor, the worker in a user namespace of its uid): an upload into a new directory leaves a directory the
  * workspace's next turn writes in; listing, mkdir and delete; every operation refuses traversal
  * and links; a turn swapping a directory for a link to a host directory while the host writes,
  * makes directories, lists and removes there gets nothing done outside the workspace.
@@ -18,6 +19,13 @@ stopTapInjectingIntoChildren();
 const supervisors = await startServedSupervisors(t.teardown.bind(t), { first: 3_191_000, count: 8 }, [
   { label: 'separate_uid, root supervisor', name: 'wsf-separate', helper: true },
   { label: 'shared_uid, non-root supervisor', name: 'wsf-user', uid: plainUid(6) },
+  {
+    label: 'separate_uid, non-root supervisor',
+    name: 'wsf-separate-user',
+    helper: true,
+    uid: plainUid(32),
+    range: { first: 3_198_500, count: 8 },
+  },
 ]);
 
 const files = (id: string, query: Record<string, string>) =>
@@ -31,6 +39,7 @@ for (const [name, supervisor] of supervisors) {
     t.equal((await supervisor.cli(['workspace', 'create', id])).code, 0);
     const shown = JSON.parse((await supervisor.cli(['workspace', 'show', id, '--json'])).stdout).workspace;
     const owner = shown.uid ?? supervisor.uid;
+    t.equal(shown.identity, name.startsWith('separate') ? 'separate_uid' : 'shared_uid');
 
     t.test('an upload into a new directory: the next turn writes beside it', async (t) => {
       const put = await curl(supervisor, 'PUT', files(id, { path: 'src/app.py' }), 'print(1)\n');

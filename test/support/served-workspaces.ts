@@ -1,7 +1,7 @@
 /**
  * Real `turnhost serve` supervisors with workspaces, one per identity mode a test file covers:
- * separate_uid through a helper copy leased `range` (root supervisor), shared_uid under root or
- * under a throwaway non-root uid. Each is stopped, and the helper removed, when the test ends.
+ * separate_uid through a helper copy leased `range` (root supervisor) or a setuid helper of its
+ * own (non-root supervisor), shared_uid under root or under a throwaway non-root uid. Each is stopped, and the helper removed, when the test ends.
  * Also curl, a client of its own, against a supervisor's contract-checked socket.
  */
 import { spawn } from 'node:child_process';
@@ -12,6 +12,7 @@ import {
   startSupervisor,
   stopSupervisors,
   supervisorBase,
+  type HelperSetup,
   type ServedSupervisor,
 } from './served-supervisor.js';
 
@@ -20,8 +21,13 @@ export interface ServedMode {
   label: string;
   /** The supervisor's name (its directories and cgroups). */
   name: string;
-  /** separate_uid: the supervisor uses the helper (root). */
+  /**
+   * separate_uid: the supervisor uses the helper. A root supervisor shares the file's helper; a
+   * non-root one (`uid`) gets a setuid helper of its own, leasing from `range`.
+   */
   helper?: boolean;
+  /** The uid range of a non-root supervisor's own helper. */
+  range?: { first: number; count: number };
   /** A non-root supervisor's uid (plainUid(slot)); absent: root. */
   uid?: number;
   /** More `workspaces` keys of its config (e.g. maxBytes). */
@@ -34,7 +40,9 @@ export async function startServedSupervisors(
   range: { first: number; count: number },
   modes: ServedMode[],
 ): Promise<Array<[string, ServedSupervisor]>> {
-  const bases = modes.filter((mode) => mode.helper === true).map((mode) => supervisorBase(mode.name));
+  const bases = modes
+    .filter((mode) => mode.helper === true && mode.uid === undefined)
+    .map((mode) => supervisorBase(mode.name));
   const helper =
     bases.length > 0
       ? setUpHelper(
@@ -47,16 +55,25 @@ export async function startServedSupervisors(
   const started: Array<[string, ServedSupervisor]> = [];
   teardown(() => stopSupervisors(started.map(([, supervisor]) => supervisor)));
   for (const mode of modes) {
+    const own = mode.helper === true && mode.uid !== undefined ? nonRootHelper(mode, mode.uid) : null;
+    if (own) teardown(() => own.remove());
+    const modeHelper = own ?? (mode.helper === true ? helper : null);
     const supervisor = await startSupervisor({
       name: mode.name,
       workspaces: true,
-      ...(mode.helper === true && helper ? { helper } : {}),
+      ...(modeHelper ? { helper: modeHelper } : {}),
       ...(mode.uid === undefined ? {} : { uid: mode.uid }),
       ...(mode.workspaceKeys ? { workspaceKeys: mode.workspaceKeys } : {}),
     });
     started.push([mode.label, supervisor]);
   }
   return started;
+}
+
+/** A setuid helper for one non-root separate_uid supervisor, leasing from its own range. */
+function nonRootHelper(mode: ServedMode, uid: number): HelperSetup {
+  if (!mode.range) throw new Error(`${mode.name}: a non-root separate_uid supervisor needs its own uid range`);
+  return setUpHelper([], mode.range, { roots: [supervisorBase(mode.name).workspacesRoot] }, { uid, name: mode.name });
 }
 
 export interface CurlAnswer {
