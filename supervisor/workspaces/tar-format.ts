@@ -64,7 +64,8 @@ class ByteQueue {
   /** Exactly `n` bytes, or fewer when the source ends first (then the archive is short). */
   async take(n: number): Promise<Buffer> {
     while (this.buffered < n && !this.ended) {
-      const next = await this.iterator.next();
+      const next = await this.iterator.next().catch(() => ({ done: true as const, value: undefined }));
+      // A source that fails (a request aborted mid-body) ends here: what came is all there is.
       if (next.done === true) this.ended = true;
       else if (next.value.length > 0) {
         this.chunks.push(next.value);

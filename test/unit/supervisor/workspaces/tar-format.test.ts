@@ -144,6 +144,14 @@ t.test('truncation, corruption and bounds are failures naming the problem', asyn
   });
   t.match((await readAll(Buffer.concat([longName, tarEnd()]))).failure, /pax|longer than 4096/);
   t.same((await readAll(Buffer.alloc(0))).entries, [], 'an empty stream is an empty archive');
+  async function* aborted(): AsyncGenerator<Buffer> {
+    yield whole.subarray(0, 600);
+    throw new Error('aborted');
+  }
+  const reader = new TarReader(aborted(), LIMITS);
+  const first = await reader.next();
+  t.ok(first.ok, 'the header arrived');
+  t.match(await reader.body(), { ok: false, detail: /truncated/ }, 'a failing source is a truncated archive');
 });
 
 t.test('entry names: ./ and trailing slashes dropped; absolute, .. and non-UTF-8 refused', async (t) => {
