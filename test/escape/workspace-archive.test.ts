@@ -1,6 +1,7 @@
 /**
  * Workspace archives through a real `turnhost serve`, driven with curl and the CLI, in
- * separate_uid (root supervisor, the identity helper) and shared_uid (non-root supervisor): a
+ * separate_uid (root and non-root supervisors, the identity helper) and shared_uid (non-root
+ * supervisor): a
  * tree made with GNU tar is uploaded and used by the workspace's next turn; the download is
  * listed by GNU `tar -t` and Python's `tarfile`, with a turn's symlink stored as a link and its
  * FIFO skipped; every entry kind but files and directories, absolute and `..` names, a link in
@@ -19,6 +20,8 @@ import { stopTapInjectingIntoChildren } from '../support/no-tap-inject.js';
 import { until } from '../support/until.js';
 
 stopTapInjectingIntoChildren();
+// Three real supervisors, each with turns: on a loaded machine this takes minutes.
+t.setTimeout(600_000);
 
 const MAX_BYTES = 4 * 1024 * 1024;
 const supervisors = await startServedSupervisors(t.teardown.bind(t), { first: 3_198_000, count: 8 }, [
@@ -32,6 +35,14 @@ const supervisors = await startServedSupervisors(t.teardown.bind(t), { first: 3_
     label: 'shared_uid, non-root supervisor',
     name: 'arc-user',
     uid: plainUid(31),
+    workspaceKeys: { maxBytes: MAX_BYTES },
+  },
+  {
+    label: 'separate_uid, non-root supervisor',
+    name: 'arc-separate-user',
+    helper: true,
+    uid: plainUid(33),
+    range: { first: 3_198_600, count: 8 },
     workspaceKeys: { maxBytes: MAX_BYTES },
   },
 ]);
@@ -252,7 +263,7 @@ open('race/d/inner', 'w').write('inner')
 os.symlink(${JSON.stringify(host)}, 'race/d.lnk')
 print('ready', flush=True)
 swaps = 0
-while not os.path.exists('race/stop'):
+while not os.path.exists('race-stop'):
     os.rename('race/d', 'race/d.dir'); os.rename('race/d.lnk', 'race/d')
     os.rename('race/d', 'race/d.lnk'); os.rename('race/d.dir', 'race/d')
     swaps += 1
@@ -278,7 +289,8 @@ print(swaps)
           break;
         }
       }
-      const stop = await curl(supervisor, 'PUT', `/api/workspaces/${id}/files?path=race/stop`, '');
+      // At the top: a non-root supervisor cannot write in a directory the turn made 0755.
+      const stop = await curl(supervisor, 'PUT', `/api/workspaces/${id}/files?path=race-stop`, '');
       t.equal(stop.status, 201, stop.body);
       const ended = await turn;
       t.equal(ended.code, 0, ended.stderr);

@@ -15,6 +15,8 @@ import { curl, startServedSupervisors } from '../support/served-workspaces.js';
 import { stopTapInjectingIntoChildren } from '../support/no-tap-inject.js';
 
 stopTapInjectingIntoChildren();
+// Three real supervisors, each with turns: on a loaded machine this takes minutes.
+t.setTimeout(600_000);
 
 const supervisors = await startServedSupervisors(t.teardown.bind(t), { first: 3_191_000, count: 8 }, [
   { label: 'separate_uid, root supervisor', name: 'wsf-separate', helper: true },
