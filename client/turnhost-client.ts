@@ -23,6 +23,7 @@ import type {
   WorkerHostCheckRequest,
   WorkerHostStatus,
   Workspace,
+  WorkspaceArchiveExtracted,
   WorkspaceCreateRequest,
   WorkspaceDeletion,
   WorkspaceDirectoryMade,
@@ -368,5 +369,20 @@ export class TurnhostClient {
   deleteWorkspaceFile(id: string, path: string, options: { recursive?: boolean } = {}): Promise<WorkspaceEntryRemoved> {
     const target = workspacePath(id, `/files${query({ path, recursive: options.recursive ? '1' : undefined })}`);
     return this.#transport.request<WorkspaceEntryRemoved>('DELETE', target);
+  }
+
+  /**
+   * Extracts a tar archive into `path` (`.`: the workspace itself), made with its parents. Only
+   * files and directories are extracted; a refused entry ends it (the entries before it stay).
+   */
+  putArchive(id: string, path: string, tar: Buffer): Promise<WorkspaceArchiveExtracted> {
+    const target = workspacePath(id, `/archive${query({ path })}`);
+    return this.#transport.request<WorkspaceArchiveExtracted>('PUT', target, { type: 'application/x-tar', data: tar });
+  }
+
+  /** The directory `path` (absent or `.`: the workspace itself) as a tar archive. */
+  async getArchive(id: string, path?: string): Promise<Buffer> {
+    const target = workspacePath(id, `/archive${query({ path })}`);
+    return (await this.#transport.exchange('GET', target, undefined, [200], true)).data;
   }
 }

@@ -8,6 +8,7 @@ import { Type, type Static } from '@sinclair/typebox';
 export const ERROR_STATUS = {
   invalid_request: 400,
   invalid_path: 400,
+  invalid_archive: 400,
   unauthenticated: 401,
   forbidden: 403,
   not_found: 404,

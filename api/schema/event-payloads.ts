@@ -105,6 +105,33 @@ export const EVENT_PAYLOADS: Readonly<Record<string, EventPayloadDefinition>> = 
     directories: count,
   }),
   workspace_file_refused: payload(1, { workspaceId: string, operation: string, path: string, reason: string }),
+  workspace_archive_extracted: payload(1, {
+    workspaceId: string,
+    path: string,
+    files: count,
+    directories: count,
+    bytes: count,
+  }),
+  // The entries before the refused one stay extracted: counted here.
+  workspace_archive_refused: payload(1, {
+    workspaceId: string,
+    path: string,
+    reason: string,
+    entry: orNull(string),
+    files: count,
+    directories: count,
+    bytes: count,
+  }),
+  workspace_archive_read: payload(1, {
+    workspaceId: string,
+    path: string,
+    complete: boolean,
+    files: count,
+    directories: count,
+    symlinks: count,
+    bytes: count,
+    skipped: count,
+  }),
   // v2: the temp is a tmpfs of the turn's own, measured by the kernel's counts (v1 walked a host
   // directory). 'recovered' and 'unconfirmed' (boot recovery of a crashed supervisor's turn) were
   // added within v2.

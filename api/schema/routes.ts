@@ -19,6 +19,7 @@ import {
   WorkspaceEntryRemoved,
   WorkspaceList,
   WorkspaceListing,
+  WorkspaceArchiveExtracted,
 } from './workspaces.js';
 import { WorkerHostCheckRequest, WorkerHostStatus } from './worker-host.js';
 
@@ -574,6 +575,62 @@ export const ROUTES: ApiRoute[] = [
       'topology_changed',
       'not_a_directory',
       'alias_denied',
+      'workspaces_unavailable',
+    ],
+    optional: 'workspaces',
+  },
+  {
+    method: 'put',
+    path: '/api/workspaces/:id/archive',
+    operationId: 'putArchive',
+    summary:
+      'Extracts a tar stream (ustar, pax or GNU) into a directory of the workspace, entry by entry, through the fs guard and within its byte cap. Only regular files and directories are extracted; a link, device, FIFO, absolute or .. name stops the extraction at that entry (the entries before it stay).',
+    auth: 'token',
+    query: {
+      path: {
+        schema: Type.String(),
+        description:
+          'The directory to extract into, relative to the workspace ("." or empty: the workspace itself); made with its parents, owned by the workspace uid, 02770.',
+        required: true,
+      },
+    },
+    body: { contentType: 'application/x-tar', schema: Type.String({ contentEncoding: 'binary' }) },
+    responses: { 200: { description: 'Extracted.', schema: WorkspaceArchiveExtracted } },
+    errors: [
+      'invalid_path',
+      'invalid_archive',
+      'workspace_not_found',
+      'alias_denied',
+      'not_a_directory',
+      'topology_changed',
+      'workspace_full',
+      'workspace_busy',
+      'body_too_large',
+      'workspaces_unavailable',
+    ],
+    optional: 'workspaces',
+  },
+  {
+    method: 'get',
+    path: '/api/workspaces/:id/archive',
+    operationId: 'getArchive',
+    summary:
+      'A directory of the workspace as a tar stream (ustar, pax headers where needed): files and directories, symlinks as symlinks (never followed); other kinds and hard-linked files skipped.',
+    auth: 'token',
+    query: {
+      path: {
+        schema: Type.String(),
+        description: 'A directory relative to the workspace; absent, empty or "." is the workspace itself.',
+      },
+    },
+    responses: { 200: { description: 'The tar stream.', contentType: 'application/x-tar' } },
+    errors: [
+      'invalid_path',
+      'workspace_not_found',
+      'not_found',
+      'alias_denied',
+      'not_a_directory',
+      'topology_changed',
       'workspaces_unavailable',
     ],
     optional: 'workspaces',

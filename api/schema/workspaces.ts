@@ -98,3 +98,14 @@ export const WorkspaceEntryRemoved = Type.Object(
   { title: 'WorkspaceEntryRemoved' },
 );
 export type WorkspaceEntryRemoved = Static<typeof WorkspaceEntryRemoved>;
+
+export const WorkspaceArchiveExtracted = Type.Object(
+  {
+    path: Type.String({ description: 'The directory extracted into.' }),
+    files: Type.Integer({ minimum: 0, description: 'Regular files written (made or replaced).' }),
+    directories: Type.Integer({ minimum: 0, description: 'Directories made (existing ones not counted).' }),
+    bytes: Type.Integer({ minimum: 0, description: 'Content bytes written.' }),
+  },
+  { title: 'WorkspaceArchiveExtracted' },
+);
+export type WorkspaceArchiveExtracted = Static<typeof WorkspaceArchiveExtracted>;

@@ -21,6 +21,7 @@ export const USAGE = `usage: turnhost <command> [options]
           [--limit NAME=VALUE]... [--session S] [--turn-id ID] [--workspace ID] [--json] [--local] -- CMD ARGS...
   workspace create [ID] [--session S] | list [--session S] | show ID | delete ID [--cancel]  [--json]
   workspace files ls ID [PATH] | get ID PATH [LOCAL] | put ID PATH [LOCAL] | rm ID PATH [--recursive] | mkdir ID PATH
+                | push ID DIR [TAR] | pull ID [DIR] [TAR]
   turns   list [--session S] [--workspace W] [--state S] [--limit N] [--all] | show ID | cancel ID | attach ID
   session list [--limit N] [--all] | delete ID   list sessions; delete a session's events and turn records
   completion                             print the bash completion script
@@ -118,7 +119,7 @@ ${EXIT_CODES_HELP}
        turnhost workspace list [--session S] [--json] [client options]
        turnhost workspace show ID [--json] [client options]
        turnhost workspace delete ID [--cancel] [--json] [client options]
-       turnhost workspace files ls|get|put|rm|mkdir ID [PATH] [LOCAL] [--recursive] [--json] [client options]
+       turnhost workspace files ls|get|put|rm|mkdir|push|pull ID [PATH] [LOCAL] [--recursive] [--json] [client options]
 
 Workspaces: a directory that outlives turns and, with the identity helper, a worker uid leased
 to it for its whole life (docs/workspaces.md). Run a turn in one with \`turnhost run --workspace ID\`.
@@ -132,6 +133,9 @@ to it for its whole life (docs/workspaces.md). Run a turn in one with \`turnhost
   files put ID PATH [LOCAL]   upload LOCAL (absent or -: stdin); missing parents are made, the workspace's
   files rm ID PATH            remove a file, link or empty directory (--recursive: a tree)
   files mkdir ID PATH         make a directory with its parents, the workspace's
+  files push ID DIR [TAR]     extract a tar archive (absent or -: stdin) into DIR (. the top): files and
+                              directories only; a link, device or .. name stops it at that entry
+  files pull ID [DIR] [TAR]   download DIR (default the top) as a tar archive (to TAR, else stdout)
   --session S   create: bind it to session S (deleted with the session); list: filter
   --cancel      delete: cancel the workspace's running turns first, and wait for them to end
   --json        print the API's JSON answer

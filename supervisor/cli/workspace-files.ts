@@ -1,19 +1,20 @@
 /**
- * `turnhost workspace files ls|get|put|rm|mkdir ID [PATH] [LOCAL]`: the workspace file routes of
- * a running supervisor (docs/cli.md, docs/workspaces.md "Files from the host").
+ * `turnhost workspace files ls|get|put|rm|mkdir|push|pull ID [PATH] [LOCAL]`: the workspace file
+ * and archive routes of a running supervisor (docs/cli.md, docs/workspaces.md "Files from the
+ * host"). push and pull move a directory as a tar archive.
  */
 import fs from 'node:fs';
 import { call, type Connection } from './client.js';
 import { CliExit, EXIT } from './exit-codes.js';
 
-const FILES_ACTIONS = ['ls', 'get', 'put', 'rm', 'mkdir'] as const;
+const FILES_ACTIONS = ['ls', 'get', 'put', 'rm', 'mkdir', 'push', 'pull'] as const;
 
 export interface FilesCommand {
   action: string | undefined;
   id: string | undefined;
   /** The path in the workspace (ls: default its top). */
   remote: string | undefined;
-  /** get: where to write (default stdout); put: what to send (`-` or absent: stdin). */
+  /** get, pull: where to write (default stdout); put, push: what to send (`-` or absent: stdin). */
   local: string | undefined;
   recursive: boolean;
   json: boolean;
@@ -36,8 +37,9 @@ export async function workspaceFilesCommand(
   if (action === undefined || !(FILES_ACTIONS as readonly string[]).includes(action))
     throw usage(`workspace files: expected one of ${FILES_ACTIONS.join(', ')}`);
   if (id === undefined) throw usage(`workspace files ${action}: missing the workspace id`);
-  if (remote === undefined && action !== 'ls') throw usage(`workspace files ${action}: missing the path`);
-  if (local !== undefined && action !== 'get' && action !== 'put')
+  if (remote === undefined && action !== 'ls' && action !== 'pull')
+    throw usage(`workspace files ${action}: missing the path`);
+  if (local !== undefined && !['get', 'put', 'push', 'pull'].includes(action))
     throw usage(`workspace files ${action}: unexpected ${local}`);
   if (command.recursive && action !== 'rm') throw usage('--recursive applies to workspace files rm only');
   const what = `workspace files ${action}`;
@@ -67,6 +69,18 @@ export async function workspaceFilesCommand(
       const data = local === undefined || local === '-' ? io.readInput() : fs.readFileSync(local);
       const written = await call(connection(), what, (client) => client.writeWorkspaceFile(id, { path: rel }, data));
       return show(written, `${written.replaced ? 'replaced' : 'created'} ${rel}: ${written.bytes} bytes\n`);
+    }
+    case 'push': {
+      const tar = local === undefined || local === '-' ? io.readInput() : fs.readFileSync(local);
+      const extracted = await call(connection(), what, (client) => client.putArchive(id, rel, tar));
+      const { files, directories, bytes } = extracted;
+      return show(extracted, `extracted into ${rel}: ${files} files, ${directories} new directories, ${bytes} bytes\n`);
+    }
+    case 'pull': {
+      const tar = await call(connection(), what, (client) => client.getArchive(id, rel || '.'));
+      if (local === undefined || local === '-') io.writeBytes(tar);
+      else fs.writeFileSync(local, tar);
+      return EXIT.ok;
     }
     case 'rm': {
       const removed = await call(connection(), what, (client) =>

@@ -8,10 +8,13 @@
  *   GET    /api/workspaces/:id/files[?path=REL]                       a file's bytes, or a directory's listing
  *   POST   /api/workspaces/:id/files?path=REL&type=directory          mkdir -p, owned by the workspace uid
  *   DELETE /api/workspaces/:id/files?path=REL[&recursive=1]           a file, link, empty dir, or a tree
+ *   PUT    /api/workspaces/:id/archive?path=DIR                       a tar stream extracted into DIR
+ *   GET    /api/workspaces/:id/archive[?path=DIR]                     DIR's subtree as a tar stream
  * Registered ahead of the app's 1 MiB body cap: the file routes enforce fs.hostWriteMaxBytes
  * themselves, the JSON route its own 1 MiB parser limit. Each handler parses the request, calls
  * the workspace service (supervisor/workspaces/) and answers its result.
  */
+import { once } from 'node:events';
 import express, { type Request, type RequestHandler, type Response, type Router } from 'express';
 import { isValidSessionId, SESSION_ID_DETAIL } from '../../api/schema/ids.js';
 import { compileValidator, createAjv, fieldRefusal } from '../../api/schema/validate.js';
@@ -33,8 +36,9 @@ export interface WorkspaceRouteDeps {
 
 const validateCreate = compileValidator<WorkspaceCreateRequest>(createAjv(), WorkspaceCreateRequest);
 
-const FAILURE_STATUS: Record<WorkspaceFileFailure, number> = {
+const FAILURE_STATUS: Record<WorkspaceFileFailure | 'invalid_archive', number> = {
   invalid_request: 400,
+  invalid_archive: 400,
   workspace_not_found: 404,
   workspace_exists: 409,
   workspace_busy: 409,
@@ -56,7 +60,7 @@ const FAILURE_STATUS: Record<WorkspaceFileFailure, number> = {
   io_error: 500,
 };
 
-function errorCode(reason: WorkspaceFileFailure): ErrorCode {
+function errorCode(reason: WorkspaceFileFailure | 'invalid_archive'): ErrorCode {
   switch (reason) {
     case 'too_large':
       return 'body_too_large';
@@ -69,11 +73,14 @@ function errorCode(reason: WorkspaceFileFailure): ErrorCode {
   }
 }
 
-function sendFailure(res: Response, failure: { reason: WorkspaceFileFailure; detail: string; field?: string }): void {
+function sendFailure(
+  res: Response,
+  failure: { reason: WorkspaceFileFailure | 'invalid_archive'; detail: string; field?: string },
+): void {
   const extra =
     failure.field !== undefined
       ? { field: failure.field }
-      : failure.reason === 'invalid_request'
+      : failure.reason === 'invalid_request' || failure.reason === 'invalid_archive'
         ? { field: failure.detail.split(':')[0] }
         : {};
   sendError(res, FAILURE_STATUS[failure.reason], errorCode(failure.reason), failure.detail, extra);
@@ -299,6 +306,68 @@ function writeWorkspaceFile(deps: WorkspaceRouteDeps): RequestHandler {
   };
 }
 
+/**
+ * PUT /api/workspaces/:id/archive?path=DIR: the body, a tar stream, extracted into DIR (made with
+ * its parents) entry by entry. A refusal stops at its entry; the entries before it stay, and the
+ * answer (and the event) count them.
+ */
+function putWorkspaceArchive(deps: WorkspaceRouteDeps): RequestHandler {
+  return async (req, res) => {
+    const check = queryCheck(req, ['path']);
+    const rel = requiredPath(check);
+    if (refuseQuery(res, check) || rel === null) return;
+    const target = deps.workspaces.fileTarget(String(req.params['id']), rel, { top: true });
+    if (!target.ok) return sendFailure(res, target);
+    const extracted = await deps.workspaces.extractArchive(target.workspace, rel, req);
+    if (!extracted.ok) {
+      if (extracted.reason === 'io_error')
+        requestLogger(res, deps.logger).error('archive extraction failed', { detail: extracted.detail });
+      // The rest of the body is not read: the connection ends with the answer.
+      if (!req.readableEnded) res.setHeader('Connection', 'close');
+      return sendFailure(res, {
+        reason: extracted.reason,
+        detail: extracted.detail,
+        ...(extracted.reason === 'invalid_archive' ? { field: 'body' } : {}),
+      });
+    }
+    const { files, directories, bytes } = extracted;
+    res.status(200).json({ path: rel, files, directories, bytes });
+  };
+}
+
+/**
+ * GET /api/workspaces/:id/archive[?path=DIR]: DIR's subtree as a tar stream, written as the walk
+ * goes (backpressure from the client paces it).
+ */
+function getWorkspaceArchive(deps: WorkspaceRouteDeps): RequestHandler {
+  return async (req, res) => {
+    const check = queryCheck(req, ['path']);
+    const rel = check.get('path') ?? '';
+    if (refuseQuery(res, check)) return;
+    const target = deps.workspaces.fileTarget(String(req.params['id']), rel, { top: true });
+    if (!target.ok) return sendFailure(res, target);
+    const opened = deps.workspaces.openArchive(target.workspace, rel);
+    if (!opened.ok) return sendFailure(res, opened);
+    const { source } = opened;
+    res.status(200).setHeader('Content-Type', 'application/x-tar');
+    let complete = false;
+    try {
+      for (const chunk of source.chunks()) {
+        if (res.destroyed) break;
+        if (!res.write(chunk)) await Promise.race([once(res, 'drain'), once(res, 'close')]);
+      }
+      complete = !res.destroyed;
+      res.end();
+    } catch (error) {
+      requestLogger(res, deps.logger).error('archive read failed', { detail: String(error) });
+      res.destroy();
+    } finally {
+      source.close();
+      deps.workspaces.archiveRead(target.workspace, rel, source, complete);
+    }
+  };
+}
+
 export function registerWorkspaceRoutes(router: Router, deps: WorkspaceRouteDeps): void {
   const json = express.json({ limit: MAX_BODY_BYTES, strict: true });
   route(router, '/api/workspaces', { post: [json, createWorkspace(deps)], get: listWorkspaces(deps) });
@@ -308,5 +377,9 @@ export function registerWorkspaceRoutes(router: Router, deps: WorkspaceRouteDeps
     put: writeWorkspaceFile(deps),
     post: [refuseBody, makeWorkspaceDirectory(deps)],
     delete: [refuseBody, deleteWorkspaceFile(deps)],
+  });
+  route(router, '/api/workspaces/:id/archive', {
+    get: [refuseBody, getWorkspaceArchive(deps)],
+    put: putWorkspaceArchive(deps),
   });
 }

@@ -76,16 +76,22 @@ export function readTreeEntry(dir: string, rel: string, maxBytes: number): Resul
 /**
  * Writes a file of the tree at `dir`. 0666 inside a 02770 workspace: the directory admits only
  * the workspace's uid and the supervisor's group, and the workspace's turns (its uid) must be
- * able to change the file. `parents: 'existing'` when the helper has made them already.
+ * able to change the file (0777 when `executable`: an archive's executable entry). `parents:
+ * 'existing'` when the helper has made them already.
  */
 export function writeTreeFile(
   dir: string,
   rel: string,
   data: Buffer,
-  options: { mode: 'create' | 'replace'; maxBytes: number; parents: 'create' | 'existing' },
+  options: { mode: 'create' | 'replace'; maxBytes: number; parents: 'create' | 'existing'; executable?: boolean },
 ): Result<WriteReceipt, WorkspaceFileFailure> {
+  const { executable, ...write } = options;
   return withRoot(dir, (root) =>
-    writeFile(root, rel, data, { ...options, fileMode: 0o666, dirMode: WORKSPACE_DIR_MODE }),
+    writeFile(root, rel, data, {
+      ...write,
+      fileMode: executable === true ? 0o777 : 0o666,
+      dirMode: WORKSPACE_DIR_MODE,
+    }),
   );
 }
 

@@ -17,6 +17,8 @@ import { fail, ok, type Result } from '../../core/result.js';
 import { validateRelativePath, type WriteReceipt } from '../fs/guard.js';
 import type { HelperLocation } from '../identity/helper-process.js';
 import type { RemoveReceipt } from '../fs/guard-entries.js';
+import { ArchiveExtraction, type ArchiveExtractOutcome } from './archive-extract.js';
+import { ArchiveSource } from './archive-read.js';
 import { isTop, makeTreeDirectory, readTreeEntry, removeTreeEntry, writeTreeFile, type TreeRead } from './files.js';
 import {
   adoptWorkspaceLease,
@@ -348,6 +350,90 @@ export class WorkspaceService {
   }
 
   /**
+   * Extracts a tar stream into the directory `rel` (made with its parents), entry by entry, within
+   * the workspace's byte cap (archive-extract.ts). A refusal leaves the entries before it
+   * extracted; its `workspace_archive_refused` event names the entry and counts them.
+   */
+  async extractArchive(
+    workspace: WorkspaceView,
+    rel: string,
+    source: AsyncIterable<Buffer>,
+  ): Promise<ArchiveExtractOutcome> {
+    const config = this.deps.config();
+    const usage = await this.usage(workspace.id);
+    if (!usage.ok) return { ...usage, extracted: { files: 0, directories: 0, bytes: 0 } };
+    const helper = this.deps.helper();
+    const extraction = new ArchiveExtraction(
+      rel,
+      {
+        makeDirectory: (dir) => makeTreeDirectory(workspace, dir, helper),
+        writeFile: (file, data, executable) => {
+          // Checked where nothing yields before the write: a delete begun meanwhile stops it.
+          if (this.store.get(workspace.id)?.state !== 'ready')
+            return fail('workspace_not_found', `no workspace ${workspace.id} (being deleted)`);
+          this.usageCache.invalidate(workspace.id);
+          const maxBytes = config.fs.hostWriteMaxBytes;
+          return writeTreeFile(workspace.path, file, data, {
+            mode: 'replace',
+            maxBytes,
+            parents: 'existing',
+            executable,
+          });
+        },
+      },
+      {
+        // No cap configured: only the per-file and entry limits bound an upload.
+        budgetBytes:
+          config.workspaces.maxBytes === null
+            ? Number.MAX_SAFE_INTEGER
+            : Math.max(0, config.workspaces.maxBytes - usage.bytes),
+        maxFileBytes: config.fs.hostWriteMaxBytes,
+      },
+    );
+    const extracted = await extraction.run(source);
+    this.usageCache.invalidate(workspace.id);
+    if (!extracted.ok) {
+      this.event('workspace_archive_refused', workspace.sessionId, {
+        workspaceId: workspace.id,
+        path: rel.slice(0, 1024),
+        reason: extracted.reason,
+        entry: extracted.entry ?? null,
+        detail: extracted.detail.slice(0, 2048),
+        ...extracted.extracted,
+      });
+      return extracted;
+    }
+    this.event('workspace_archive_extracted', workspace.sessionId, {
+      workspaceId: workspace.id,
+      path: rel,
+      files: extracted.files,
+      directories: extracted.directories,
+      bytes: extracted.bytes,
+    });
+    return extracted;
+  }
+
+  /**
+   * The directory `rel` held open as a tar stream (archive-read.ts). `finished` records its
+   * `workspace_archive_read` event once the stream ended or was dropped.
+   */
+  openArchive(workspace: WorkspaceView, rel: string): Result<{ source: ArchiveSource }, WorkspaceFileFailure> {
+    const opened = ArchiveSource.open(workspace.path, rel);
+    if (!opened.ok) return this.refused(workspace, 'archive', rel, opened);
+    return opened;
+  }
+
+  /** The receipt of an archive read: what it held and whether the client got all of it. */
+  archiveRead(workspace: WorkspaceView, rel: string, source: ArchiveSource, complete: boolean): void {
+    this.event('workspace_archive_read', workspace.sessionId, {
+      workspaceId: workspace.id,
+      path: rel,
+      complete,
+      ...source.receipt,
+    });
+  }
+
+  /**
    * The parents of a file about to be written. In separate_uid the helper makes them (owned by
    * the lease's uid) and the write then only uses them (`existing`); in shared_uid the guard's
    * own walk makes them.
@@ -365,7 +451,7 @@ export class WorkspaceService {
   /** A refused file operation: its `workspace_file_refused` receipt, then the failure as it was. */
   private refused<R extends string>(
     workspace: WorkspaceView,
-    operation: 'write' | 'mkdir' | 'delete',
+    operation: 'write' | 'mkdir' | 'delete' | 'archive',
     rel: string,
     failure: { ok: false; reason: R; detail: string },
   ): { ok: false; reason: R; detail: string } {

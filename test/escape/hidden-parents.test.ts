@@ -70,7 +70,7 @@ for (const layout of layouts) {
   if (layout.separate) {
     const range = { first: nextRange, count: RANGE.count };
     nextRange += RANGE.count;
-    const setUp = setUpHelper([base.dataDir], range, { roots: [base.workspacesRoot] }, codeRoot);
+    const setUp = setUpHelper([base.dataDir], range, { roots: [base.workspacesRoot] }, { codeRoot });
     t.teardown(() => setUp.remove());
     helper = setUp;
   }

@@ -9,31 +9,17 @@ import Database from 'better-sqlite3';
 import fs from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
-import {
-  plainUid,
-  setUpHelper,
-  startSupervisor,
-  stopSupervisors,
-  supervisorBase,
-  type ServedSupervisor,
-} from '../support/served-supervisor.js';
+import { plainUid } from '../support/served-supervisor.js';
+import { startServedSupervisors } from '../support/served-workspaces.js';
 import { stopTapInjectingIntoChildren } from '../support/no-tap-inject.js';
 
 stopTapInjectingIntoChildren();
 
-const RANGE = { first: 3_196_000, count: 8 };
-const separateBase = supervisorBase('del-separate');
-const helper = setUpHelper([separateBase.dataDir], RANGE, { roots: [separateBase.workspacesRoot] });
-t.teardown(() => helper.remove());
-const supervisors: Array<[string, ServedSupervisor]> = [
-  ['separate_uid', await startSupervisor({ name: 'del-separate', helper, workspaces: true })],
-  ['shared_uid, root supervisor', await startSupervisor({ name: 'del-shared-root', workspaces: true })],
-  [
-    'shared_uid, non-root supervisor',
-    await startSupervisor({ name: 'del-shared-user', uid: plainUid(8), workspaces: true }),
-  ],
-];
-t.teardown(() => stopSupervisors(supervisors.map(([, supervisor]) => supervisor)));
+const supervisors = await startServedSupervisors(t.teardown.bind(t), { first: 3_196_000, count: 8 }, [
+  { label: 'separate_uid', name: 'del-separate', helper: true },
+  { label: 'shared_uid, root supervisor', name: 'del-shared-root' },
+  { label: 'shared_uid, non-root supervisor', name: 'del-shared-user', uid: plainUid(8) },
+]);
 
 /** Builds, fd by fd, a chain of `levels` 200-byte names (past PATH_MAX at 21), a file at its end. */
 const DEEP_CHAIN = `

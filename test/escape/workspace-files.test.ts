@@ -1,71 +1,34 @@
 /**
  * The workspace file API through a real `turnhost serve`, driven with curl over its unix socket,
- * in separate_uid (root supervisor, the identity helper) and shared_uid (non-root supervisor, the
- * worker in a user namespace of its uid): an upload into a new directory leaves a directory the
+ * in separate_uid under a root supervisor (a helper copy) and under a non-root one (a setuid
+ * helper with its config compiled in, the supervisor's gid its caller group), and in shared_uid
+ * (non-root supervisor, the worker in a user namespace of its uid): an upload into a new directory leaves a directory the
  * workspace's next turn writes in; listing, mkdir and delete; every operation refuses traversal
  * and links; a turn swapping a directory for a link to a host directory while the host writes,
  * makes directories, lists and removes there gets nothing done outside the workspace.
  */
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
-import {
-  plainUid,
-  setUpHelper,
-  startSupervisor,
-  stopSupervisors,
-  supervisorBase,
-  type ServedSupervisor,
-} from '../support/served-supervisor.js';
+import { plainUid } from '../support/served-supervisor.js';
+import { curl, startServedSupervisors } from '../support/served-workspaces.js';
 import { stopTapInjectingIntoChildren } from '../support/no-tap-inject.js';
 
 stopTapInjectingIntoChildren();
+// Three real supervisors, each with turns: on a loaded machine this takes minutes.
+t.setTimeout(600_000);
 
-const RANGE = { first: 3_191_000, count: 8 };
-const separateBase = supervisorBase('wsf-separate');
-const helper = setUpHelper([separateBase.dataDir], RANGE, { roots: [separateBase.workspacesRoot] });
-t.teardown(() => helper.remove());
-const supervisors: Array<[string, ServedSupervisor]> = [
-  ['separate_uid, root supervisor', await startSupervisor({ name: 'wsf-separate', helper, workspaces: true })],
-  ['shared_uid, non-root supervisor', await startSupervisor({ name: 'wsf-user', uid: plainUid(6), workspaces: true })],
-];
-t.teardown(() => stopSupervisors(supervisors.map(([, supervisor]) => supervisor)));
-
-interface Answer {
-  status: number;
-  body: string;
-  json: any;
-}
-
-/** curl, a client of its own, against the supervisor's (contract-checked) socket. */
-function curl(supervisor: ServedSupervisor, method: string, url: string, data?: string): Promise<Answer> {
-  const token = fs.readFileSync(path.join(supervisor.dataDir, 'api-token'), 'utf8').trim();
-  const args = ['-s', '-X', method, '--unix-socket', supervisor.socket, '-H', `Authorization: Bearer ${token}`];
-  if (data !== undefined) args.push('-H', 'Content-Type: application/octet-stream', '--data-binary', '@-');
-  // The contract proxy forwards a request without a length chunked: say there is no body.
-  else args.push('-H', 'Content-Length: 0');
-  args.push('-w', '\n%{http_code}', `http://turnhost${url}`);
-  return new Promise((resolve, reject) => {
-    const child = spawn('curl', args, { stdio: ['pipe', 'pipe', 'inherit'] });
-    const out: Buffer[] = [];
-    child.stdout.on('data', (d: Buffer) => out.push(d));
-    child.on('error', reject);
-    child.on('close', () => {
-      const text = Buffer.concat(out).toString('utf8');
-      const cut = text.lastIndexOf('\n');
-      const body = text.slice(0, cut);
-      let json: any = null;
-      try {
-        json = JSON.parse(body);
-      } catch {
-        json = null;
-      }
-      resolve({ status: Number(text.slice(cut + 1)), body, json });
-    });
-    child.stdin.end(data ?? '');
-  });
-}
+const supervisors = await startServedSupervisors(t.teardown.bind(t), { first: 3_191_000, count: 8 }, [
+  { label: 'separate_uid, root supervisor', name: 'wsf-separate', helper: true },
+  { label: 'shared_uid, non-root supervisor', name: 'wsf-user', uid: plainUid(6) },
+  {
+    label: 'separate_uid, non-root supervisor',
+    name: 'wsf-separate-user',
+    helper: true,
+    uid: plainUid(32),
+    range: { first: 3_198_500, count: 8 },
+  },
+]);
 
 const files = (id: string, query: Record<string, string>) =>
   `/api/workspaces/${id}/files?${new URLSearchParams(query).toString()}`;
@@ -78,6 +41,7 @@ for (const [name, supervisor] of supervisors) {
     t.equal((await supervisor.cli(['workspace', 'create', id])).code, 0);
     const shown = JSON.parse((await supervisor.cli(['workspace', 'show', id, '--json'])).stdout).workspace;
     const owner = shown.uid ?? supervisor.uid;
+    t.equal(shown.identity, name.startsWith('separate') ? 'separate_uid' : 'shared_uid');
 
     t.test('an upload into a new directory: the next turn writes beside it', async (t) => {
       const put = await curl(supervisor, 'PUT', files(id, { path: 'src/app.py' }), 'print(1)\n');

@@ -7,27 +7,16 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
-import {
-  plainUid,
-  setUpHelper,
-  startSupervisor,
-  stopSupervisors,
-  supervisorBase,
-  type ServedSupervisor,
-} from '../support/served-supervisor.js';
+import { plainUid } from '../support/served-supervisor.js';
+import { startServedSupervisors } from '../support/served-workspaces.js';
 import { stopTapInjectingIntoChildren } from '../support/no-tap-inject.js';
 
 stopTapInjectingIntoChildren();
 
-const RANGE = { first: 3_189_000, count: 8 };
-const separateBase = supervisorBase('ws-separate');
-const helper = setUpHelper([separateBase.dataDir], RANGE, { roots: [separateBase.workspacesRoot] });
-t.teardown(() => helper.remove());
-const supervisors: Array<[string, ServedSupervisor]> = [
-  ['separate_uid, root supervisor', await startSupervisor({ name: 'ws-separate', helper, workspaces: true })],
-  ['shared_uid, non-root supervisor', await startSupervisor({ name: 'ws-user', uid: plainUid(5), workspaces: true })],
-];
-t.teardown(() => stopSupervisors(supervisors.map(([, supervisor]) => supervisor)));
+const supervisors = await startServedSupervisors(t.teardown.bind(t), { first: 3_189_000, count: 8 }, [
+  { label: 'separate_uid, root supervisor', name: 'ws-separate', helper: true },
+  { label: 'shared_uid, non-root supervisor', name: 'ws-user', uid: plainUid(5) },
+]);
 
 for (const [name, supervisor] of supervisors) {
   t.test(name, async (t) => {

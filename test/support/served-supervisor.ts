@@ -17,7 +17,7 @@
  * mount namespace of its own where the checkout is bound at a path every uid can traverse, so
  * a checkout below a private directory (such as /root) still serves.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { discoverCgroupLayout } from '../../cgroup/discover.js';
@@ -122,28 +122,46 @@ function removeCgroupTree(dir: string): void {
   }
 }
 
-/** One cgroup directory per v1 hierarchy, owned by `uid`, below this process's own. */
-function delegateV1Cgroups(name: string, uid: number): string[] {
+/** The cgroup directories (one per v1 hierarchy) a non-root supervisor named `name` runs in. */
+function v1CgroupDirs(name: string): string[] {
   const dirs: string[] = [];
   for (const controller of V1_CONTROLLERS) {
     const mount = cgroupMountOf(controller);
     const own = ownV1Cgroup(controller);
     if (mount === null || own === null) continue;
-    const dir = path.join(mount, own, name);
-    if (dirs.includes(dir)) continue;
-    fs.mkdirSync(dir, { recursive: true });
-    for (const file of ['', 'cgroup.procs', 'tasks']) fs.chownSync(path.join(dir, file), uid, uid);
-    dirs.push(dir);
+    const dir = path.join(mount, own, `turnhost-esc-${name}-${process.pid}`);
+    if (!dirs.includes(dir)) dirs.push(dir);
   }
   return dirs;
 }
 
-/** A helper copy and config in a root-owned directory, for `supervisors` (their data dirs). */
+/** One cgroup directory per v1 hierarchy, owned by `uid`, below this process's own. */
+function delegateV1Cgroups(name: string, uid: number): string[] {
+  const dirs = v1CgroupDirs(name);
+  for (const dir of dirs) {
+    fs.mkdirSync(dir, { recursive: true });
+    for (const file of ['', 'cgroup.procs', 'tasks']) fs.chownSync(path.join(dir, file), uid, uid);
+  }
+  return dirs;
+}
+
+/**
+ * A helper copy and config in a root-owned directory, for `supervisors` (their data dirs). With
+ * `nonRootCaller`, for that one non-root supervisor instead: a setuid-root build with the config
+ * compiled in (a non-root caller's `--config` is refused), its caller group the supervisor's gid,
+ * its cgroup roots the supervisor's delegated cgroups.
+ */
+/** Where a test helper's worker comes from, and the one non-root supervisor it may serve. */
+export interface HelperExtras {
+  codeRoot?: string;
+  nonRootCaller?: { uid: number; name: string } | null;
+}
+
 export function setUpHelper(
   dataDirs: string[],
   uidRange: { first: number; count: number },
   workspaces: { roots: string[] } | null = null,
-  codeRoot: string = REPO_ROOT,
+  { codeRoot = REPO_ROOT, nonRootCaller = null }: HelperExtras = {},
 ): HelperSetup {
   const dir = fs.mkdtempSync('/run/turnhost-esc-helper-');
   fs.chmodSync(dir, 0o755);
@@ -154,11 +172,13 @@ export function setUpHelper(
     if (!prepared.ok) throw new Error(`helper cgroup roots: ${prepared.detail}`);
     return prepared.subtree;
   });
-  const cgroupRoots = subtrees.flatMap((subtree) => subtreeTurnRoots(subtree));
+  const cgroupRoots = nonRootCaller
+    ? v1CgroupDirs(nonRootCaller.name)
+    : subtrees.flatMap((subtree) => subtreeTurnRoots(subtree));
   const configPath = path.join(dir, 'identity-helper.conf');
   writeHelperConfig(configPath, {
     uidRange,
-    callerGroup: 'root',
+    callerGroup: nonRootCaller ? String(nonRootCaller.uid) : 'root',
     cgroupRoots,
     workerExec: path.join(codeRoot, 'worker/build/turnhost-worker'),
     workerArgs: [],
@@ -166,8 +186,21 @@ export function setUpHelper(
     ...(workspaces ? { workspaceRoots: workspaces.roots, uidLeaseDir: path.join(dir, 'leases') } : {}),
   });
   const helperPath = path.join(dir, 'identity-helper');
-  fs.copyFileSync(HELPER_PATH, helperPath);
-  fs.chmodSync(helperPath, 0o755);
+  if (nonRootCaller) {
+    execFileSync('make', [
+      '-s',
+      '-C',
+      path.join(REPO_ROOT, 'identity-helper'),
+      'custom',
+      `CUSTOM_CONFIG_PATH=${configPath}`,
+      `CUSTOM_OUT=${helperPath}`,
+    ]);
+    fs.chownSync(helperPath, 0, 0);
+    fs.chmodSync(helperPath, 0o4755);
+  } else {
+    fs.copyFileSync(HELPER_PATH, helperPath);
+    fs.chmodSync(helperPath, 0o755);
+  }
   return {
     path: helperPath,
     configPath,
@@ -253,13 +286,13 @@ export function writeSupervisorConfig(
       listen: { tcp: null, socket: clientSocket ?? socket },
       logLevel: 'info',
       identityHelper: options.helper
-        ? { path: options.helper.path, configPath: options.helper.configPath }
+        ? // A non-root caller's helper has its config compiled in.
+          { path: options.helper.path, configPath: uid === 0 ? options.helper.configPath : null }
         : { path: null, configPath: null },
       limits: options.limits ?? { memory: '512M', pids: 128, cpu: 1, open_files: 1024, tmp_size: '16M' },
       egress: { allowAddressRanges: [] },
       turns: { workspaceRoots: [workspace], preparedWorkers: 0, ...options.turns },
       ...(options.workspaces ? { workspaces: { root: workspacesRoot, ...options.workspacesConfig } } : {}),
-      ...(options.workspaces ? { workspaces: { root: workspacesRoot } } : {}),
       ...(options.probes ? { probes: options.probes } : {}),
     }),
   );
@@ -272,7 +305,7 @@ export async function startSupervisor(options: SupervisorOptions): Promise<Serve
   const proxySocket = path.join(supervisorBase(options.name, options.baseParent).base, 'checked-api.sock');
   const { base, dataDir, workspace, socket, configPath } = writeSupervisorConfig(options, proxySocket);
 
-  const cgroupDirs = uid === 0 ? [] : delegateV1Cgroups(`turnhost-esc-${options.name}-${process.pid}`, uid);
+  const cgroupDirs = uid === 0 ? [] : delegateV1Cgroups(options.name, uid);
   // The checkout bound at a path every uid can traverse, in the supervisor's own mount namespace.
   const bound = uid !== 0 || options.codeRoot !== undefined;
   const codeRoot = options.codeRoot ?? (uid === 0 ? REPO_ROOT : path.join(base, 'code'));

@@ -1,6 +1,6 @@
 /**
  * Workspace uid leases against the real helper (ASan build), real uids, as root: lease, usage,
- * release, leased and unleased launches. Every lease record, uid lock and workspace lives under
+ * release, mkdir, leased and unleased launches. Every lease record, uid lock and workspace lives under
  * this test's own temp directory (a private config), never the system lease directory.
  */
 import t from 'tap';
@@ -10,7 +10,11 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { spawnHelperLaunch } from '../../../supervisor/identity/helper-launch.js';
 import { runHelperLease } from '../../../supervisor/identity/helper-lease.js';
 import { parseHelperRefusal, type HelperLocation } from '../../../supervisor/identity/helper-process.js';
-import { runHelperRelease, runHelperUsage } from '../../../supervisor/identity/helper-workspace-tree.js';
+import {
+  runHelperMakeDirectory,
+  runHelperRelease,
+  runHelperUsage,
+} from '../../../supervisor/identity/helper-workspace-tree.js';
 import {
   asanHelper,
   buildNative,
@@ -113,6 +117,41 @@ t.test('the usage answer is bytes, files, complete yes and image no for a plain 
   );
   t.equal(run.code, 0, run.stderr);
   t.match(run.stdout, /^bytes \d+\nfiles 2\ncomplete yes\nimage no\n$/);
+});
+
+t.test("mkdir makes the missing directories owned by the lease's uid, for its owner only", async (t) => {
+  const { uid } = await lease('mkdir-1', uidRange.first + 9);
+  const workspace = workspaceOf('mkdir-1');
+  const request = (dir: string) => ({ lease: 'mkdir-1', workspace, dir });
+  const made = await runHelperMakeDirectory(helper, request('a/b/c'));
+  t.same(made, { ok: true, made: 3 });
+  for (const dir of ['a', 'a/b', 'a/b/c']) {
+    const stat = fs.lstatSync(path.join(workspace, dir));
+    t.equal(stat.uid, uid, `${dir}: the lease's uid`);
+    t.equal(stat.gid, process.getgid?.(), `${dir}: the caller's group`);
+    t.equal(stat.mode & 0o7777, 0o2770, `${dir}: 02770`);
+  }
+  t.same(await runHelperMakeDirectory(helper, request('a/b/c')), { ok: true, made: 0 }, 'existing: none made');
+
+  const other = await runHelperMakeDirectory({ ...helper, owner: 'own_other' }, request('x'));
+  t.equal(other.ok ? 'ok' : other.reason, 'lease_owner_mismatch', "another owner's mkdir is refused");
+  t.notOk(fs.existsSync(path.join(workspace, 'x')));
+
+  const outside = path.join(dir, 'mkdir-outside');
+  fs.mkdirSync(outside, { mode: 0o777 });
+  fs.symlinkSync(outside, path.join(workspace, 'out'));
+  const viaLink = await runHelperMakeDirectory(helper, request('out/evil'));
+  t.equal(viaLink.ok ? 'ok' : viaLink.reason, 'lease_refused');
+  t.match(viaLink.ok ? '' : viaLink.detail, /is a symlink/);
+  t.same(fs.readdirSync(outside), [], 'nothing made through the link');
+  fs.writeFileSync(path.join(workspace, 'file'), 'x');
+  const viaFile = await runHelperMakeDirectory(helper, request('file/sub'));
+  t.match(viaFile.ok ? '' : viaFile.detail, /is not a directory/);
+  const escape = await runHelperMakeDirectory(helper, request('../mkdir-escaped'));
+  t.notOk(escape.ok, 'a .. component is refused');
+  t.notOk(fs.existsSync(path.join(workspaceRoot, 'mkdir-escaped')));
+  const elsewhere = await runHelperMakeDirectory(helper, { ...request('y'), workspace: workspaceOf('same-1') });
+  t.equal(elsewhere.ok ? 'ok' : elsewhere.reason, 'lease_refused', "another workspace than the lease's");
 });
 
 t.test('release removes the tree and the lease, then the id leases anew', async (t) => {

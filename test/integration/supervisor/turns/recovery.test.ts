@@ -6,6 +6,8 @@
  * of its own included. The next start removes both leaves, records `worker_recovered` for each
  * (the claimed one bound to its turn, the idle one to none), marks the turn interrupted, and
  * records the purge of the temp the turn had written to (`turn_temp_purge`, `recovered`).
+ * Output files under the data directory that no turn record names are removed; the
+ * interrupted turn's are kept.
  */
 import t from 'tap';
 import { spawn } from 'node:child_process';
@@ -59,8 +61,14 @@ t.test('the turn runs, then its supervisor dies with SIGKILL', async (t) => {
 });
 
 t.test('the next start reaps the leaf, records worker_recovered and marks the turn interrupted', async (t) => {
+  // Output files no turn record names (as a crash between a delete's steps leaves them).
+  const outputRoot = path.join(stateDir, 'data', 'output');
+  fs.mkdirSync(path.join(outputRoot, 'turn-orphan'), { recursive: true });
+  fs.writeFileSync(path.join(outputRoot, 'turn-orphan', 'stdout'), 'left behind');
   const restarted = await createTurnHarness({ slot: SLOT, stateDir });
   t.teardown(() => restarted.close());
+  t.notOk(fs.existsSync(path.join(outputRoot, 'turn-orphan')), 'output without a turn record is removed at boot');
+  t.ok(fs.existsSync(path.join(outputRoot, 'turn-crash')), "the interrupted turn's output is kept");
   t.same(processesOfUid(workerUid), [], 'no process of the turn survives the restart');
   const page = restarted.events.query({ turn: 'turn-crash', kind: 'worker_recovered' });
   if (!page.ok) throw new Error(page.detail);

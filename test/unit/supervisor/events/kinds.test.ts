@@ -43,6 +43,26 @@ const valid: Record<string, Record<string, unknown>> = {
   workspace_directory_made: { workspaceId: 'ws', path: 'src/lib', made: 2 },
   workspace_entry_removed: { workspaceId: 'ws', path: 'build', files: 3, bytes: 12288, directories: 1 },
   workspace_file_refused: { workspaceId: 'ws', operation: 'write', path: 'link/x', reason: 'alias_denied' },
+  workspace_archive_extracted: { workspaceId: 'ws', path: 'src', files: 3, directories: 2, bytes: 120 },
+  workspace_archive_refused: {
+    workspaceId: 'ws',
+    path: '.',
+    reason: 'invalid_archive',
+    entry: 'a/link',
+    files: 1,
+    directories: 1,
+    bytes: 4,
+  },
+  workspace_archive_read: {
+    workspaceId: 'ws',
+    path: '.',
+    complete: true,
+    files: 3,
+    directories: 2,
+    symlinks: 1,
+    bytes: 120,
+    skipped: 0,
+  },
 };
 
 // A kind's version moves only when a field's meaning changes; every bump is listed here on purpose.
