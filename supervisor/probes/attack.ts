@@ -176,10 +176,6 @@ function batteryArguments(
   if (setuid === undefined) withheld.set('identity.setuid', 'only a root supervisor can make a setuid-root copy');
   if (where.otherWorkspaceFile === undefined)
     withheld.set('workspaces.other_workspace', 'workspaces are not configured (workspaces.root is null)');
-  withheld.set(
-    'workspaces.byte_cap',
-    'this host enforces no workspace byte cap during a turn (workspaces.maxBytes is checked between turns)',
-  );
   if (options.ownPorts.length === 0)
     withheld.set('network.supervisor_ports', 'the supervisor has no TCP listener (listen.tcp is null)');
   const protectedArgs = protectedArguments(config);
@@ -201,7 +197,31 @@ function batteryArguments(
     ...limitArguments(options.status, withheld),
     `tmp-dir=${fixtures.dir}`,
     ...(where.otherWorkspaceFile === undefined ? [] : [`other-workspace=${where.otherWorkspaceFile}`]),
+    ...workspaceCapArguments(options, where, withheld),
   ];
+}
+
+/**
+ * The byte cap is attacked by filling the attack turn's workspace past it (and, as the control,
+ * the same amount outside), so only a bounded cap small enough to fill in a check is attacked.
+ */
+const ATTACK_CAP_FILL_MAX_BYTES = 256 * 1024 * 1024;
+
+function workspaceCapArguments(options: AttackOptions, where: AttackPlace, withheld: Withheld): string[] {
+  const cap = options.status.workspaceCap;
+  const maxBytes = cap?.maxBytes ?? null;
+  let reason: string | undefined;
+  if (where.otherWorkspaceFile === undefined) reason = 'workspaces are not configured (workspaces.root is null)';
+  else if (cap === undefined || maxBytes === null) reason = 'no workspace byte cap is configured (workspaces.maxBytes)';
+  else if (!cap.enforced)
+    reason = `this host enforces no workspace byte cap during a turn: ${cap.requirement ?? cap.mechanism}`;
+  else if (maxBytes > ATTACK_CAP_FILL_MAX_BYTES)
+    reason = `the cap (${maxBytes} bytes) is larger than a check fills (${ATTACK_CAP_FILL_MAX_BYTES} bytes)`;
+  if (reason !== undefined || maxBytes === null) {
+    withheld.set('workspaces.byte_cap', reason ?? 'no workspace byte cap');
+    return [];
+  }
+  return [`workspace-cap=${maxBytes}`];
 }
 
 /** The controls: the same battery, outside the sandbox, as this process's child. */

@@ -215,6 +215,21 @@ for (const [name, supervisor] of capped) {
     t.notOk(fs.existsSync(imageOf(supervisor, id)), 'no image is left');
     t.same(loopsOf(supervisor, id), [], 'no loop device is left');
   });
+
+  t.test(`${name}: check --attack fills a workspace past the cap, and the case holds`, async (t) => {
+    const cases = await attackedByteCap(supervisor);
+    t.ok(cases.length > 0, 'the byte-cap case ran');
+    for (const attested of cases) t.equal(attested.result, 'held', `${attested.mode}: ${attested.reason}`);
+  });
+}
+
+/** The attack battery's byte-cap case, in every mode it ran in. */
+async function attackedByteCap(
+  supervisor: ServedSupervisor,
+): Promise<Array<{ mode: string; result: string; reason: string }>> {
+  const run = await supervisor.cli(['check', '--attack', '--json']);
+  const body = JSON.parse(run.stdout) as WorkerHostStatus;
+  return body.attested?.cases.filter((attested) => attested.case === 'workspaces.byte_cap') ?? [];
 }
 
 t.test('shared_uid, non-root supervisor: status says the cap is not enforced, and why', async (t) => {
@@ -223,4 +238,10 @@ t.test('shared_uid, non-root supervisor: status says the cap is not enforced, an
   t.match(status.workspaceCap?.requirement, /needs root to attach a loop device/);
   const text = await nonRoot.cli(['check']);
   t.match(text.stdout, /workspace cap\s+NOT ENFORCED \(measured\)/);
+  const attacked = await attackedByteCap(nonRoot);
+  t.ok(attacked.length > 0, 'the byte-cap case is reported');
+  for (const attested of attacked) {
+    t.equal(attested.result, 'skipped', 'never claimed held where the cap is only measured');
+    t.match(attested.reason, /enforces no workspace byte cap during a turn: .*needs root/);
+  }
 });
