@@ -162,6 +162,24 @@ await check(`turnhost run --cwd ${WORKSPACE} -- id -u prints a uid of the range`
   );
 });
 
+// The attack battery as a real turn under the packaged unit (docs/probes.md, "Attack battery"):
+// every case held, or skipped with its reason; a broken one would make its mode unavailable.
+await check('turnhost check --attack under the unit: no case broken, the battery ran whole', () => {
+  const started = Date.now();
+  const result = run(['turnhost', 'check', '--attack', '--json']);
+  const seconds = ((Date.now() - started) / 1000).toFixed(1);
+  const details = { stdout: result.stdout.slice(-4000), stderr: result.stderr.slice(-3000) };
+  expect(result.code === 0, `turnhost check --attack exited ${result.code}`, details);
+  const attested = JSON.parse(result.stdout).attested;
+  expect(attested !== undefined, 'the answer has no attestation', details);
+  const broken = attested.cases.filter((attestedCase) => attestedCase.result === 'broken');
+  expect(broken.length === 0, `${broken.length} cases broken`, { broken });
+  expect(attested.counts.held >= 30, `only ${attested.counts.held} cases held`, { counts: attested.counts });
+  const skipped = attested.cases.filter((attestedCase) => attestedCase.result === 'skipped');
+  comment(`attack: ${attested.counts.held} held, ${attested.counts.skipped} skipped, in ${seconds} s (TCG)`);
+  for (const attestedCase of skipped) comment(`  skipped ${attestedCase.case}: ${attestedCase.reason}`);
+});
+
 await check('turnhost events --json has worker_launch and worker_exit', () => {
   const page = JSON.parse(expectSuccess(['turnhost', 'events', '--json', '--limit', '500']).stdout);
   const kinds = new Set(page.events.map((event) => event.kind));
