@@ -36,8 +36,8 @@ const SIZES = (process.argv[2] ?? '20,100').split(',').map(Number);
 if (SIZES.some((n) => !Number.isInteger(n) || n < 1 || n > 1000))
   throw new Error('N list: expected comma-separated integers from 1 to 1000');
 const IDENTITIES = identityChoices(process.argv[3], 'separate_uid');
-/** Bench slot 93: worker uids 3_193_000-3_193_999, room for N = 1000 and a few more. */
-const UID_BASE = 3_193_000;
+/** Worker uids 3_293_000-3_293_999 (no test file uses 3_29x_xxx), room for N = 1000 and a few more. */
+const UID_BASE = 3_293_000;
 const MEMORY_GOAL = 4 * MiB;
 /** The command every turn and sandbox runs; long enough to outlast the measurement. */
 const COMMAND = ['sleep', '3600'];

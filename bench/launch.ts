@@ -57,8 +57,8 @@ if (!Number.isInteger(WARMUP) || WARMUP < 0) throw new Error('warm-up: expected 
 /** The in-process harness of the phases-alone table (test/support/turn-harness.ts slots). */
 const HARNESS_SLOT = 90;
 const PLAIN_UID = 3_190_500;
-/** The API supervisors' worker uid ranges: bench slot 92 (3_192_000-3_192_999). */
-const API_UID_BASE = 3_192_000;
+/** The API supervisors' worker uid ranges: 3_292_000-3_292_999 (no test file uses 3_29x_xxx). */
+const API_UID_BASE = 3_292_000;
 const GOALS: Record<LaunchWay, number> = { cold: 3, 'back to back': 3, prepared: 2 };
 
 type LaunchWay = 'cold' | 'back to back' | 'prepared';
