@@ -106,7 +106,9 @@ const LONG_NAME = `${'n'.repeat(120)}/${'m'.repeat(110)}.txt`;
 
 for (const [name, supervisor] of supervisors) {
   t.test(name, async (t) => {
-    const root = path.join(path.dirname(supervisor.dataDir), 'workspaces');
+    // Through the supervisor's own mount namespace: a non-root supervisor runs in one of its own,
+    // and a capped workspace's image is mounted there, over an empty directory on the host.
+    const root = path.join(`/proc/${supervisor.pid}/root`, path.dirname(supervisor.dataDir), 'workspaces');
     const id = 'archive';
     const run = (script: string) => supervisor.cli(['run', '--workspace', id, '--', '/bin/sh', '-c', script]);
     t.equal((await supervisor.cli(['workspace', 'create', id])).code, 0);

@@ -369,10 +369,28 @@ export async function startSupervisor(options: SupervisorOptions): Promise<Serve
       }
       await proxy.close();
       for (const dir of cgroupDirs) removeCgroupTree(dir);
+      unmountBeneath(base);
       fs.rmSync(base, { recursive: true, force: true });
       proxy.assertConforming(options.name);
     },
   };
+}
+
+/**
+ * Unmounts what a stopped supervisor left mounted beneath `dir` in this mount namespace, deepest
+ * first: a capped workspace's image stays mounted across a supervisor's restart on purpose, so a
+ * test that ends without deleting its workspaces leaves them (the loop devices detach themselves
+ * on the unmount: they are autoclear).
+ */
+function unmountBeneath(dir: string): void {
+  const prefix = dir.endsWith('/') ? dir : `${dir}/`;
+  const points = fs
+    .readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .map((line) => line.split(' ')[4])
+    .filter((point): point is string => point !== undefined && point.startsWith(prefix))
+    .sort((a, b) => b.length - a.length);
+  for (const point of points) execFileSync('umount', [point], { stdio: 'ignore' });
 }
 
 /**
