@@ -65,6 +65,8 @@ export async function everyMethod(client: TurnhostClient): Promise<void> {
     readWorkspaceFile: async () => (await client.readWorkspaceFile('w', 'a')).kind,
     makeWorkspaceDirectory: async () => (await client.makeWorkspaceDirectory('w', 'a')).made,
     deleteWorkspaceFile: async () => (await client.deleteWorkspaceFile('w', 'a', { recursive: true })).files,
+    putArchive: async () => (await client.putArchive('w', 'src', Buffer.alloc(1024))).files,
+    getArchive: async () => (await client.getArchive('w', 'src')).length,
   } satisfies Record<keyof TurnhostClient, () => unknown>;
   const pool = new HostPool({ only: client });
   try {

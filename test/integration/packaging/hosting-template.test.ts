@@ -104,7 +104,7 @@ t.test('the default variables render a configuration the supervisor loads', asyn
   if (!loaded.ok) throw new Error(loaded.detail);
   const config = loaded.config;
   t.same(config.listen, { tcp: '127.0.0.1:7707', socket: null, allowNonLoopback: false });
-  t.equal(config.turns.maxConcurrent, 4);
+  t.equal(loaded.sources.capacity.source, 'derived', 'auto leaves turns.maxConcurrent derived from the host');
   t.equal(config.workspaces.root, '/var/lib/turnhost-workspaces');
   t.equal(config.workspaces.maxBytes, 10737418240);
   t.equal(config.events.journal, true);
@@ -118,6 +118,20 @@ t.test('the default variables render a configuration the supervisor loads', asyn
   t.equal(again.stdout, first.stdout, 're-rendering over its own output changes nothing');
 });
 
+const PROVIDER = {
+  name: 'anthropic',
+  kind: 'anthropic',
+  baseUrl: 'https://api.anthropic.com',
+  secret: { file: '/run/turnhost-secrets/anthropic' },
+};
+const CREDENTIAL = {
+  name: 'git',
+  baseUrl: 'https://git.example.com',
+  secret: { file: '/run/turnhost-secrets/git' },
+  header: 'authorization',
+  format: 'Bearer {secret}',
+};
+
 t.test('a changed variable changes only its keys', async (t) => {
   const before = render(envFile('before.env'), PACKAGED_CONFIG);
   const base = path.join(dir, 'before.json');
@@ -128,6 +142,9 @@ t.test('a changed variable changes only its keys', async (t) => {
     [{ TURNHOST_LISTEN: 'none', TURNHOST_SOCKET: '/run/turnhost/api.sock' }, ['listen.socket', 'listen.tcp']],
     [{ TURNHOST_LIMITS: `'{"memory":"4G"}'` }, ['limits.memory']],
     [{ TURNHOST_WORKSPACE_ROOT: '/srv/workspaces' }, ['workspaces.root']],
+    [{ TURNHOST_WORKSPACE_MAX_BYTES: 'none' }, ['workspaces.maxBytes']],
+    [{ TURNHOST_INFERENCE_PROVIDERS: `'${JSON.stringify([PROVIDER])}'` }, ['egress.inference.providers']],
+    [{ TURNHOST_CREDENTIALS: `'${JSON.stringify([CREDENTIAL])}'` }, ['egress.credentials']],
   ];
   for (const [changes, keys] of cases) {
     const after = render(envFile('after.env', changes), base);
@@ -149,6 +166,8 @@ t.test('a bad variable fails the render, naming the variable', async (t) => {
     [{ TURNHOST_LIMITS: `'["2G"]'` }, /TURNHOST_LIMITS: expected a JSON object/],
     [{ TURNHOST_WORKSPACE_ROOT: 'workspaces' }, /TURNHOST_WORKSPACE_ROOT: expected an absolute path/],
     [{ TURNHOST_EVENTS_JOURNAL: 'yes' }, /TURNHOST_EVENTS_JOURNAL: expected true or false/],
+    [{ TURNHOST_INFERENCE_PROVIDERS: "'{}'" }, /TURNHOST_INFERENCE_PROVIDERS: expected a JSON array/],
+    [{ TURNHOST_CREDENTIALS: "'[oops'" }, /TURNHOST_CREDENTIALS: expected a JSON array/],
   ];
   for (const [changes, message] of cases) {
     const refused = render(envFile('bad.env', changes), PACKAGED_CONFIG);
