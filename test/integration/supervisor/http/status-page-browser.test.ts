@@ -148,7 +148,11 @@ t.test('a running turn appears and disappears; a denial appears live', async (t)
   const workspace = path.join(dir, 'workspace');
   fs.mkdirSync(workspace, { mode: 0o777 });
   fs.chmodSync(workspace, 0o777);
-  const live = await daemon('live', { turns: { workspaceRoots: [workspace], preparedWorkers: 0 } }, true);
+  const live = await daemon(
+    'live',
+    { turns: { workspaceRoots: [workspace], preparedWorkers: 0, maxConcurrent: 4 } },
+    true,
+  );
   const page = await context.newPage();
   await signIn(page, base(live));
   await page.locator('#connection.live').waitFor();

@@ -24,9 +24,9 @@ const BATTERY = path.join(REPO_ROOT, 'attack/build/attack-battery');
 const NOT_BROKEN_OUTSIDE: Record<string, { result: 'held' | 'skipped'; why: RegExp }> = {
   // The test runs as root, which has no supplementary groups here.
   'identity.groups': { result: 'held', why: /groups=0/ },
-  // Withheld by the probe: no workspaces configured, no workspace byte cap on this host.
+  // Withheld by the probe: no workspaces configured, so neither the other workspace nor the byte cap can be attacked.
   'workspaces.other_workspace': { result: 'skipped', why: /workspaces are not configured/ },
-  'workspaces.byte_cap': { result: 'skipped', why: /no workspace byte cap/ },
+  'workspaces.byte_cap': { result: 'skipped', why: /workspaces are not configured/ },
 };
 
 /** A turn with no boundary at all: the battery as this process's child, in the given cwd. */
