@@ -90,6 +90,8 @@ async function exported(t: { teardown(fn: () => void): void }): Promise<Map<stri
       outcome: 'ok',
       scope: 'tool',
       inference: false,
+      broker: null,
+      status: null,
     }),
     event('egress_denial', 't1', { host: 'b.example', port: 443, reason: 'not_allowlisted' }),
   ]);

@@ -110,6 +110,8 @@ t.test('every metric of the list, from events and status surfaces', async (t) =>
       outcome: 'ok',
       scope: 'tool',
       inference: false,
+      broker: null,
+      status: null,
     }),
     event('egress_denial', 't2', { host: 'b.example', port: 443, reason: 'not_allowlisted' }),
     event('egress_denial', 't2', { host: 'c.example', port: 80, reason: 'not_allowlisted' }),
