@@ -309,6 +309,25 @@ async function refusal(call) {
   return null;
 }
 
+// The packaged configuration leaves turns.maxConcurrent derived from the host: this 2 GiB guest
+// with the packaged 2G memory limit gets 1 (docs/configuration.md, "Capacity"). The API case
+// below holds one turn while it runs another, so the host is configured for 4, as an operator
+// of a small host would.
+await check('turns.maxConcurrent configured to 4 (derived: 1 on this guest); the unit restarts', async () => {
+  const file = '/etc/turnhost/turnhost.json';
+  const config = JSON.parse(fs.readFileSync(file, 'utf8'));
+  config.turns = { ...config.turns, maxConcurrent: 4 };
+  fs.writeFileSync(file, `${JSON.stringify(config, null, 2)}\n`);
+  expectSuccess(['systemctl', 'restart', UNIT]);
+  await waitFor('the unit after the restart', 120, () =>
+    run(['turnhost', 'check', '--json']).code === 0 ? true : undefined,
+  );
+  const status = JSON.parse(expectSuccess(['turnhost', 'status', '--json']).stdout);
+  expect(status.runtime?.concurrency?.maxConcurrent === 4, 'the configured 4 is not in force', {
+    concurrency: status.runtime?.concurrency,
+  });
+});
+
 let keptWorkspace = null;
 
 // The agent session of the root test (test/escape/workspaces.test.ts) through the HTTP API, as
