@@ -149,7 +149,7 @@ stage_system_files() {
 normalise_tree() {
   find "$root" -type d -exec chmod 0755 {} +
   find "$root" -type f -exec chmod 0644 {} +
-  chmod 0755 "$code/bin/turnhost" "$code/identity-helper" "$code/turnhost-worker"
+  chmod 0755 "$code/bin/turnhost" "$code/identity-helper" "$code/turnhost-worker" "$code/attack/build/attack-battery"
   local file
   while IFS= read -r -d '' file; do
     if [ "$(head -c2 "$file")" = '#!' ]; then chmod 0755 "$file"; fi

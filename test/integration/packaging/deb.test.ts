@@ -149,6 +149,10 @@ t.test('files, owners and modes', async (t) => {
   // Group turnhost does not exist at unpack time: the archive carries 0755 root:root and
   // postinst registers root:turnhost 4750 with dpkg-statoverride.
   t.equal(contents.get(HELPER)?.mode, '-rwxr-xr-x', 'helper is 0755 in the archive');
+  // Executed by the supervisor (the worker through the helper, the battery as check --attack's
+  // control and as a turn's command): a 0644 copy fails only on the host, as EACCES.
+  for (const program of ['/usr/lib/turnhost/turnhost-worker', '/usr/lib/turnhost/attack/build/attack-battery'])
+    t.equal(contents.get(program)?.mode, '-rwxr-xr-x', `${program} is 0755`);
   t.ok(
     fs.readFileSync(path.join(tree, HELPER)).includes('/etc/turnhost/identity-helper.conf\0'),
     'helper reads the packaged config path',
