@@ -95,7 +95,7 @@ t.test('installed layout: /var/lib/turnhost and no dev workspace roots', async (
   t.same(config.turns.workspaceRoots, []);
   t.equal(isInstalledLayout('file:///usr/lib/turnhost/dist/supervisor/config/load.js'), true);
   t.equal(isInstalledLayout('file:///usr/lib/turnhostx/dist/supervisor/config/load.js'), false);
-  t.equal(isInstalledLayout('file:///work/main/supervisor/config/load.ts'), false);
+  t.equal(isInstalledLayout('file:///home/dev/turnhost/supervisor/config/load.ts'), false);
 });
 
 t.test('file values merge over defaults, nested objects key by key', async (t) => {
