@@ -1,6 +1,9 @@
 #include "fd-io.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <string.h>
 #include <unistd.h>
 
 bool write_all(int fd, const void *data, size_t len) {
@@ -33,4 +36,20 @@ size_t read_up_to(int fd, void *data, size_t len) {
     used += (size_t)n;
   }
   return used;
+}
+
+bool directory_is_empty(int fd) {
+  int scan = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *dir = scan < 0 ? NULL : fdopendir(scan);
+  if (dir == NULL) {
+    if (scan >= 0) close(scan);
+    return false;
+  }
+  bool empty = true;
+  struct dirent *entry;
+  while (empty && (entry = readdir(dir)) != NULL) {
+    empty = strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0;
+  }
+  closedir(dir);
+  return empty;
 }

@@ -12,4 +12,8 @@ bool write_all(int fd, const void *data, size_t len);
 /* Reads until `len` bytes, end of file or an error (EINTR retried); returns the bytes read. */
 size_t read_up_to(int fd, void *data, size_t len);
 
+/* Whether the directory open at `fd` holds no entry but "." and ".."; false when it cannot be
+ * read (so a caller never treats an unreadable directory as empty). */
+bool directory_is_empty(int fd);
+
 #endif

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "descriptor.h"
+#include "fd-io.h"
 
 #define LOOP_MAJOR 7
 #define EXT4_MAGIC 0xEF53
@@ -39,22 +40,6 @@ static void close_fd(int *fd) {
 static void fd_path(char *out, size_t size, int fd, const char *name) {
   snprintf(out, size, "/proc/self/fd/%d%s%s", fd, name == NULL ? "" : "/",
            name == NULL ? "" : name);
-}
-
-static bool directory_is_empty(int fd) {
-  int scan = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  DIR *dir = scan < 0 ? NULL : fdopendir(scan);
-  if (dir == NULL) {
-    close_fd(&scan);
-    return false;
-  }
-  bool empty = true;
-  struct dirent *entry;
-  while (empty && (entry = readdir(dir)) != NULL) {
-    empty = strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0;
-  }
-  closedir(dir);
-  return empty;
 }
 
 static int require_root(const struct workspace_image_request *r, struct failure *f) {

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fd-io.h"
 #include "lease-record.h"
 #include "policy.h"
 #include "private-dir.h"
@@ -175,22 +176,6 @@ static int adopt_record(const struct lease_context *x, const struct descriptor *
   }
   snprintf(record->owner, sizeof record->owner, "%s", d->owner);
   return lease_record_write(x->lease_dir, d->lease, record, f);
-}
-
-static bool directory_is_empty(int fd) {
-  int scan = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  DIR *dir = scan < 0 ? NULL : fdopendir(scan);
-  if (dir == NULL) {
-    close_if_open(&scan);
-    return false;
-  }
-  bool empty = true;
-  struct dirent *entry;
-  while (empty && (entry = readdir(dir)) != NULL) {
-    empty = strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0;
-  }
-  closedir(dir);
-  return empty;
 }
 
 /* Fails unless the workspace entry is absent or a real directory (never a symlink). */
