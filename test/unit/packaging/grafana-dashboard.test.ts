@@ -10,12 +10,12 @@ import path from 'node:path';
 import t from 'tap';
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { createMemoryLogger } from '../../../core/log.js';
-import type { EventInput } from '../../../core/events.js';
 import { defaultConfig } from '../../../supervisor/config/load.js';
 import { openEventStore } from '../../../supervisor/events/store.js';
 import { createActivity } from '../../../supervisor/observe/activity.js';
 import { createMetrics } from '../../../supervisor/observe/metrics.js';
 import type { WorkerHostStatus } from '../../../supervisor/probes/types.js';
+import { egressConnectionEvent, exitEvent, launchEvent, metricEvent } from '../../support/metric-events.js';
 import { REPO_ROOT } from '../../support/turn-harness.js';
 
 interface Family {
@@ -31,17 +31,6 @@ interface Panel {
 
 /** Labels Prometheus adds at scrape time, and the histogram bucket bound. */
 const SCRAPE_LABELS = ['instance', 'job', 'le'];
-
-const event = (kind: string, turnId: string | null, payload: Record<string, unknown>): EventInput => ({
-  sessionId: 's',
-  turnId,
-  kind,
-  actor: 'server',
-  model: null,
-  profile: 'governed',
-  payload,
-});
-const usage = { userCpuUsec: 1, systemCpuUsec: 1, maxRssKiB: 1, cgroupCpuUsec: 1, memoryPeakBytes: 1, pidsPeak: 1 };
 
 /** Metric name → its label names, from the exposition of a supervisor that saw one of each event. */
 async function exported(t: { teardown(fn: () => void): void }): Promise<Map<string, Set<string>>> {
@@ -68,32 +57,11 @@ async function exported(t: { teardown(fn: () => void): void }): Promise<Map<stri
     journalCounts: () => ({ sent: 1, failed: 0 }),
   });
   t.teardown(() => metrics.close());
-  const launch = { mode: 'ordinary', profile: 'governed', identity: 'shared_uid', workerUid: 0, command: 'sh' };
   store.appendBatch([
-    event('worker_launch', 't1', { ...launch, cgroup: null, limits: {}, launchMs: 20 }),
-    event('worker_exit', 't1', {
-      status: 'oom_killed',
-      exitCode: null,
-      signal: null,
-      durationMs: 5,
-      usage: { ...usage, oomKills: 1 },
-      limitHits: ['memory_oom'],
-    }),
-    event('egress_connection', 't1', {
-      host: 'a.example',
-      port: 443,
-      method: null,
-      path: null,
-      bytesUp: 1,
-      bytesDown: 2,
-      durationMs: 3,
-      outcome: 'ok',
-      scope: 'tool',
-      inference: false,
-      broker: null,
-      status: null,
-    }),
-    event('egress_denial', 't1', { host: 'b.example', port: 443, reason: 'not_allowlisted' }),
+    launchEvent('t1', 20),
+    exitEvent('t1', 'oom_killed', ['memory_oom'], 1),
+    egressConnectionEvent('t1', 1, 2),
+    metricEvent('egress_denial', 't1', { host: 'b.example', port: 443, reason: 'not_allowlisted' }),
   ]);
   const families = parsePrometheusTextFormat((await metrics.render()).body) as Family[];
   const names = new Map<string, Set<string>>();

@@ -6,9 +6,9 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
+import { egressConnectionEvent, exitEvent, launchEvent, metricEvent } from '../../../support/metric-events.js';
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { createMemoryLogger } from '../../../../core/log.js';
-import type { EventInput } from '../../../../core/events.js';
 import { defaultConfig } from '../../../../supervisor/config/load.js';
 import { openEventStore } from '../../../../supervisor/events/store.js';
 import { createActivity } from '../../../../supervisor/observe/activity.js';
@@ -33,37 +33,6 @@ function sample(families: Family[], name: string, labels: Record<string, string>
   const metric = family?.metrics.find((m) => Object.entries(labels).every(([k, v]) => m.labels?.[k] === v));
   return metric?.value === undefined ? undefined : Number(metric.value);
 }
-
-const event = (kind: string, turnId: string | null, payload: Record<string, unknown>): EventInput => ({
-  sessionId: 's',
-  turnId,
-  kind,
-  actor: 'server',
-  model: null,
-  profile: 'governed',
-  payload,
-});
-const usage = { userCpuUsec: 1, systemCpuUsec: 1, maxRssKiB: 1, cgroupCpuUsec: 1, memoryPeakBytes: 1, pidsPeak: 1 };
-const launch = (turnId: string, launchMs: number) =>
-  event('worker_launch', turnId, {
-    mode: 'ordinary',
-    profile: 'governed',
-    identity: 'shared_uid',
-    workerUid: 0,
-    command: 'sh',
-    cgroup: null,
-    limits: {},
-    launchMs,
-  });
-const exit = (turnId: string, status: string, limitHits: string[], oomKills: number) =>
-  event('worker_exit', turnId, {
-    status,
-    exitCode: null,
-    signal: null,
-    durationMs: 5,
-    usage: { ...usage, oomKills },
-    limitHits,
-  });
 
 t.test('every metric of the list, from events and status surfaces', async (t) => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'turnhost-metrics-'));
@@ -93,29 +62,16 @@ t.test('every metric of the list, from events and status surfaces', async (t) =>
   t.teardown(() => metrics.close());
 
   store.appendBatch([
-    launch('t1', 20),
-    launch('t2', 300),
-    exit('t1', 'oom_killed', ['memory_oom', 'pids_max'], 2),
-    event('worker_host_refusal', 't3', { mode: 'ordinary', requirement: 'x', trigger: 'turn' }),
-    event('worker_host_refusal', null, { mode: 'ordinary', requirement: 'x', trigger: 'check' }),
-    exit('t4', 'internal_error', [], 0),
-    event('egress_connection', 't2', {
-      host: 'a.example',
-      port: 443,
-      method: null,
-      path: null,
-      bytesUp: 100,
-      bytesDown: 2000,
-      durationMs: 3,
-      outcome: 'ok',
-      scope: 'tool',
-      inference: false,
-      broker: null,
-      status: null,
-    }),
-    event('egress_denial', 't2', { host: 'b.example', port: 443, reason: 'not_allowlisted' }),
-    event('egress_denial', 't2', { host: 'c.example', port: 80, reason: 'not_allowlisted' }),
-    event('egress_denial', 't2', { host: 'c.example', port: 80, reason: 'a reason with spaces' }),
+    launchEvent('t1', 20),
+    launchEvent('t2', 300),
+    exitEvent('t1', 'oom_killed', ['memory_oom', 'pids_max'], 2),
+    metricEvent('worker_host_refusal', 't3', { mode: 'ordinary', requirement: 'x', trigger: 'turn' }),
+    metricEvent('worker_host_refusal', null, { mode: 'ordinary', requirement: 'x', trigger: 'check' }),
+    exitEvent('t4', 'internal_error', [], 0),
+    egressConnectionEvent('t2', 100, 2000),
+    metricEvent('egress_denial', 't2', { host: 'b.example', port: 443, reason: 'not_allowlisted' }),
+    metricEvent('egress_denial', 't2', { host: 'c.example', port: 80, reason: 'not_allowlisted' }),
+    metricEvent('egress_denial', 't2', { host: 'c.example', port: 80, reason: 'a reason with spaces' }),
   ]);
   metrics.countReload('applied');
 
