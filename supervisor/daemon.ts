@@ -34,6 +34,7 @@ import { runHelperProbe, runSharedProbe } from './identity/helper-probe.js';
 import { runHelperView } from './identity/helper-view.js';
 import type { WorkspaceService } from './workspaces/service.js';
 import { prepareSharedLauncher } from './identity/shared-launcher.js';
+import { runHelperImageProbe } from './identity/helper-workspace-image.js';
 import { applyLiveKeys, planReload } from './config/reload.js';
 import { createActivity, type Activity } from './observe/activity.js';
 import { createMetrics, type Metrics } from './observe/metrics.js';
@@ -158,6 +159,15 @@ function workerProgram(): string {
   return fs.existsSync(installed) ? installed : path.join(packageRoot(), 'worker', 'build', 'turnhost-worker');
 }
 
+/** The workspaces root as the image probe names it: its real path, none while it is missing. */
+function realWorkspaceRoot(root: string): string[] {
+  try {
+    return [fs.realpathSync(root)];
+  } catch {
+    return [];
+  }
+}
+
 /**
  * The probe context for `serve` and `run --local`: a configured helper is probed for its
  * receipt on every run; with none, the shared_uid launcher (the bundled helper in shared mode,
@@ -170,13 +180,17 @@ export function createProbeContext(config: TurnhostConfig, logger: Logger, env: 
   if (helperPath !== null) {
     context.helperProbe = () => runHelperProbe({ path: helperPath, configPath });
     context.helperView = (request) => runHelperView({ path: helperPath, configPath }, request);
+    context.helperImageProbe = (root) => runHelperImageProbe({ path: helperPath, configPath }, root);
     return context;
   }
+  const root = config.workspaces.root;
   const shared = prepareSharedLauncher(config.dataDir, {
     cgroupRoots: [],
     workerExec: workerProgram(),
     workerArgs: [],
     viewPaths: [],
+    // The image probe runs in the workspaces root, which the launcher matches exactly.
+    workspaceRoots: root === null ? [] : realWorkspaceRoot(root),
   });
   if (!shared.ok) {
     context.sharedProbe = () => Promise.resolve(fail(shared.reason, shared.detail));
@@ -184,6 +198,7 @@ export function createProbeContext(config: TurnhostConfig, logger: Logger, env: 
   }
   context.sharedProbe = () => runSharedProbe(shared.launcher);
   context.sharedView = (request) => runHelperView(shared.launcher, request);
+  context.sharedImageProbe = (workspaceRoot) => runHelperImageProbe(shared.launcher, workspaceRoot);
   return context;
 }
 

@@ -9,12 +9,14 @@
 #define OP_BIT(op) (1u << (op))
 #define LEASE_OPS \
   (OP_BIT(OP_LEASE) | OP_BIT(OP_RELEASE) | OP_BIT(OP_USAGE) | OP_BIT(OP_MKDIR) | OP_BIT(OP_IMAGE))
-#define ALL_OPS \
-  (OP_BIT(OP_PROBE) | OP_BIT(OP_LAUNCH) | OP_BIT(OP_VIEW) | OP_BIT(OP_KILL) | LEASE_OPS)
-/* release, usage, mkdir and image name their workspace by its lease only: no uid to pick or
- * check */
-#define UID_OPS \
-  (ALL_OPS & ~(OP_BIT(OP_RELEASE) | OP_BIT(OP_USAGE) | OP_BIT(OP_MKDIR) | OP_BIT(OP_IMAGE)))
+#define ALL_OPS                                                                           \
+  (OP_BIT(OP_PROBE) | OP_BIT(OP_LAUNCH) | OP_BIT(OP_VIEW) | OP_BIT(OP_KILL) | LEASE_OPS | \
+   OP_BIT(OP_IMAGE_PROBE))
+/* release, usage, mkdir and image name their workspace by its lease only, image_probe its
+ * workspace root: no uid to pick or check */
+#define UID_OPS                                                                              \
+  (ALL_OPS & ~(OP_BIT(OP_RELEASE) | OP_BIT(OP_USAGE) | OP_BIT(OP_MKDIR) | OP_BIT(OP_IMAGE) | \
+               OP_BIT(OP_IMAGE_PROBE)))
 #define MAX_ID 4294967294u /* (uid_t)-1 is "no change" to the kernel: never a valid id */
 #define MAX_RLIMIT_VALUE 999999999999999999ull
 
@@ -30,9 +32,17 @@ struct key_rule {
 };
 
 static const char *op_names[] = {
-    [OP_NONE] = "none",   [OP_PROBE] = "probe", [OP_LAUNCH] = "launch",   [OP_VIEW] = "view",
-    [OP_KILL] = "kill",   [OP_LEASE] = "lease", [OP_RELEASE] = "release", [OP_USAGE] = "usage",
-    [OP_MKDIR] = "mkdir", [OP_IMAGE] = "image",
+    [OP_NONE] = "none",
+    [OP_PROBE] = "probe",
+    [OP_LAUNCH] = "launch",
+    [OP_VIEW] = "view",
+    [OP_KILL] = "kill",
+    [OP_LEASE] = "lease",
+    [OP_RELEASE] = "release",
+    [OP_USAGE] = "usage",
+    [OP_MKDIR] = "mkdir",
+    [OP_IMAGE] = "image",
+    [OP_IMAGE_PROBE] = "image_probe",
 };
 
 static const char *rlimit_names[RLIMIT_SLOT_COUNT] = {
@@ -70,7 +80,7 @@ static int store_string(struct descriptor_parser *p, const char *key, const char
 }
 
 static int handle_op(struct descriptor_parser *p, const char *value, struct failure *f) {
-  for (size_t op = OP_PROBE; op <= OP_IMAGE; op++) {
+  for (size_t op = OP_PROBE; op <= OP_IMAGE_PROBE; op++) {
     if (strcmp(value, op_names[op]) == 0) {
       p->result.op = (enum descriptor_op)op;
       return 0;
@@ -78,7 +88,7 @@ static int handle_op(struct descriptor_parser *p, const char *value, struct fail
   }
   return fail_with(f, EXIT_DESCRIPTOR_UNKNOWN,
                    "descriptor: op: unknown operation (expected probe, launch, view, kill, "
-                   "lease, release, usage, mkdir or image)");
+                   "lease, release, usage, mkdir, image or image_probe)");
 }
 
 static int parse_id(const char *key, const char *value, uint32_t *out, struct failure *f) {
@@ -397,7 +407,7 @@ static int handle_env(struct descriptor_parser *p, const char *value, struct fai
 #define LAUNCH_ONLY OP_BIT(OP_LAUNCH)
 #define VIEW_ONLY OP_BIT(OP_VIEW)
 #define LAUNCH_OR_VIEW (OP_BIT(OP_LAUNCH) | OP_BIT(OP_VIEW))
-#define WORKSPACE_OPS (LAUNCH_OR_VIEW | LEASE_OPS)
+#define WORKSPACE_OPS (LAUNCH_OR_VIEW | LEASE_OPS | OP_BIT(OP_IMAGE_PROBE))
 
 static const struct key_rule key_rules[] = {
     {"op", false, ALL_OPS, handle_op},
@@ -435,6 +445,7 @@ static const char *const required_keys[][7] = {
     [OP_USAGE] = {"lease", "owner", "workspace", NULL},
     [OP_MKDIR] = {"lease", "owner", "workspace", "dir", NULL},
     [OP_IMAGE] = {"lease", "owner", "workspace", NULL},
+    [OP_IMAGE_PROBE] = {"workspace", NULL},
 };
 
 static int key_index(const char *name) {

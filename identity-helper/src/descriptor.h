@@ -36,7 +36,10 @@ enum descriptor_op {
   OP_RELEASE,
   OP_USAGE,
   OP_MKDIR,
-  OP_IMAGE
+  OP_IMAGE,
+  /* `workspace` names a configured workspace_root (not a workspace): where the probe's
+   * throwaway image is made */
+  OP_IMAGE_PROBE
 };
 
 enum view_profile { PROFILE_NONE = 0, PROFILE_GOVERNED, PROFILE_STRICT };

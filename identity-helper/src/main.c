@@ -41,6 +41,9 @@
  *   image    (workspace-image.c) make and mount, or re-attach at boot, the workspace's own
  *            ext4 image on a loop device: the byte and inode cap. Needs root (in shared mode,
  *            a root supervisor); release unmounts and removes it, usage reads its statfs.
+ *   image_probe  (workspace-image.c) prove that an image bounds here: a throwaway 1 MiB image
+ *            in a private mount namespace, made, attached and mounted as a workspace's, filled
+ *            until ENOSPC (bytes, then files), then unmounted, detached and gone. Needs root.
  *   In shared mode release, usage and image act on the caller's own `<workspace_root>/<lease>`
  *   (shared-tree.c): no lease, no uid lock, the caller's privilege only.
  *   mkdir    make a directory and its missing parents beneath a leased workspace, one held fd
@@ -62,6 +65,7 @@
 #include "operations.h"
 #include "policy.h"
 #include "shared-tree.h"
+#include "workspace-image.h"
 #include "workspace-lease.h"
 
 #define PROTOCOL_FD 3
@@ -139,6 +143,8 @@ static int dispatch(const struct descriptor *d, struct failure *f) {
       return run_mkdir(&config, d, f);
     case OP_IMAGE:
       return config.shared ? run_shared_image(&config, d, f) : run_image(&config, d, f);
+    case OP_IMAGE_PROBE:
+      return run_image_probe(&config, d, f);
     case OP_NONE:
       break;
   }

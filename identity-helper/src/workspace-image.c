@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/loop.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 
 #include "descriptor.h"
 #include "fd-io.h"
+#include "private-dir.h"
 
 #define LOOP_MAJOR 7
 #define EXT4_MAGIC 0xEF53
@@ -202,7 +204,8 @@ static long attached_loop(int image) {
 }
 
 /* A free loop device configured over `image`, clearing itself once its last user (the mount)
- * is gone. */
+ * is gone. A refusal names the call that failed (LOOP_CTL_GET_FREE, the device's open,
+ * LOOP_CONFIGURE): a probe's requirement must say which facility the host lacks. */
 static int attach_loop(int image, int *loop, char device[32], struct failure *f) {
   long attached = attached_loop(image);
   if (attached >= 0) {
@@ -215,10 +218,12 @@ static int attach_loop(int image, int *loop, char device[32], struct failure *f)
     return fail_with(f, EXIT_INTERNAL, "image: /dev/loop-control: %s", strerror(errno));
   }
   int error = EBUSY;
+  const char *call = "LOOP_CONFIGURE";
   for (int attempt = 0; attempt < LOOP_ATTEMPTS && error == EBUSY; attempt++) {
     long number = ioctl(control, LOOP_CTL_GET_FREE);
     if (number < 0) {
       error = errno;
+      call = "LOOP_CTL_GET_FREE";
       break;
     }
     snprintf(device, 32, "/dev/loop%ld", number);
@@ -227,6 +232,7 @@ static int attach_loop(int image, int *loop, char device[32], struct failure *f)
     if (*loop < 0 || fstat(*loop, &st) != 0 || !S_ISBLK(st.st_mode) ||
         major(st.st_rdev) != LOOP_MAJOR) {
       error = *loop < 0 ? errno : ENOTBLK;
+      call = device;
       close_fd(loop);
       break;
     }
@@ -239,7 +245,21 @@ static int attach_loop(int image, int *loop, char device[32], struct failure *f)
   }
   close(control);
   if (error != 0) {
-    return fail_with(f, EXIT_INTERNAL, "image: attaching a loop device: %s", strerror(error));
+    return fail_with(f, EXIT_INTERNAL, "image: attaching a loop device: %s: %s", call,
+                     strerror(error));
+  }
+  return 0;
+}
+
+/* The one way a workspace image is mounted, for a workspace and for the probe alike: ext4 from
+ * the loop device `source` (named so mountinfo shows which device a workspace holds; /dev is
+ * root's) on the held directory `top` itself, nosuid and nodev. Not noexec: turns run programs
+ * they build in their workspace. */
+static int mount_loop(const char *source, int top, const char *what, struct failure *f) {
+  char target[64];
+  fd_path(target, sizeof target, top, NULL);
+  if (mount(source, target, "ext4", MS_NOSUID | MS_NODEV, "") != 0) {
+    return fail_with(f, EXIT_INTERNAL, "image %s: mount: %s", what, strerror(errno));
   }
   return 0;
 }
@@ -296,14 +316,7 @@ static int mount_image(int root, int top, int image, const struct workspace_imag
   if (code != 0) {
     return code;
   }
-  /* The target is the held directory itself; the source is the device just configured (/dev
-   * is root's), named so mountinfo shows which loop device a workspace holds. */
-  char target[64];
-  fd_path(target, sizeof target, top, NULL);
-  /* Not noexec: turns run programs they build in their workspace. */
-  if (mount(source, target, "ext4", MS_NOSUID | MS_NODEV, "") != 0) {
-    code = fail_with(f, EXIT_INTERNAL, "image %s: mount: %s", r->lease, strerror(errno));
-  }
+  code = mount_loop(source, top, r->lease, f);
   close_fd(&loop); /* the mount holds the device now; without it autoclear detaches it */
   if (code == 0) code = adopt_directory(root, r->lease, &was, f);
   return code;
@@ -428,4 +441,203 @@ int workspace_image_remove(int root, const char *lease, struct failure *f) {
   }
   close_fd(&dir);
   return code;
+}
+
+/* The probe's throwaway image: the smallest mkfs accepts, with few inodes, so that filling it
+ * (bytes, then files) takes a moment. */
+#define PROBE_IMAGE_BYTES WORKSPACE_IMAGE_MIN_BYTES
+#define PROBE_IMAGE_FILES 16
+#define PROBE_WRITE_CHUNK 65536
+/* A bound that let this much through is no bound: twice the image's bytes, or more files than
+ * the inodes mkfs was asked for. */
+#define PROBE_WRITE_LIMIT (2 * PROBE_IMAGE_BYTES)
+#define PROBE_FILE_LIMIT (PROBE_IMAGE_FILES + EXT4_RESERVED_INODES + INODE_ROUNDING)
+
+/* What the probe holds, released by probe_release whatever step it reached. */
+struct image_probe {
+  int dir;   /* the images directory (the mount point of the probe's filesystem) */
+  int image; /* the image, with no name: it goes when this fd closes */
+  int loop;  /* the loop device it attached: kept, so that it detaches it itself */
+  int top;   /* the mounted filesystem's root */
+  bool mounted;
+  char source[32];
+  char target[64];
+  uint64_t written;
+  unsigned files;
+};
+
+/* Records the failure of probe step `step` from what the step itself reported. */
+static int probe_failed(struct failure *f, const char *step, const struct failure *inner) {
+  return fail_with(f, inner->code, "image_probe %s: %s", step, inner->reason);
+}
+
+/* A private mount namespace whose mounts propagate nowhere: a probe killed half way leaves no
+ * mount behind (the namespace dies with it, and autoclear then detaches its loop device). */
+static int probe_enter_namespace(struct failure *f) {
+  struct failure inner = {0, {0}};
+  if (unshare(CLONE_NEWNS) != 0) {
+    fail_with(&inner, EXIT_NAMESPACE_FAILED, "unshare(mount): %s", strerror(errno));
+  } else if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
+    fail_with(&inner, EXIT_NAMESPACE_FAILED, "making mounts private: %s", strerror(errno));
+  }
+  return inner.code == 0 ? 0 : probe_failed(f, "namespace", &inner);
+}
+
+/* An image with no name beneath the images directory (the filesystem real images live on), of
+ * the probe's size, made ext4 by the same mkfs run a workspace's gets. */
+static int probe_make_image(int root, struct image_probe *p, struct failure *f) {
+  struct failure inner = {0, {0}};
+  int code = open_image_dir(root, true, &p->dir, &inner);
+  if (code == 0) {
+    p->image = openat(p->dir, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (p->image < 0 || ftruncate(p->image, (off_t)PROBE_IMAGE_BYTES) != 0) {
+      code = fail_with(&inner, EXIT_INTERNAL, "%s: an unnamed image file: %s", WORKSPACE_IMAGE_DIR,
+                       strerror(errno));
+    }
+  }
+  if (code != 0) {
+    return probe_failed(f, "image", &inner);
+  }
+  code = make_filesystem(p->image, PROBE_IMAGE_FILES, &inner);
+  return code == 0 ? 0 : probe_failed(f, "mkfs", &inner);
+}
+
+/* Attaches and mounts the image as a workspace's is (attach_loop, mount_loop), over the images
+ * directory of this private namespace, then opens the mounted root by name (which crosses into
+ * the mount) and makes sure it is this image's filesystem, not the directory beneath. */
+static int probe_mount(int root, struct image_probe *p, struct failure *f) {
+  struct failure inner = {0, {0}};
+  if (attach_loop(p->image, &p->loop, p->source, &inner) != 0) {
+    return probe_failed(f, "loop_attach", &inner);
+  }
+  if (mount_loop(p->source, p->dir, "probe", &inner) != 0) {
+    return probe_failed(f, "mount", &inner);
+  }
+  p->mounted = true;
+  fd_path(p->target, sizeof p->target, root, WORKSPACE_IMAGE_DIR);
+  p->top = openat(root, WORKSPACE_IMAGE_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat top_st;
+  struct stat loop_st;
+  struct statfs fs;
+  bool ours = p->top >= 0 && fstat(p->top, &top_st) == 0 && fstat(p->loop, &loop_st) == 0 &&
+              fstatfs(p->top, &fs) == 0 && fs.f_type == EXT4_MAGIC &&
+              top_st.st_dev == loop_st.st_rdev;
+  if (!ours) {
+    fail_with(&inner, EXIT_INTERNAL, "the mounted root is not the image's filesystem");
+    return probe_failed(f, "mount", &inner);
+  }
+  return 0;
+}
+
+/* Writes into the image until it refuses: ENOSPC before the image's size is passed twice over
+ * is the byte bound; then, with the bytes freed, empty files until ENOSPC is the inode bound. */
+static int probe_fill(struct image_probe *p, struct failure *f) {
+  struct failure inner = {0, {0}};
+  static const char zeros[PROBE_WRITE_CHUNK];
+  int file = openat(p->top, "fill", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  int error = file < 0 ? errno : 0;
+  while (error == 0 && p->written < PROBE_WRITE_LIMIT) {
+    ssize_t n = write(file, zeros, sizeof zeros);
+    if (n < 0) error = errno;
+    if (n > 0) p->written += (uint64_t)n;
+  }
+  close_fd(&file);
+  if (error == 0) {
+    fail_with(&inner, EXIT_INTERNAL, "%llu bytes went into an image of %llu bytes: no bound",
+              (unsigned long long)p->written, PROBE_IMAGE_BYTES);
+  } else if (error != ENOSPC) {
+    fail_with(&inner, EXIT_INTERNAL, "writing after %llu bytes: %s", (unsigned long long)p->written,
+              strerror(error));
+  }
+  if (inner.code != 0) {
+    return probe_failed(f, "bytes_bound", &inner);
+  }
+  unlinkat(p->top, "fill", 0);
+  char name[16];
+  error = 0;
+  while (error == 0 && p->files < PROBE_FILE_LIMIT) {
+    snprintf(name, sizeof name, "f%u", p->files);
+    int made = openat(p->top, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (made < 0) error = errno;
+    if (made >= 0) p->files++;
+    close_fd(&made);
+  }
+  if (error == 0) {
+    fail_with(&inner, EXIT_INTERNAL, "%u files went into an image made for %u: no bound", p->files,
+              PROBE_IMAGE_FILES);
+  } else if (error != ENOSPC) {
+    fail_with(&inner, EXIT_INTERNAL, "making file %u: %s", p->files, strerror(error));
+  }
+  if (inner.code != 0) {
+    return probe_failed(f, "files_bound", &inner);
+  }
+  return 0;
+}
+
+/* Unmounts (lazily only when a plain unmount failed: the namespace is ours alone), detaches the
+ * loop device this probe attached (it still holds it, so it is never another's) and lets the
+ * unnamed image go. Answers the first failure as the step `cleanup`, after releasing the rest. */
+static int probe_release(struct image_probe *p, struct failure *f) {
+  struct failure inner = {0, {0}};
+  close_fd(&p->top);
+  if (p->mounted && umount2(p->target, UMOUNT_NOFOLLOW) != 0) {
+    fail_with(&inner, EXIT_INTERNAL, "unmount: %s", strerror(errno));
+    umount2(p->target, UMOUNT_NOFOLLOW | MNT_DETACH);
+  }
+  p->mounted = false;
+  if (p->loop >= 0 && ioctl(p->loop, LOOP_CLR_FD) != 0) {
+    fail_with(&inner, EXIT_INTERNAL, "%s: LOOP_CLR_FD: %s", p->source, strerror(errno));
+  }
+  close_fd(&p->loop);
+  close_fd(&p->image);
+  close_fd(&p->dir);
+  return inner.code == 0 ? 0 : probe_failed(f, "cleanup", &inner);
+}
+
+/* The configured root, opened only once inside the private namespace: a mount on a directory
+ * reached from an fd of the caller's namespace would be refused (EINVAL). */
+static int probe_open_root(const char *root_path, int *root, struct failure *f) {
+  int error = private_dir_open_no_symlinks(root_path, root);
+  if (error != 0) {
+    return fail_with(f, EXIT_LEASE_REFUSED,
+                     "image_probe workspace_root: %.128s: must be a directory reached through no "
+                     "symlink: %s",
+                     root_path, strerror(error));
+  }
+  return 0;
+}
+
+int workspace_image_probe(const char *root_path, struct failure *f) {
+  if (geteuid() != 0) {
+    return fail_with(f, EXIT_CALLER_NOT_PERMITTED,
+                     "image_probe root: a workspace image needs root (the setuid helper, or a "
+                     "root supervisor): loop devices and mounts");
+  }
+  struct image_probe p = {-1, -1, -1, -1, false, {0}, {0}, 0, 0};
+  int root = -1;
+  int code = probe_enter_namespace(f);
+  if (code == 0) code = probe_open_root(root_path, &root, f);
+  if (code == 0) code = probe_make_image(root, &p, f);
+  if (code == 0) code = probe_mount(root, &p, f);
+  if (code == 0) code = probe_fill(&p, f);
+  int released = probe_release(&p, f);
+  if (code == 0) code = released;
+  if (root >= 0) close(root);
+  if (code == 0) {
+    printf("image_probe enforced\nimage_bytes %llu\nbytes_written %llu\nfiles_made %u\n",
+           PROBE_IMAGE_BYTES, (unsigned long long)p.written, p.files);
+    fflush(stdout);
+  }
+  return code;
+}
+
+int run_image_probe(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
+  for (size_t i = 0; i < c->workspace_root_count; i++) {
+    if (strcmp(c->workspace_roots[i], d->workspace) == 0) {
+      return workspace_image_probe(c->workspace_roots[i], f);
+    }
+  }
+  return fail_with(f, EXIT_LEASE_REFUSED,
+                   "image_probe workspace_root: %.128s is not a configured workspace_root%s",
+                   d->workspace, c->workspace_root_count == 0 ? " (none is configured)" : "");
 }

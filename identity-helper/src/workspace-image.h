@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "config.h"
+#include "descriptor.h"
 #include "failure.h"
 #include "tree-walk.h"
 
@@ -59,5 +61,20 @@ int workspace_image_unmount(int root, const char *lease, const char *workspace,
 
 /* After the release removed the directory: removes the image file, if any. */
 int workspace_image_remove(int root, const char *lease, struct failure *f);
+
+/* Whether a workspace image is a bound on this host, proved rather than assumed: in a private
+ * mount namespace, an unnamed image of 1 MiB beneath `<root_path>/.turnhost-images` is made ext4 by
+ * the same mke2fs run, attached to a free loop device and mounted with the same calls and flags
+ * as a workspace's; a write past its size must fail with ENOSPC, and so must a file past its
+ * inode count. Then it is unmounted, the loop device it attached detached and the image, which
+ * never had a name, is gone: nothing outlives the call, on any path. Receipt `image_probe
+ * enforced`; a refusal reads `image_probe <step>: <detail>`, the step one of root, namespace,
+ * image, mkfs, loop_attach, mount, bytes_bound, files_bound, cleanup. */
+int workspace_image_probe(const char *root_path, struct failure *f);
+
+/* op image_probe: the probe in the configured workspace_root the descriptor's `workspace` names
+ * exactly (the caller picks which of the helper's roots, never a path of its own). The same in
+ * both modes: in shared mode it needs a root supervisor, as its workspaces' images do. */
+int run_image_probe(const struct helper_config *c, const struct descriptor *d, struct failure *f);
 
 #endif

@@ -24,7 +24,8 @@ export const DESCRIPTOR_LIMITS = {
   maxRlimitExclusive: 10n ** 18n,
 } as const;
 
-type HelperOp = 'probe' | 'launch' | 'view' | 'kill' | 'lease' | 'release' | 'usage' | 'mkdir' | 'image';
+type HelperOp =
+  'probe' | 'launch' | 'view' | 'kill' | 'lease' | 'release' | 'usage' | 'mkdir' | 'image' | 'image_probe';
 export type HelperRlimitName = 'nproc' | 'data' | 'fsize' | 'nofile';
 export type HelperProfile = 'governed' | 'strict';
 type HelperProtectMode = 'read_only' | 'mask_file' | 'mask_directory';
@@ -124,6 +125,7 @@ const OP_KEYS: Record<HelperOp, { allowed: ReadonlySet<string>; required: readon
   usage: { allowed: LEASE_KEYS, required: [...LEASE_KEYS] },
   mkdir: { allowed: new Set([...LEASE_KEYS, 'dir']), required: [...LEASE_KEYS, 'dir'] },
   image: { allowed: new Set([...LEASE_KEYS, 'maxBytes', 'maxFiles']), required: [...LEASE_KEYS] },
+  image_probe: { allowed: new Set(['workspace']), required: ['workspace'] },
 };
 
 const RLIMIT_NAMES: readonly HelperRlimitName[] = ['nproc', 'data', 'fsize', 'nofile'];

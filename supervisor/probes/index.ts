@@ -20,7 +20,12 @@ import { probeLimits } from './limits.js';
 import { rootServerWarning, supervisorIsRoot } from './root.js';
 import { probeMaskedView, type HelperViewProbe, type ViewFacts } from './view.js';
 import { supervisorStateInWorkspace } from './state.js';
-import { probeWorkspaceCap, probeWorkspaceTurns, type WorkspaceViewRunner } from './workspaces.js';
+import {
+  probeWorkspaceCap,
+  probeWorkspaceTurns,
+  type WorkspaceImageProbe,
+  type WorkspaceViewRunner,
+} from './workspaces.js';
 import { keptViewPaths } from './kept-paths.js';
 import { hiddenHostPaths, supervisorStatePaths } from '../view/descriptor.js';
 import type {
@@ -49,6 +54,10 @@ export interface ProbeContext {
   sharedProbe?: SharedProbe;
   /** No helper configured: runs the shared_uid launcher's `view` (same verification). */
   sharedView?: HelperViewProbe;
+  /** Runs the helper's image probe: whether a workspace image bounds here (workspaces.maxBytes). */
+  helperImageProbe?: WorkspaceImageProbe;
+  /** No helper configured (a root supervisor): the shared_uid launcher's image probe. */
+  sharedImageProbe?: WorkspaceImageProbe;
 }
 
 export interface ModeProbe {
@@ -265,6 +274,8 @@ function logBootProbe(logger: Logger, status: WorkerHostStatus): void {
   }
   if (status.workspaceTurns !== undefined && !status.workspaceTurns.available)
     logger.warn(`workspace turns unavailable: ${status.workspaceTurns.requirement}`, { probe: 'worker_host' });
+  if (status.workspaceCap?.mechanism === 'measured')
+    logger.warn(`workspace cap not enforced: ${status.workspaceCap.requirement}`, { probe: 'worker_host' });
 }
 
 /** The program that builds the turns' views, for the workspace turns' probe. */
@@ -281,7 +292,9 @@ export async function runWorkerHostProbes(ctx: ProbeContext, trigger: ProbeTrigg
   const facts = await probeBoundary(ctx, config.modes.restricted.enabled ? ['ordinary', 'restricted'] : ['ordinary']);
   const ordinary = modeAvailability(facts, config, 'ordinary', trigger);
   const workspaceTurns = await probeWorkspaceTurns(config, ordinary, trigger, workspaceViewRunner(ctx, facts.identity));
-  const workspaceCap = probeWorkspaceCap(config);
+  // The program that mounts new workspaces' images is the one whose probe counts.
+  const imageProbe = config.identityHelper.path === null ? ctx.sharedImageProbe : ctx.helperImageProbe;
+  const workspaceCap = await probeWorkspaceCap(config, imageProbe);
   const status: WorkerHostStatus = {
     ordinary,
     ...(config.modes.restricted.enabled ? { restricted: modeAvailability(facts, config, 'restricted', trigger) } : {}),

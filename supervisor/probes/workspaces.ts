@@ -8,6 +8,7 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
+import type { Result } from '../../core/result.js';
 import type { TurnhostConfig } from '../config/types.js';
 import type { HelperViewEntry } from '../identity/helper-view.js';
 import { hiddenHostPaths } from '../view/descriptor.js';
@@ -143,26 +144,60 @@ const MKE2FS_PATHS = ['/usr/sbin/mke2fs', '/sbin/mke2fs'];
 export const NON_ROOT_SHARED_CAP =
   'a workspace filesystem needs root to attach a loop device and mount it: run the supervisor as root or with the identity helper (separate_uid); here workspaces.maxBytes is only measured at turn start and on host writes';
 
-/** The first facility a workspace image needs that this host lacks. */
+/** What a workspace filesystem needs, before the probe's own detail of what failed. */
+const IMAGE_NEEDS = 'a workspace filesystem needs loop devices and ext4 mounts';
+
+/**
+ * Runs the image probe of the program that mounts the workspaces' images (the helper, or a root
+ * supervisor's shared launcher) in the workspaces root `realRoot`: ok only once a real image was
+ * made, attached, mounted and found to refuse writes past its size
+ * (identity-helper/src/workspace-image.c, workspace_image_probe).
+ */
+export type WorkspaceImageProbe = (realRoot: string) => Promise<Result<object>>;
+
+/** The cheap checks first: a host without these fails the probe anyway, with a vaguer detail. */
 function imageRequirement(): string | undefined {
   try {
-    if (!fs.statSync('/dev/loop-control').isCharacterDevice()) return '/dev/loop-control is not a character device';
+    if (!fs.statSync('/dev/loop-control').isCharacterDevice())
+      return `${IMAGE_NEEDS}: /dev/loop-control is not a character device`;
   } catch (error) {
-    return `a workspace filesystem needs loop devices: /dev/loop-control: ${(error as Error).message}`;
+    return `${IMAGE_NEEDS}: /dev/loop-control: ${(error as Error).message}`;
   }
   if (!MKE2FS_PATHS.some((file) => fs.existsSync(file)))
     return `a workspace filesystem needs mke2fs at ${MKE2FS_PATHS.join(' or ')} (Debian: e2fsprogs)`;
   return undefined;
 }
 
+/** Why the workspaces' images are not proven to bound here, or undefined when the probe proved it. */
+async function provenRequirement(root: string, probe: WorkspaceImageProbe | undefined): Promise<string | undefined> {
+  const missing = imageRequirement();
+  if (missing !== undefined) return missing;
+  if (probe === undefined)
+    return `${IMAGE_NEEDS}: unverified, no image probe can run here (workspaces.maxBytes is only measured)`;
+  let realRoot: string;
+  try {
+    realRoot = fs.realpathSync(root);
+  } catch (error) {
+    return `${IMAGE_NEEDS}: the workspaces root ${root} (workspaces.root): ${(error as Error).message}`;
+  }
+  const proved = await probe(realRoot);
+  return proved.ok ? undefined : `${IMAGE_NEEDS}: ${proved.detail}`;
+}
+
 /**
  * Whether the byte and inode cap of new workspaces is a real bound here: each workspace its own
  * ext4 image (the helper, or a root supervisor's shared launcher, mounts it), or only measured
- * (a non-root shared_uid supervisor), or off (workspaces.maxBytes null). Never claims a bound
- * it has no means for. Absent when workspaces are not configured.
+ * (a non-root shared_uid supervisor, or a host where the image probe failed), or off
+ * (workspaces.maxBytes null). Enforced only when the image probe of the program that mounts the
+ * images proved a bound here, now: a bound is never claimed from the presence of a device
+ * alone. Absent when workspaces are not configured.
  */
-export function probeWorkspaceCap(config: TurnhostConfig): WorkspaceCapStatus | undefined {
-  if (config.workspaces.root === null) return undefined;
+export async function probeWorkspaceCap(
+  config: TurnhostConfig,
+  probe: WorkspaceImageProbe | undefined,
+): Promise<WorkspaceCapStatus | undefined> {
+  const root = config.workspaces.root;
+  if (root === null) return undefined;
   const { maxBytes, maxFiles } = config.workspaces;
   if (maxBytes === null)
     return {
@@ -175,8 +210,8 @@ export function probeWorkspaceCap(config: TurnhostConfig): WorkspaceCapStatus | 
   const canMount = config.identityHelper.path !== null || process.geteuid?.() === 0;
   if (!canMount)
     return { enforced: false, mechanism: 'measured', maxBytes, maxFiles, requirement: NON_ROOT_SHARED_CAP };
-  const missing = imageRequirement();
-  return missing === undefined
+  const requirement = await provenRequirement(root, probe);
+  return requirement === undefined
     ? { enforced: true, mechanism: 'image', maxBytes, maxFiles }
-    : { enforced: false, mechanism: 'measured', maxBytes, maxFiles, requirement: missing };
+    : { enforced: false, mechanism: 'measured', maxBytes, maxFiles, requirement };
 }
