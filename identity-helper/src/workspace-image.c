@@ -483,13 +483,30 @@ static int probe_enter_namespace(struct failure *f) {
   return inner.code == 0 ? 0 : probe_failed(f, "namespace", &inner);
 }
 
-/* An image with no name beneath the images directory (the filesystem real images live on), of
- * the probe's size, made ext4 by the same mkfs run a workspace's gets. */
+/* An image file with no name in the images directory: O_TMPFILE, or where the filesystem has
+ * none, a file made exclusively under a name no lease can have (leases never start with a
+ * dot) and unlinked at once, so that a probe killed at any point leaves no image behind. */
+static int probe_open_unnamed(int dir) {
+  int image = openat(dir, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (image >= 0) {
+    return image;
+  }
+  char name[32];
+  snprintf(name, sizeof name, ".probe-%ld.img", (long)getpid());
+  image = openat(dir, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (image >= 0 && unlinkat(dir, name, 0) != 0) {
+    close_fd(&image);
+  }
+  return image;
+}
+
+/* The unnamed image beneath the images directory (the filesystem real images live on), of the
+ * probe's size, made ext4 by the same mkfs run a workspace's gets. */
 static int probe_make_image(int root, struct image_probe *p, struct failure *f) {
   struct failure inner = {0, {0}};
   int code = open_image_dir(root, true, &p->dir, &inner);
   if (code == 0) {
-    p->image = openat(p->dir, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    p->image = probe_open_unnamed(p->dir);
     if (p->image < 0 || ftruncate(p->image, (off_t)PROBE_IMAGE_BYTES) != 0) {
       code = fail_with(&inner, EXIT_INTERNAL, "%s: an unnamed image file: %s", WORKSPACE_IMAGE_DIR,
                        strerror(errno));
