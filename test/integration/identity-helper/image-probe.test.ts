@@ -17,6 +17,8 @@ import { runHelperImageProbe } from '../../../supervisor/identity/helper-workspa
 import { writeSharedLauncherConfig } from '../../../supervisor/identity/helper-config.js';
 import type { HelperLocation } from '../../../supervisor/identity/helper-process.js';
 import { probeWorkspaceCap } from '../../../supervisor/probes/workspaces.js';
+import { runWorkerHostProbes } from '../../../supervisor/probes/index.js';
+import { createMemoryLogger } from '../../../core/log.js';
 import { probeConfig } from '../../support/probe-tree.js';
 import {
   asanHelper,
@@ -211,5 +213,45 @@ t.test('the status claims a bound only when the probe proved one', async (t) => 
     mechanism: 'measured',
     requirement: /unverified, no image probe can run here/,
   });
+  assertNothingLeft(t);
+});
+
+t.test("the boot status takes the helper's probe and logs a cap it could not prove", async (t) => {
+  const base = probeConfig({ proc: '/proc', sysFsCgroup: '/sys/fs/cgroup' });
+  const config = {
+    ...base,
+    identityHelper: { path: asanHelper, configPath },
+    workspaces: { ...base.workspaces, root: workspaceRoot, maxBytes: 8 << 20, maxFiles: null },
+  };
+  const proven = createMemoryLogger();
+  const held = await runWorkerHostProbes(
+    {
+      config,
+      logger: proven.logger,
+      helperImageProbe: (root) => runHelperImageProbe(helper, root),
+      // A shared launcher's probe is not the mounter's when a helper is configured.
+      sharedImageProbe: (root) => runHelperImageProbe(maskedLauncher, root),
+    },
+    'boot',
+  );
+  t.match(held.workspaceCap, { enforced: true, mechanism: 'image' });
+  t.notOk(
+    proven.lines.some((line) => line.includes('workspace cap not enforced')),
+    'nothing is logged about a cap that holds',
+  );
+  const masked = createMemoryLogger();
+  const refused = await runWorkerHostProbes(
+    { config, logger: masked.logger, helperImageProbe: (root) => runHelperImageProbe(maskedHelper, root) },
+    'boot',
+  );
+  t.match(refused.workspaceCap, {
+    enforced: false,
+    mechanism: 'measured',
+    requirement: /needs loop devices and ext4 mounts: image_probe loop_attach: .*LOOP_CTL_GET_FREE/,
+  });
+  t.ok(
+    masked.lines.some((line) => /workspace cap not enforced: .*image_probe loop_attach/.test(line)),
+    'the boot probe logs the requirement',
+  );
   assertNothingLeft(t);
 });
