@@ -12,6 +12,7 @@
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import t, { type Test } from 'tap';
 import { runHelperImageProbe } from '../../../supervisor/identity/helper-workspace-image.js';
 import { writeSharedLauncherConfig } from '../../../supervisor/identity/helper-config.js';
@@ -150,6 +151,25 @@ t.test(
     assertNothingLeft(t);
   },
 );
+
+t.test('a mount refused after the attach fails the probe at mount and detaches its loop device', async (t) => {
+  // The filter refuses only the image's mount (flags nosuid,nodev): the loop device is attached
+  // by then, so this is the failure that has one to give back.
+  const denyImageMount = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures/deny-image-mount.py');
+  for (const [name, args] of [
+    ['separate_uid helper', ['--config', configPath]],
+    ['shared launcher', ['--shared', '--config', sharedConfigPath]],
+  ] as const) {
+    const run = runWithDescriptor(
+      ['/usr/bin/python3', denyImageMount, asanHelper, ...args],
+      descriptorText(['op image_probe', `workspace ${workspaceRoot}`]),
+      dir,
+    );
+    t.equal(run.code, 76, `${name}: ${run.stderr}`);
+    t.match(run.stderr, /image_probe mount: image probe: mount: Operation not permitted/, `${name}: the step is mount`);
+    assertNothingLeft(t);
+  }
+});
 
 t.test('only a configured workspace_root is probed, matched exactly', async (t) => {
   const elsewhere = await runHelperImageProbe(helper, dir);
