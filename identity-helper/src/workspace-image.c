@@ -444,7 +444,7 @@ int workspace_image_remove(int root, const char *lease, struct failure *f) {
 }
 
 /* The probe's throwaway image: the smallest mkfs accepts, with few inodes, so that filling it
- * (bytes, then files) takes a moment. */
+ * (bytes, then files) is quick. */
 #define PROBE_IMAGE_BYTES WORKSPACE_IMAGE_MIN_BYTES
 #define PROBE_IMAGE_FILES 16
 #define PROBE_WRITE_CHUNK 65536
