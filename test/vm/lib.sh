@@ -102,6 +102,36 @@ vm_release_run_dir() {
   if [ -n "${RUN_DIR:-}" ] && mountpoint -q "$RUN_DIR/root"; then umount "$RUN_DIR/root"; fi
 }
 
+# Sets DEB to the deb under test: TURNHOST_DEB, else the newest dist/turnhost_*.deb.
+vm_find_deb() {
+  local deb=${TURNHOST_DEB:-}
+  [ -n "$deb" ] || deb=$(ls -t "$REPO_DIR"/dist/turnhost_*_amd64.deb 2>/dev/null | head -n 1)
+  if [ -z "$deb" ] || [ ! -f "$deb" ]; then
+    echo "$VM_TIER: no deb: run 'make deb' first (make $VM_TIER does) or set TURNHOST_DEB" >&2
+    exit 1
+  fi
+  DEB=$(readlink -f "$deb")
+}
+
+# The guest has no network to Debian's mirror, and the image lacks some of the deb's
+# dependencies (nodejs and its libraries). Copies the deb to $2 in the overlay at $1; the
+# image's own apt (trixie sources) resolves its dependencies and downloads them into the
+# overlay's /var/cache/apt/archives, with fresh package lists beside them, so an apt in the
+# guest installs the deb offline. The cached image is never written.
+vm_download_deb_dependencies() {
+  local root=$1 deb_dir=$2 log=$RUN_DIR/apt-download.log
+  install -D -m 0644 "$DEB" "$root$deb_dir/$(basename "$DEB")"
+  vm_log "downloading the deb's dependencies with the guest's apt (trixie)"
+  # update first: the image's lists age, and the mirror drops superseded versions.
+  if ! chroot "$root" sh -c "apt-get update -q && apt-get install -y -q --download-only --no-install-recommends $deb_dir/$(basename "$DEB")" >"$log" 2>&1; then
+    tail -5 "$log" >&2
+    grep -qiE "failed to fetch|temporary failure resolving|could not resolve|unable to connect|network is unreachable" "$log" &&
+      vm_skip "apt-get could not download the deb's dependencies (log: $log)"
+    echo "$VM_TIER: resolving the deb's dependencies failed (log: $log)" >&2
+    exit 1
+  fi
+}
+
 # Enables guest unit $2 (a file in GUEST_DIR) for multi-user.target in the overlay at $1.
 vm_enable_guest_unit() {
   local root=$1 unit=$2
@@ -125,16 +155,22 @@ tmpfs /var/lib/turnhost tmpfs $data_dir_options 0 0
 EOF
 }
 
+# Devices a runner adds to the guest (qemu arguments): VM_QEMU_NET replaces the default
+# `-nic none`, VM_QEMU_EXTRA is appended (a disk, say).
+VM_QEMU_NET=()
+VM_QEMU_EXTRA=()
+
 # Boots the overlay with the checkout read-only at guest tag "turnhost" and RUN_DIR/results
 # writable at tag "vmresults"; waits for the guest to power off or for $1 seconds. Prints
 # progress from the serial log (RUN_DIR/serial.log). Returns 0 when the guest powered off,
 # 124 on timeout.
 vm_boot() {
-  local timeout=$1 serial=$RUN_DIR/serial.log shown=0 lines
+  local timeout=$1 serial=$RUN_DIR/serial.log shown=0 lines net=(-nic none)
+  [ "${#VM_QEMU_NET[@]}" -eq 0 ] || net=("${VM_QEMU_NET[@]}")
   : >"$serial"
   qemu-system-x86_64 \
     -nodefaults -machine q35 -accel "tcg,thread=${TURNHOST_VM_TCG_THREAD:-single}" -cpu "${TURNHOST_VM_CPU_MODEL:-max}" -smp "${TURNHOST_VM_CPUS:-2}" -m "${TURNHOST_VM_MEMORY_MB:-2048}" \
-    -nographic -monitor none -serial "file:$serial" -nic none -no-reboot \
+    -nographic -monitor none -serial "file:$serial" "${net[@]}" -no-reboot \
     -kernel "$IMAGE/vmlinuz" -initrd "$IMAGE/initrd.img" \
     -append "console=ttyS0 panic=-1 loglevel=4 systemd.show_status=1 systemd.log_color=0" \
     -fsdev "local,id=rootfs,path=$RUN_DIR/root,security_model=passthrough" \
@@ -143,6 +179,7 @@ vm_boot() {
     -device virtio-9p-pci,fsdev=turnhost,mount_tag=turnhost \
     -fsdev "local,id=vmresults,path=$RUN_DIR/results,security_model=none" \
     -device virtio-9p-pci,fsdev=vmresults,mount_tag=vmresults \
+    "${VM_QEMU_EXTRA[@]}" \
     </dev/null >"$RUN_DIR/qemu.log" 2>&1 &
   QEMU_PID=$!
   local started=$SECONDS

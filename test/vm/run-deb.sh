@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make vm-deb-test`: the installed-package test. Boots the cached guest image with
-# the built deb and the packages it depends on in the run's overlay; test/vm/guest/deb.test.mjs
-# installs them with dpkg, checks the running unit, `turnhost check`, a turn, then remove and
+# the packages the built deb depends on installed in the run's overlay and the deb beside them;
+# test/vm/guest/deb.test.mjs installs it with dpkg, checks the running unit, `turnhost check`, a turn, then remove and
 # purge. Exit 0 when every guest test passed or, outside CI, a download failed (SKIPPED), 1
 # otherwise.
 # docs/vm-tier.md ("The installed-package run") explains the parts.
@@ -15,35 +15,20 @@ VM_TIER=vm-deb-test
 # Where the guest finds what it installs (deb.test.mjs reads the same paths).
 GUEST_DEB_DIR=/root/vm-debs
 
-# The deb under test: TURNHOST_DEB, else the newest dist/turnhost_*.deb.
-find_deb() {
-  local deb=${TURNHOST_DEB:-}
-  [ -n "$deb" ] || deb=$(ls -t "$REPO_DIR"/dist/turnhost_*_amd64.deb 2>/dev/null | head -n 1)
-  if [ -z "$deb" ] || [ ! -f "$deb" ]; then
-    echo "vm-deb-test: no deb: run 'make deb' first (make vm-deb-test does) or set TURNHOST_DEB" >&2
-    exit 1
-  fi
-  DEB=$(readlink -f "$deb")
-}
-
-# The guest has no network, and the image lacks some of the deb's dependencies (nodejs and its
-# libraries). The image's own apt (trixie sources) resolves them against the deb and downloads them into the run's overlay; the cached image is never written
-# and its version stamp stays, so a concurrent run is unaffected.
-download_dependencies() {
-  local root=$1 log=$RUN_DIR/apt-download.log
-  install -D -m 0644 "$DEB" "$root$GUEST_DEB_DIR/$(basename "$DEB")"
-  vm_log "downloading the deb's dependencies with the guest's apt (trixie)"
-  # update first: the image's lists age, and the mirror drops superseded versions.
-  if ! chroot "$root" sh -c "apt-get update -q && apt-get install -y -q --download-only --no-install-recommends $GUEST_DEB_DIR/$(basename "$DEB")" >"$log" 2>&1; then
+# The deb's dependencies go into the overlay at the host's speed (unpacking them over 9p under
+# TCG takes the guest minutes): apt resolves them from the deb's own Depends, so the guest has
+# exactly what the package pulls in. Installing them inside a guest, offline, from those Depends
+# is the hosting tier's (run-hosting.sh); this tier's guest time goes to the package itself.
+install_dependencies() {
+  local root=$1 log=$RUN_DIR/apt-install.log
+  vm_download_deb_dependencies "$root" "$GUEST_DEB_DIR"
+  if ! chroot "$root" sh -c 'DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends /var/cache/apt/archives/*.deb' >"$log" 2>&1; then
     tail -5 "$log" >&2
-    grep -qiE "failed to fetch|temporary failure resolving|could not resolve|unable to connect|network is unreachable" "$log" &&
-      vm_skip "apt-get could not download the deb's dependencies (log: $log)"
-    echo "vm-deb-test: resolving the deb's dependencies failed (log: $log)" >&2
+    echo "$VM_TIER: installing the deb's dependencies into the overlay failed (log: $log)" >&2
     exit 1
   fi
-  mkdir -p "$root$GUEST_DEB_DIR/deps"
-  mv "$root"/var/cache/apt/archives/*.deb "$root$GUEST_DEB_DIR/deps/"
-  vm_log "dependencies: $(cd "$root$GUEST_DEB_DIR/deps" && ls | sed 's/_.*//' | tr '\n' ' ')"
+  vm_log "dependencies: $(cd "$root/var/cache/apt/archives" && ls ./*.deb | sed 's|^\./||; s/_.*//' | tr '\n' ' ')"
+  rm -f "$root"/var/cache/apt/archives/*.deb
 }
 
 # The host's node runs only the test file: the package runs on the distribution's /usr/bin/node.
@@ -58,13 +43,13 @@ install_guest_setup() {
 
 # Everything a fresh overlay at $1 needs for this run.
 prepare_overlay() {
-  download_dependencies "$1"
+  install_dependencies "$1"
   install_guest_setup "$1"
 }
 
 main() {
   vm_require_root vm-deb-test
-  find_deb
+  vm_find_deb
   vm_start_run
   vm_log "image $IMAGE, deb $DEB"
   prepare_overlay "$RUN_DIR/root"

@@ -2,13 +2,14 @@
 # Guest side (turnhost-vmtest-suite.service): runs test/vm/guest/*.test.mjs in name order, or
 # only the files named as arguments, TAP to the console (the host shows it live) and to
 # /vmresults/<name>.tap, then saves the journal for debugging. The unit powers the guest off
-# when this returns. deb.test.mjs runs only when named (run-deb.sh does): it installs the
-# package, which the supervisor run.sh sets up from the checkout must not meet.
+# when this returns. deb.test.mjs and hosting.test.mjs run only when named (run-deb.sh and
+# run-hosting.sh do): they install the package, which the supervisor run.sh sets up from the
+# checkout must not meet.
 set -u
 results=/vmresults
 guest=/turnhost/test/vm/guest
 if [ "$#" -eq 0 ]; then
-  set -- $(cd "$guest" && ls ./*.test.mjs | sed 's|^\./||' | grep -vx 'deb\.test\.mjs')
+  set -- $(cd "$guest" && ls ./*.test.mjs | sed 's|^\./||' | grep -vxE '(deb|hosting)\.test\.mjs')
 fi
 echo "turnhost-vm: suite starting at uptime $(cut -d' ' -f1 /proc/uptime)s"
 for file in "$@"; do
