@@ -456,10 +456,12 @@ int workspace_image_remove(int root, const char *lease, struct failure *f) {
 /* What the probe holds, released by probe_release whatever step it reached. */
 struct image_probe {
   int dir;   /* the images directory (the mount point of the probe's filesystem) */
-  int image; /* the image, with no name: it goes when this fd closes */
+  int image; /* the image file, `name` in the images directory while `named` */
   int loop;  /* the loop device it attached: kept, so that it detaches it itself */
   int top;   /* the mounted filesystem's root */
   bool mounted;
+  bool named;
+  char name[32];
   char source[32];
   char target[64];
   uint64_t written;
@@ -483,32 +485,50 @@ static int probe_enter_namespace(struct failure *f) {
   return inner.code == 0 ? 0 : probe_failed(f, "namespace", &inner);
 }
 
-/* An image file with no name in the images directory: O_TMPFILE, or where the filesystem has
- * none, a file made exclusively under a name no lease can have (leases never start with a
- * dot) and unlinked at once, so that a probe killed at any point leaves no image behind. */
-static int probe_open_unnamed(int dir) {
-  int image = openat(dir, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-  if (image >= 0) {
-    return image;
+#define PROBE_NAME_PREFIX ".probe-"
+#define PROBE_NAME_SUFFIX ".img"
+
+/* Removes the images of probes killed before their cleanup: `.probe-<pid>.img` whose process is
+ * gone. The name is one no lease can have (leases never start with a dot). */
+static void probe_remove_stale(int dir) {
+  int copy = fcntl(dir, F_DUPFD_CLOEXEC, 0);
+  DIR *listing = copy < 0 ? NULL : fdopendir(copy);
+  if (listing == NULL) {
+    close_fd(&copy);
+    return;
   }
-  char name[32];
-  snprintf(name, sizeof name, ".probe-%ld.img", (long)getpid());
-  image = openat(dir, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (image >= 0 && unlinkat(dir, name, 0) != 0) {
-    close_fd(&image);
+  struct dirent *entry;
+  while ((entry = readdir(listing)) != NULL) {
+    char *end = NULL;
+    if (strncmp(entry->d_name, PROBE_NAME_PREFIX, strlen(PROBE_NAME_PREFIX)) != 0) continue;
+    long pid = strtol(entry->d_name + strlen(PROBE_NAME_PREFIX), &end, 10);
+    if (pid <= 0 || end == NULL || strcmp(end, PROBE_NAME_SUFFIX) != 0) continue;
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) unlinkat(dir, entry->d_name, 0);
   }
-  return image;
+  closedir(listing);
 }
 
-/* The unnamed image beneath the images directory (the filesystem real images live on), of the
+/* The probe's image: a named file in the images directory, as a workspace's image is, made
+ * exclusively and removed by probe_release once it is detached. Not an unnamed (O_TMPFILE or
+ * unlinked) file: on some filesystems an open file whose name is gone cannot be truncated or
+ * written (9p resolves those by path: ENOENT), where named images work. */
+static int probe_open_image(int dir, char *name, size_t size) {
+  probe_remove_stale(dir);
+  snprintf(name, size, PROBE_NAME_PREFIX "%ld" PROBE_NAME_SUFFIX, (long)getpid());
+  unlinkat(dir, name, 0);
+  return openat(dir, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+}
+
+/* The probe's image in the images directory (the filesystem real images live on), of the
  * probe's size, made ext4 by the same mkfs run a workspace's gets. */
 static int probe_make_image(int root, struct image_probe *p, struct failure *f) {
   struct failure inner = {0, {0}};
   int code = open_image_dir(root, true, &p->dir, &inner);
   if (code == 0) {
-    p->image = probe_open_unnamed(p->dir);
+    p->image = probe_open_image(p->dir, p->name, sizeof p->name);
+    p->named = p->image >= 0;
     if (p->image < 0 || ftruncate(p->image, (off_t)PROBE_IMAGE_BYTES) != 0) {
-      code = fail_with(&inner, EXIT_INTERNAL, "%s: an unnamed image file: %s", WORKSPACE_IMAGE_DIR,
+      code = fail_with(&inner, EXIT_INTERNAL, "%s: the probe's image file: %s", WORKSPACE_IMAGE_DIR,
                        strerror(errno));
     }
   }
@@ -592,8 +612,8 @@ static int probe_fill(struct image_probe *p, struct failure *f) {
 }
 
 /* Unmounts (lazily only when a plain unmount failed: the namespace is ours alone), detaches the
- * loop device this probe attached (it still holds it, so it is never another's) and lets the
- * unnamed image go. Answers the first failure as the step `cleanup`, after releasing the rest. */
+ * loop device this probe attached (it still holds it, so it is never another's) and removes
+ * the image file. Answers the first failure as the step `cleanup`, after releasing the rest. */
 static int probe_release(struct image_probe *p, struct failure *f) {
   struct failure inner = {0, {0}};
   close_fd(&p->top);
@@ -607,6 +627,11 @@ static int probe_release(struct image_probe *p, struct failure *f) {
   }
   close_fd(&p->loop);
   close_fd(&p->image);
+  if (p->named && unlinkat(p->dir, p->name, 0) != 0 && inner.code == 0) {
+    fail_with(&inner, EXIT_INTERNAL, "%s/%s: unlink: %s", WORKSPACE_IMAGE_DIR, p->name,
+              strerror(errno));
+  }
+  p->named = false;
   close_fd(&p->dir);
   return inner.code == 0 ? 0 : probe_failed(f, "cleanup", &inner);
 }
@@ -630,7 +655,7 @@ int workspace_image_probe(const char *root_path, struct failure *f) {
                      "image_probe root: a workspace image needs root (the setuid helper, or a "
                      "root supervisor): loop devices and mounts");
   }
-  struct image_probe p = {-1, -1, -1, -1, false, {0}, {0}, 0, 0};
+  struct image_probe p = {-1, -1, -1, -1, false, false, {0}, {0}, {0}, 0, 0};
   int root = -1;
   int code = probe_enter_namespace(f);
   if (code == 0) code = probe_open_root(root_path, &root, f);

@@ -90,6 +90,23 @@ function assertNothingLeft(t: Test): void {
   t.same(fs.existsSync(images) ? fs.readdirSync(images) : [], [], 'no image file is left');
 }
 
+t.test("a probe removes a killed probe's image, never a live probe's", async (t) => {
+  const images = path.join(workspaceRoot, '.turnhost-images');
+  fs.mkdirSync(images, { mode: 0o700, recursive: true });
+  // A process that has ended: its pid names a probe killed before its cleanup.
+  const ended = execFileSync('/bin/sh', ['-c', 'echo $$'], { encoding: 'utf8' }).trim();
+  const stale = path.join(images, `.probe-${ended}.img`);
+  const live = path.join(images, `.probe-${process.pid}.img`);
+  fs.writeFileSync(stale, '');
+  fs.writeFileSync(live, '');
+  const proved = await runHelperImageProbe(helper, workspaceRoot);
+  t.ok(proved.ok, `the probe succeeds: ${proved.ok ? '' : `${proved.reason}: ${proved.detail}`}`);
+  t.notOk(fs.existsSync(stale), "the ended process's image is removed");
+  t.ok(fs.existsSync(live), "a live process's image is kept");
+  fs.rmSync(live);
+  assertNothingLeft(t);
+});
+
 t.test('before any probe nothing is configured over the workspaces root', async (t) => {
   t.same(probeLoops(), []);
   t.same(probeMounts(), []);
