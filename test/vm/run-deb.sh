@@ -15,22 +15,6 @@ VM_TIER=vm-deb-test
 # Where the guest finds what it installs (deb.test.mjs reads the same paths).
 GUEST_DEB_DIR=/root/vm-debs
 
-# The deb's dependencies go into the overlay at the host's speed (unpacking them over 9p under
-# TCG takes the guest minutes): apt resolves them from the deb's own Depends, so the guest has
-# exactly what the package pulls in. Installing them inside a guest, offline, from those Depends
-# is the hosting tier's (run-hosting.sh); this tier's guest time goes to the package itself.
-install_dependencies() {
-  local root=$1 log=$RUN_DIR/apt-install.log
-  vm_download_deb_dependencies "$root" "$GUEST_DEB_DIR"
-  if ! chroot "$root" sh -c 'DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends /var/cache/apt/archives/*.deb' >"$log" 2>&1; then
-    tail -5 "$log" >&2
-    echo "$VM_TIER: installing the deb's dependencies into the overlay failed (log: $log)" >&2
-    exit 1
-  fi
-  vm_log "dependencies: $(cd "$root/var/cache/apt/archives" && ls ./*.deb | sed 's|^\./||; s/_.*//' | tr '\n' ' ')"
-  rm -f "$root"/var/cache/apt/archives/*.deb
-}
-
 # The host's node runs only the test file: the package runs on the distribution's /usr/bin/node.
 # postinst and StateDirectory= set the data dir's owner and mode, as on a real disk.
 install_guest_setup() {
@@ -43,7 +27,7 @@ install_guest_setup() {
 
 # Everything a fresh overlay at $1 needs for this run.
 prepare_overlay() {
-  install_dependencies "$1"
+  vm_install_deb_dependencies "$1" "$GUEST_DEB_DIR"
   install_guest_setup "$1"
 }
 

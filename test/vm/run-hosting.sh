@@ -104,7 +104,7 @@ install_cloud_image_setup() {
 
 install_guest_setup() {
   local root=$1
-  vm_download_deb_dependencies "$root" "$GUEST_DEB_DIR"
+  vm_install_deb_dependencies "$root" "$GUEST_DEB_DIR"
   install_cloud_image_setup "$root"
   vm_install_suite_setup "$root" mode=0755,size=64m
   # The data disk, not this tmpfs, holds the supervisor's data here.

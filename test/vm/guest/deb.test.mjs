@@ -49,8 +49,7 @@ const mainPid = () => Number(sh(`systemctl show -p MainPID --value ${UNIT}`).tri
 
 let range = null;
 
-// run-deb.sh installed the deb's dependencies into the overlay from its Depends (the hosting
-// tier installs them in a guest).
+// run-deb.sh installed the deb's dependencies into the overlay, resolved from its Depends.
 await check("the deb's dependencies from trixie are in place: Debian's nodejs 20", () => {
   const version = expectSuccess(['/usr/bin/node', '--version']).stdout.trim();
   expect(/^v20\./.test(version), `/usr/bin/node is ${version}, not 20.x`);
