@@ -63,14 +63,14 @@ int workspace_image_unmount(int root, const char *lease, const char *workspace,
 int workspace_image_remove(int root, const char *lease, struct failure *f);
 
 /* Whether a workspace image is a bound on this host, proved rather than assumed: in a private
- * mount namespace, an image of 1 MiB, `<root_path>/.turnhost-images/.probe-<pid>.img`, is made ext4 by
- * the same mke2fs run, attached to a free loop device and mounted with the same calls and flags
+ * mount namespace, an image of 1 MiB, `<root_path>/.turnhost-images/.probe-<pid>.img`, is made ext4
+ * by the same mke2fs run, attached to a free loop device and mounted with the same calls and flags
  * as a workspace's; a write past its size must fail with ENOSPC, and so must a file past its
  * inode count. Then it is unmounted, the loop device it attached detached and the image removed:
  * nothing outlives the call (a probe killed half way leaves only its image, which the next probe
- * removes once that process is gone). Receipt `image_probe
- * enforced`; a refusal reads `image_probe <step>: <detail>`, the step one of root, namespace,
- * image, mkfs, loop_attach, mount, bytes_bound, files_bound, cleanup. */
+ * removes once that process is gone). Receipt `image_probe enforced`; a refusal reads
+ * `image_probe <step>: <detail>`, the step one of root, namespace, image, mkfs, loop_attach,
+ * mount, bytes_bound, files_bound, cleanup. */
 int workspace_image_probe(const char *root_path, struct failure *f);
 
 /* op image_probe: the probe in the configured workspace_root the descriptor's `workspace` names
