@@ -331,9 +331,9 @@ static int open_worker_program(const struct helper_config *c, int *program, stru
  * -> the uid and its lease
  * -> the turn cgroup -> the rlimits -> [shared without root: a user namespace] -> a pid
  * namespace: this process stays outside as the monitor holding the lease, pid 1 goes on ->
- * cgroup, net, ipc, uts and mount namespaces with the view -> the launch report -> pid 1 forks the
- * worker and becomes the namespace's init -> the worker drops its identity, keeps fds 0-4 and
- * execs the program from its fd. */
+ * cgroup, net, ipc, uts and mount namespaces with the view -> the launch report -> pid 1 drops
+ * its identity -> pid 1 forks the worker and becomes the namespace's init -> the worker keeps
+ * fds 0-4 and execs the program from its fd. */
 int launch_worker(const struct helper_config *c, const struct descriptor *d, struct failure *f) {
   struct worker_identity id;
   int lock = -1;
@@ -346,8 +346,8 @@ int launch_worker(const struct helper_config *c, const struct descriptor *d, str
   if (code == 0) code = sandbox_fork_pid_namespace(lock, f);
   if (code == 0) code = enter_namespaces(c, d, f);
   if (code == 0) code = report_launch(id.uid, f);
-  if (code == 0) code = sandbox_fork_worker(c, &id, f);
   if (code == 0) code = identity_drop(c, &id, f);
+  if (code == 0) code = sandbox_fork_worker(f);
   if (code == 0) code = keep_only_worker_fds(&program, f);
   if (code == 0) code = reset_signals(f);
   if (code != 0) {

@@ -87,8 +87,7 @@ static _Noreturn void run_init(pid_t worker) {
   }
 }
 
-int sandbox_fork_worker(const struct helper_config *c, const struct worker_identity *id,
-                        struct failure *f) {
+int sandbox_fork_worker(struct failure *f) {
   pid_t worker = fork();
   if (worker < 0) {
     return fail_with(f, EXIT_INTERNAL, "fork of the worker: %s", strerror(errno));
@@ -96,14 +95,10 @@ int sandbox_fork_worker(const struct helper_config *c, const struct worker_ident
   if (worker == 0) {
     return 0;
   }
-  /* pid 1 holds nothing a command could use: the worker's identity, no fds, no core, no ptrace
-   * access for anyone but root of the host. Signals from inside the namespace do not reach it:
-   * it has no handlers, and the kernel drops them for a namespace's init. */
-  struct failure ignored = {0, {0}};
-  if (identity_drop(c, id, &ignored) != 0) {
-    kill(worker, SIGKILL);
-    _exit(EXIT_IDENTITY_DROP_FAILED);
-  }
+  /* pid 1 holds nothing a command could use: the worker's identity (dropped before the fork), no
+   * fds, no core, no ptrace access for anyone but root of the host. Signals from inside the
+   * namespace do not reach it: it has no handlers, and the kernel drops them for a namespace's
+   * init. */
   close_range(0, ~0u, 0);
   prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   /* A change of credentials clears the parent-death signal: armed again. */

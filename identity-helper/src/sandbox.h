@@ -19,11 +19,11 @@ int sandbox_fork_pid_namespace(int keep_fd, struct failure *f);
  * hierarchy: the turn's leaves in those the turn joined. Exit code 71 on failure. */
 int sandbox_enter_turn_namespaces(struct failure *f);
 
-/* In pid 1, once the view is built: forks the worker and returns 0 in it. In pid 1 it never
- * returns: pid 1 drops to `id` too, closes every fd, makes itself undumpable and reaps every
- * process that ends in the namespace; when the worker ends, pid 1 exits with its status, and
- * the kernel kills whatever else is left in the namespace. Exit code 76 on failure. */
-int sandbox_fork_worker(const struct helper_config *c, const struct worker_identity *id,
-                        struct failure *f);
+/* In pid 1, once the view is built and the identity dropped (so that pid 1 never holds root
+ * while the worker lives: the supervisor's attestation reads both): forks the worker and returns
+ * 0 in it. In pid 1 it never returns: pid 1 closes every fd, makes itself undumpable and reaps
+ * every process that ends in the namespace; when the worker ends, pid 1 exits with its status,
+ * and the kernel kills whatever else is left in the namespace. Exit code 76 on failure. */
+int sandbox_fork_worker(struct failure *f);
 
 #endif
