@@ -4,9 +4,7 @@
 #ifndef IDENTITY_HELPER_SANDBOX_H
 #define IDENTITY_HELPER_SANDBOX_H
 
-#include "config.h"
 #include "failure.h"
-#include "identity.h"
 
 /* unshare(CLONE_NEWPID) and fork. The parent becomes the monitor and never returns: it closes
  * every fd but `keep_fd` (the uid lease lock, or -1), waits for the child and exits with its
