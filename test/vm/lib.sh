@@ -150,17 +150,18 @@ vm_enable_guest_unit() {
 
 # What every overlay (at $1) needs to run the guest suite: the host's node for the test files,
 # the suite unit, mounts for the two shares vm_boot exports, and the data dir on a tmpfs with
-# options $2. The tmpfs because SQLite's WAL needs shared writable mmap, which 9p does not give.
+# options $2. The tmpfs because SQLite's WAL needs shared writable mmap, which 9p does not give;
+# without $2 the runner mounts a data dir of its own (run-hosting.sh: a disk).
 vm_install_suite_setup() {
-  local root=$1 data_dir_options=$2
+  local root=$1 data_dir_options=${2:-}
   install -m 0755 "$(readlink -f "$(command -v node)")" "$root/usr/local/bin/node"
   vm_enable_guest_unit "$root" turnhost-vmtest-suite.service
   mkdir -p "$root/turnhost" "$root/vmresults" "$root/var/lib/turnhost"
   cat >>"$root/etc/fstab" <<EOF
 turnhost /turnhost 9p trans=virtio,version=9p2000.L,msize=524288,ro,cache=loose 0 0
 vmresults /vmresults 9p trans=virtio,version=9p2000.L,msize=524288,rw 0 0
-tmpfs /var/lib/turnhost tmpfs $data_dir_options 0 0
 EOF
+  [ -z "$data_dir_options" ] || echo "tmpfs /var/lib/turnhost tmpfs $data_dir_options 0 0" >>"$root/etc/fstab"
 }
 
 # Devices a runner adds to the guest (qemu arguments): VM_QEMU_NET replaces the default

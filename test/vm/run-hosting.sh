@@ -106,9 +106,8 @@ install_guest_setup() {
   local root=$1
   vm_install_deb_dependencies "$root" "$GUEST_DEB_DIR"
   install_cloud_image_setup "$root"
-  vm_install_suite_setup "$root" mode=0755,size=64m
-  # The data disk, not this tmpfs, holds the supervisor's data here.
-  sed -i '\|^tmpfs /var/lib/turnhost |d' "$root/etc/fstab"
+  # No tmpfs: the data disk holds the supervisor's data here.
+  vm_install_suite_setup "$root"
   mkdir -p "$root/etc/systemd/system/turnhost-vmtest-suite.service.d"
   printf '[Service]\nExecStart=\nExecStart=/bin/sh /turnhost/test/vm/guest/run-suite.sh hosting.test.mjs\n' \
     >"$root/etc/systemd/system/turnhost-vmtest-suite.service.d/hosting.conf"

@@ -1,8 +1,9 @@
 // Guest-side helpers: the supervisor's HTTP API (token from its data dir), systemd and process
 // inspection. Every wait is bounded and names what it waited for when it gives up.
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
+import { expect } from './tap.mjs';
 
 export const BASE_URL = 'http://127.0.0.1:7707';
 export const DATA_DIR = '/var/lib/turnhost';
@@ -11,6 +12,27 @@ export const SERVICE_CGROUP = `/sys/fs/cgroup/system.slice/${SERVICE}`;
 export const WORKSPACE = '/srv/vmwork';
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Runs a command without a shell; answers its exit code and output (never throws). */
+export function run(argv) {
+  const result = spawnSync(argv[0], argv.slice(1), { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  return {
+    code: result.status,
+    signal: result.signal,
+    stdout: result.stdout ?? '',
+    stderr: result.stderr ?? String(result.error ?? ''),
+  };
+}
+
+/** `run`, failing the current check unless the command exited 0. */
+export function expectSuccess(argv) {
+  const result = run(argv);
+  expect(result.code === 0, `${argv.join(' ')} exited ${result.code ?? result.signal}`, {
+    stdout: result.stdout.slice(-3000),
+    stderr: result.stderr.slice(-3000),
+  });
+  return result;
+}
 
 export function sh(command) {
   return execFileSync('/bin/sh', ['-c', command], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });

@@ -2,36 +2,15 @@
 // deb with Debian's nodejs on a guest with real systemd and cgroup v2; the unit runs, the
 // supervisor enforces limits through the delegated subtree, a turn runs under a worker uid of
 // the reserved range; then remove keeps data and user, purge removes them.
-import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import { check, comment, expect, finish } from './tap.mjs';
-import { sh, waitFor } from './client.mjs';
+import { expectSuccess, run, sh, waitFor } from './client.mjs';
 
 const DEB_DIR = '/root/vm-debs';
 const UNIT = 'turnhost.service';
 const HELPER = '/usr/lib/turnhost/identity-helper';
 const DATA_DIR = '/var/lib/turnhost';
 const WORKSPACE = '/srv/turnhost/ws';
-
-/** Runs a command without a shell; answers its exit code and output (never throws). */
-function run(argv) {
-  const result = spawnSync(argv[0], argv.slice(1), { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
-  return {
-    code: result.status,
-    signal: result.signal,
-    stdout: result.stdout ?? '',
-    stderr: result.stderr ?? String(result.error ?? ''),
-  };
-}
-
-function expectSuccess(argv) {
-  const result = run(argv);
-  expect(result.code === 0, `${argv.join(' ')} exited ${result.code ?? result.signal}`, {
-    stdout: result.stdout.slice(-3000),
-    stderr: result.stderr.slice(-3000),
-  });
-  return result;
-}
 
 /** The `turnhost` entry of a subordinate-id file as { first, count }, or null. */
 function subidEntry(file) {

@@ -6,10 +6,9 @@
 //   failing  TURNHOST_WORKSPACE_ROOT=/srv (root's, 0755): the check fails, so does cloud-init
 // In fresh and change the host runs its own checks through the forwarded API port
 // (hosting-host.mjs) between this file's "guest-ready" and the host's "host-done" markers.
-import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import { check, comment, expect, finish } from './tap.mjs';
-import { waitFor } from './client.mjs';
+import { expectSuccess, run, waitFor } from './client.mjs';
 
 const PHASE = fs.readFileSync('/etc/turnhost-vmtest/phase', 'utf8').trim();
 const RESULTS = '/vmresults';
@@ -26,20 +25,6 @@ const TEMPLATE_FILES = [
   '/etc/systemd/system/turnhost.service.d/hosting.conf',
   '/etc/turnhost/hosting.env',
 ];
-
-function run(argv) {
-  const result = spawnSync(argv[0], argv.slice(1), { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
-  return { code: result.status, stdout: result.stdout ?? '', stderr: result.stderr ?? String(result.error ?? '') };
-}
-
-function expectSuccess(argv) {
-  const result = run(argv);
-  expect(result.code === 0, `${argv.join(' ')} exited ${result.code}`, {
-    stdout: result.stdout.slice(-3000),
-    stderr: result.stderr.slice(-3000),
-  });
-  return result;
-}
 
 /** cloud-init's verdict on this boot, once it has finished: { code, status }. */
 function cloudInitResult() {
