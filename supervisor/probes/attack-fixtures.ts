@@ -87,6 +87,18 @@ export class AttackFixtures {
    * A setuid-root copy of the battery in `dir` (which the turn sees), or undefined when this
    * process is not root and so cannot make one.
    */
+  /**
+   * The battery where the attack turn sees it: its own directory. The build's copy may lie under
+   * a path the view hides or replaces (a checkout under /tmp or /root).
+   */
+  visibleCopy(battery: string, dir: string): string {
+    const copy = path.join(dir, `attack-battery-${this.tag}`);
+    fs.copyFileSync(battery, copy);
+    fs.chmodSync(copy, 0o755);
+    this.files.push(copy);
+    return copy;
+  }
+
   setuidCopy(battery: string, dir: string): string | undefined {
     if (process.geteuid?.() !== 0) return undefined;
     const copy = path.join(dir, `attack-battery-setuid-${this.tag}`);

@@ -292,7 +292,7 @@ async function attackMode(
     if (!controls.ok) return controls;
     const run = await options.host.runTurn({
       mode,
-      argv: [battery, 'attack', ...args],
+      argv: [fixtures.visibleCopy(battery, where.dir), 'attack', ...args],
       place: where.place,
       limits: attackLimits(options.status),
       timeoutSeconds: ATTACK_TIMEOUT_SECONDS,
